@@ -1,0 +1,285 @@
+"""The experiment configuration: a tree of frozen dataclasses, one precedence.
+
+Precedence, applied in this order and nowhere else (as in TF Model Garden's
+``ExperimentParser``): the defaults below, then a YAML experiment file
+(``--config``), then flags, then ``validate``; the result is frozen and written
+to ``params.yaml`` by the chief.
+
+The runtime part (strategy, cluster, precision) is kept apart from the data,
+model and training parts. Every field name is unique across the sections, so a
+flat flag ``--image_size`` names exactly one field (``data.image_size``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from tfdist.errors import UserError
+
+STRATEGIES = ("one_device", "mirrored", "multi_worker_mirrored", "central_storage", "parameter_server")
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+DATASETS = ("shapes", "oxford_iiit_pet", "folder")
+ENCODERS = ("unet", "mobilenetv2")
+OPTIMIZERS = ("adam", "sgd")
+LR_SCALINGS = ("none", "linear")
+COMMUNICATIONS = ("auto", "ring", "nccl")
+
+#: Classes of each dataset when ``num_classes`` is left at 0.
+DATASET_NUM_CLASSES = {"shapes": 4, "oxford_iiit_pet": 3}
+
+EXPERIMENTS_DIR = Path(__file__).resolve().parent.parent / "configs" / "experiments"
+
+
+@dataclasses.dataclass(frozen=True)
+class RuntimeConfig:
+    """Where and how the run executes: strategy, devices, cluster, precision."""
+
+    strategy: str = "mirrored"
+    cpu_devices: int = 0  # 0: 2 logical CPUs for mirrored/central_storage without GPUs, else 1
+    cluster: str = ""  # cluster spec file; empty: TF_CONFIG from the environment, if any
+    task: str = ""  # "type:index" within --cluster
+    precision: str = "float32"
+    jit_compile: bool = False
+    communication: str = "auto"  # multi_worker_mirrored collective implementation
+    bytes_per_pack: int = 0  # gradient packing for all-reduce; 0: TensorFlow's default
+    collective_timeout: float = 0.0  # seconds; 0: no timeout
+    connect_timeout: float = 120.0  # seconds to wait for cluster peers
+    ps_shards: int = 0  # variable partitioner: max shards per variable; 0: no partitioning
+    ps_min_shard_bytes: int = 256 << 10
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    """Which data, at which size, and how the input pipeline treats it."""
+
+    dataset: str = "shapes"
+    data_dir: str = ""
+    image_size: int = 64
+    num_classes: int = 0  # 0: the dataset's own (shapes 4, oxford_iiit_pet 3)
+    train_examples: int = 1024  # shapes only: size of the generated train split
+    eval_examples: int = 256  # shapes only: size of the generated eval split
+    augment: bool = True  # random horizontal flips on the train split
+    cache: bool = True
+    shuffle_buffer: int = 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """The UNet's shape."""
+
+    encoder: str = "unet"
+    base_filters: int = 16
+    depth: int = 4
+    batch_norm: bool = True
+    dropout: float = 0.0
+    encoder_weights: str = ""  # mobilenetv2 only: a local weights file; empty: random init
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """The optimisation: batch, schedule, optimizer, logging and checkpoints."""
+
+    global_batch_size: int = 32
+    epochs: int = 8
+    steps_per_epoch: int = 0  # 0: train_examples // global_batch_size
+    eval_steps: int = 0  # 0: the whole eval split
+    optimizer: str = "adam"
+    learning_rate: float = 2e-3
+    lr_scaling: str = "none"
+    reference_batch_size: int = 32  # lr_scaling=linear: lr * global_batch / reference
+    warmup_steps: int = 0
+    seed: int = 0
+    model_dir: str = ""  # empty: runs/<strategy>
+    steps_per_loop: int = 1
+    log_every: int = 10
+    checkpoint_every: int = 100
+    deterministic: bool = False  # enable TF op determinism; turns augmentation off
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """The whole experiment."""
+
+    runtime: RuntimeConfig = dataclasses.field(default_factory=RuntimeConfig)
+    data: DataConfig = dataclasses.field(default_factory=DataConfig)
+    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+    train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
+
+
+SECTIONS = {f.name: f.type for f in dataclasses.fields(Config)}
+_SECTION_CLASSES = {"runtime": RuntimeConfig, "data": DataConfig, "model": ModelConfig, "train": TrainConfig}
+
+#: Flat field name -> section name; field names are unique across sections.
+FIELD_SECTION = {
+    field.name: section for section, cls in _SECTION_CLASSES.items() for field in dataclasses.fields(cls)
+}
+
+
+def _coerce(section: str, name: str, value: Any, where: str) -> Any:
+    """Check ``value`` against the field's declared type; ints are accepted for floats."""
+    default = getattr(_SECTION_CLASSES[section](), name)
+    kind = type(default)
+    if kind is bool:
+        ok = isinstance(value, bool)
+    elif kind is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif kind is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    else:
+        ok = isinstance(value, str)
+    if not ok:
+        raise UserError(
+            f"Invalid value for `{section}.{name}` in {where}. Received: {name}={value!r}. "
+            f"Expected a {kind.__name__}."
+        )
+    return value
+
+
+def override(config: Config, values: Mapping[str, Any], where: str = "flags") -> Config:
+    """Return ``config`` with flat ``field -> value`` overrides applied."""
+    per_section: dict[str, dict[str, Any]] = {}
+    for name, value in values.items():
+        section = FIELD_SECTION.get(name)
+        if section is None:
+            raise UserError(
+                f"Unknown setting in {where}. Received: {name!r}. Expected one of: {', '.join(sorted(FIELD_SECTION))}."
+            )
+        per_section.setdefault(section, {})[name] = _coerce(section, name, value, where)
+    return dataclasses.replace(
+        config,
+        **{s: dataclasses.replace(getattr(config, s), **v) for s, v in per_section.items()},
+    )
+
+
+def resolve_experiment_path(name: str) -> Path:
+    """``--config`` takes a path, or a name from ``configs/experiments/`` (with or without .yaml)."""
+    candidates = [Path(name)]
+    if not name.endswith((".yaml", ".yml")):
+        candidates.append(EXPERIMENTS_DIR / f"{name}.yaml")
+    candidates.append(EXPERIMENTS_DIR / name)
+    for path in candidates:
+        if path.is_file():
+            return path
+    known = sorted(p.stem for p in EXPERIMENTS_DIR.glob("*.yaml"))
+    raise UserError(
+        f"Invalid value for `--config`. Received: {name!r}, which is not a file. "
+        f"Expected a YAML path or one of: {', '.join(known) or '(none)'}."
+    )
+
+
+def load_experiment(config: Config, name: str) -> Config:
+    """Apply a YAML experiment file: top-level sections, each a mapping of fields."""
+    path = resolve_experiment_path(name)
+    try:
+        tree = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise UserError(f"Cannot read experiment file {path}: {type(e).__name__}: {e}") from None
+    if tree is None:
+        return config
+    if not isinstance(tree, dict):
+        raise UserError(
+            f"Invalid experiment file {path}. Received a top level of type {type(tree).__name__}. "
+            f"Expected a mapping with sections {', '.join(SECTIONS)}."
+        )
+    flat: dict[str, Any] = {}
+    for section, fields in tree.items():
+        if section not in SECTIONS:
+            raise UserError(
+                f"Unknown section in experiment file {path}. Received: {section!r}. Expected one of: {', '.join(SECTIONS)}."
+            )
+        if not isinstance(fields, dict):
+            raise UserError(
+                f"Invalid section `{section}` in experiment file {path}. Received: {fields!r}. Expected a mapping."
+            )
+        for name, value in fields.items():
+            if FIELD_SECTION.get(name) != section:
+                known = [f.name for f in dataclasses.fields(_SECTION_CLASSES[section])]
+                raise UserError(
+                    f"Unknown key `{section}.{name}` in experiment file {path}. Expected one of: {', '.join(known)}."
+                )
+            flat[name] = value
+    return override(config, flat, where=str(path))
+
+
+def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise UserError(f"Invalid value for `--{name}`. Received: {name}={value!r}. Expected one of: {', '.join(choices)}.")
+
+
+def _at_least(name: str, value: float, low: float) -> None:
+    if not value >= low:  # also catches NaN
+        raise UserError(f"Invalid value for `--{name}`. Received: {name}={value!r}. Expected a number >= {low}.")
+
+
+def validate(config: Config) -> Config:
+    """Check every field and fill the values that derive from others; returns the final config."""
+    rt, data, model, train = config.runtime, config.data, config.model, config.train
+    _choice("strategy", rt.strategy, STRATEGIES)
+    _choice("precision", rt.precision, PRECISIONS)
+    _choice("communication", rt.communication, COMMUNICATIONS)
+    _choice("dataset", data.dataset, DATASETS)
+    _choice("encoder", model.encoder, ENCODERS)
+    _choice("optimizer", train.optimizer, OPTIMIZERS)
+    _choice("lr_scaling", train.lr_scaling, LR_SCALINGS)
+    for name, low in (
+        ("cpu_devices", 0), ("bytes_per_pack", 0), ("collective_timeout", 0), ("connect_timeout", 1),
+        ("ps_shards", 0), ("ps_min_shard_bytes", 1), ("image_size", 8), ("num_classes", 0),
+        ("train_examples", 1), ("eval_examples", 1), ("shuffle_buffer", 1), ("base_filters", 1),
+        ("depth", 1), ("dropout", 0), ("global_batch_size", 1), ("epochs", 1), ("steps_per_epoch", 0),
+        ("eval_steps", 0), ("reference_batch_size", 1), ("warmup_steps", 0), ("steps_per_loop", 1),
+        ("log_every", 1), ("checkpoint_every", 1),
+    ):
+        _at_least(name, getattr(getattr(config, FIELD_SECTION[name]), name), low)
+    if not (0 <= model.dropout < 1):
+        raise UserError(f"Invalid value for `--dropout`. Received: dropout={model.dropout!r}. Expected 0 <= dropout < 1.")
+    if not (train.learning_rate > 0 and math.isfinite(train.learning_rate)):
+        raise UserError(
+            f"Invalid value for `--learning_rate`. Received: learning_rate={train.learning_rate!r}. Expected a finite number > 0."
+        )
+    if data.dataset == "folder" and not data.data_dir:
+        raise UserError("Invalid value for `--data_dir`. Received: data_dir=''. Expected a directory with images/ and masks/ for dataset=folder.")
+    num_classes = data.num_classes or DATASET_NUM_CLASSES.get(data.dataset, 0)
+    if num_classes == 0:
+        raise UserError(f"Missing `--num_classes` for dataset={data.dataset!r}. Received: num_classes=0. Expected an integer >= 2.")
+    if num_classes < 2:
+        raise UserError(f"Invalid value for `--num_classes`. Received: num_classes={num_classes}. Expected an integer >= 2.")
+    if data.dataset == "oxford_iiit_pet" and num_classes != 3:
+        raise UserError(f"Invalid value for `--num_classes` for oxford_iiit_pet. Received: num_classes={num_classes}. Expected 3 (pet, background, border).")
+    if model.encoder == "unet" and data.image_size % (2**model.depth):
+        raise UserError(
+            f"Invalid value for `--image_size`. Received: image_size={data.image_size} with depth={model.depth}. "
+            f"Expected a multiple of 2**depth={2**model.depth}."
+        )
+    if bool(rt.cluster) != bool(rt.task) and rt.cluster:
+        raise UserError(f"Missing `--task` for --cluster={rt.cluster}. Received: task=''. Expected type:index, e.g. worker:0.")
+    if rt.task and not rt.cluster:
+        raise UserError(f"Missing `--cluster` for --task={rt.task}. Received: cluster=''. Expected a cluster spec file.")
+    data = dataclasses.replace(data, num_classes=num_classes, augment=data.augment and not train.deterministic)
+    model_dir = train.model_dir or str(Path("runs") / rt.strategy)
+    return dataclasses.replace(config, data=data, train=dataclasses.replace(train, model_dir=model_dir))
+
+
+def build_config(experiment: str | None = None, overrides: Mapping[str, Any] | None = None) -> Config:
+    """Defaults -> experiment file -> overrides -> validate: the one precedence."""
+    config = Config()
+    if experiment:
+        config = load_experiment(config, experiment)
+    if overrides:
+        config = override(config, overrides)
+    return validate(config)
+
+
+def to_dict(config: Config) -> dict[str, dict[str, Any]]:
+    """The config as nested plain dicts (the shape of ``params.yaml``)."""
+    return dataclasses.asdict(config)
+
+
+def to_yaml(config: Config) -> str:
+    """The config as YAML that ``load_experiment`` reads back to the same config."""
+    return yaml.safe_dump(to_dict(config), sort_keys=False)
