@@ -22,11 +22,20 @@ class UserError(ValueError):
         super().__init__(" ".join(str(message).split()))
 
 
-def fail(message: str) -> NoReturn:
-    """Print ``message`` as one line on stderr and exit with status 2."""
+class RunFailed(RuntimeError):
+    """A run that started well but cannot go on (e.g. a diverged loss); one line, ``exit_code``."""
+
+    exit_code = 1
+
+    def __init__(self, message: str):
+        super().__init__(" ".join(str(message).split()))
+
+
+def fail(message: str, exit_code: int = USAGE_EXIT_CODE) -> NoReturn:
+    """Print ``message`` as one line on stderr and exit with ``exit_code`` (2: the user's error)."""
     sys.stderr.write(f"error: {' '.join(str(message).split())}\n")
     sys.stderr.flush()
-    raise SystemExit(USAGE_EXIT_CODE)
+    raise SystemExit(exit_code)
 
 
 def absl_flags_parser(argv: Sequence[str]) -> list[str]:
@@ -44,7 +53,7 @@ def absl_flags_parser(argv: Sequence[str]) -> list[str]:
 
 
 def run_main(main: Callable[[list[str]], int | None]) -> None:
-    """Run an absl ``main`` so that ``UserError`` ends the program with status 2."""
+    """Run an absl ``main``: ``UserError`` ends it with status 2, ``RunFailed`` with its own, one line each."""
     from absl import app
 
     def guarded(argv: list[str]) -> int | None:
@@ -52,5 +61,7 @@ def run_main(main: Callable[[list[str]], int | None]) -> None:
             return main(argv)
         except UserError as e:
             fail(str(e))
+        except RunFailed as e:
+            fail(str(e), e.exit_code)
 
     app.run(guarded, flags_parser=absl_flags_parser)

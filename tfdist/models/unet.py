@@ -1,0 +1,174 @@
+"""The UNet (Ronneberger et al. 2015), and a MobileNetV2-encoder variant.
+
+Two traps shape the batch norm used here (DESIGN.md, measured on this stack):
+plain Keras 3 batch norm computes statistics per replica, so N replicas drift
+from one device; and it creates its moving statistics with aggregation
+"none", which a custom loop under CentralStorageStrategy/ParameterServer-
+Strategy cannot update. ``ReplicaBatchNorm`` therefore synchronises the batch
+statistics across replicas and creates the moving statistics with
+aggregation "mean", so that N replicas compute what one device computes.
+"""
+
+from __future__ import annotations
+
+import keras
+
+from tfdist.errors import UserError
+
+
+@keras.saving.register_keras_serializable(package="tfdist")
+class ReplicaBatchNorm(keras.layers.BatchNormalization):
+    """Batch norm whose statistics are the same on N replicas as on one device."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("synchronized", keras.backend.backend() == "tensorflow")
+        super().__init__(**kwargs)
+
+    def add_weight(self, *args, **kwargs):
+        if kwargs.get("name") in ("moving_mean", "moving_variance"):
+            kwargs.setdefault("aggregation", "mean")
+        return super().add_weight(*args, **kwargs)
+
+
+def _norm_act(x, batch_norm: bool, name: str):
+    if batch_norm:
+        x = ReplicaBatchNorm(name=f"{name}_bn")(x)
+    return keras.layers.Activation("relu", name=f"{name}_relu")(x)
+
+
+def _double_conv(x, filters: int, batch_norm: bool, dropout: float, name: str):
+    """Two 3x3 convolutions, each followed by (batch norm and) ReLU."""
+    for i in (1, 2):
+        x = keras.layers.Conv2D(filters, 3, padding="same", use_bias=not batch_norm, name=f"{name}_conv{i}")(x)
+        x = _norm_act(x, batch_norm, f"{name}_{i}")
+    if dropout:
+        x = keras.layers.Dropout(dropout, name=f"{name}_dropout")(x)
+    return x
+
+
+def _up(x, skip, filters: int, batch_norm: bool, dropout: float, name: str):
+    """Upsample by 2, concatenate the skip connection, then a double conv."""
+    x = keras.layers.Conv2DTranspose(filters, 2, strides=2, padding="same", name=f"{name}_upconv")(x)
+    x = keras.layers.Concatenate(name=f"{name}_concat")([x, skip])
+    return _double_conv(x, filters, batch_norm, dropout, name)
+
+
+def _head(x, num_classes: int):
+    """1x1 convolution to per-pixel logits, kept float32 under mixed precision."""
+    x = keras.layers.Conv2D(num_classes, 1, name="logits_conv")(x)
+    return keras.layers.Activation("linear", dtype="float32", name="logits")(x)
+
+
+def _check(image_size: int, num_classes: int, depth: int, channels: int) -> None:
+    if num_classes < 2:
+        raise UserError(f"Invalid value for `num_classes`. Received: num_classes={num_classes}. Expected an integer >= 2.")
+    if depth < 1:
+        raise UserError(f"Invalid value for `depth`. Received: depth={depth}. Expected an integer >= 1.")
+    if channels < 1:
+        raise UserError(f"Invalid value for `channels`. Received: channels={channels}. Expected an integer >= 1.")
+    if image_size < 2**depth or image_size % (2**depth):
+        raise UserError(
+            f"Invalid value for `image_size`. Received: image_size={image_size} with depth={depth}. "
+            f"Expected a positive multiple of 2**depth={2**depth}."
+        )
+
+
+def _classic(inputs, *, num_classes, base_filters, depth, batch_norm, dropout):
+    x, skips = inputs, []
+    for level in range(depth):
+        x = _double_conv(x, base_filters * 2**level, batch_norm, 0.0, f"down{level}")
+        skips.append(x)
+        x = keras.layers.MaxPooling2D(2, name=f"down{level}_pool")(x)
+    x = _double_conv(x, base_filters * 2**depth, batch_norm, dropout, "bottleneck")
+    for level in reversed(range(depth)):
+        x = _up(x, skips[level], base_filters * 2**level, batch_norm, 0.0, f"up{level}")
+    return _head(x, num_classes)
+
+
+#: MobileNetV2 activations used as skips, from 1/2 to 1/16 resolution, and the 1/32 bottleneck.
+_MOBILENET_SKIPS = ("block_1_expand_relu", "block_3_expand_relu", "block_6_expand_relu", "block_13_expand_relu")
+_MOBILENET_BOTTLENECK = "block_16_project"
+
+
+def _mobilenet(inputs, *, image_size, num_classes, base_filters, batch_norm, dropout, weights):
+    """MobileNetV2 encoder with upsampling blocks, as in TensorFlow's segmentation tutorial."""
+    if image_size % 32 or image_size < 32:
+        raise UserError(
+            f"Invalid value for `image_size` with encoder=mobilenetv2. Received: image_size={image_size}. "
+            "Expected a multiple of 32."
+        )
+    scaled = keras.layers.Rescaling(2.0, offset=-1.0, name="to_mobilenet_range")(inputs)
+    base = keras.applications.MobileNetV2(
+        input_shape=(image_size, image_size, 3), include_top=False, weights=weights or None
+    )
+    encoder = keras.Model(
+        base.input,
+        [base.get_layer(n).output for n in _MOBILENET_SKIPS] + [base.get_layer(_MOBILENET_BOTTLENECK).output],
+        name="mobilenetv2_encoder",
+    )
+    *skips, x = encoder(scaled)
+    for level in reversed(range(len(skips))):
+        x = _up(x, skips[level], base_filters * 2**level, batch_norm, dropout if level == len(skips) - 1 else 0.0,
+                f"up{level}")
+    x = keras.layers.Conv2DTranspose(base_filters, 2, strides=2, padding="same", name="up_full")(x)
+    x = _norm_act(x, batch_norm, "up_full")
+    return _head(x, num_classes)
+
+
+def build_unet(
+    *,
+    image_size: int = 64,
+    num_classes: int = 4,
+    channels: int = 3,
+    base_filters: int = 16,
+    depth: int = 4,
+    batch_norm: bool = True,
+    dropout: float = 0.0,
+    encoder: str = "unet",
+    encoder_weights: str | None = None,
+) -> keras.Model:
+    """Build a UNet that maps ``[B, S, S, channels]`` images in [0, 1] to ``[B, S, S, num_classes]`` logits.
+
+    Args:
+      image_size: side of the square input; a multiple of ``2**depth``
+        (of 32 for ``encoder="mobilenetv2"``).
+      num_classes: classes per pixel (>= 2).
+      channels: input channels (3 for ``mobilenetv2``).
+      base_filters: filters of the first level, doubled at each level down.
+      depth: number of downsampling levels (classic encoder).
+      batch_norm: add ``ReplicaBatchNorm`` after every convolution.
+      dropout: dropout rate at the bottleneck.
+      encoder: ``"unet"`` (classic) or ``"mobilenetv2"`` (``keras.applications``).
+      encoder_weights: a local MobileNetV2 weights file; None or "" means random
+        initialisation (nothing is ever downloaded).
+
+    Raises:
+      UserError: invalid sizes, class count or encoder name.
+    """
+    _check(image_size, num_classes, depth, channels)
+    inputs = keras.Input((image_size, image_size, channels), name="image")
+    if encoder == "unet":
+        outputs = _classic(inputs, num_classes=num_classes, base_filters=base_filters, depth=depth,
+                           batch_norm=batch_norm, dropout=dropout)
+    elif encoder == "mobilenetv2":
+        if channels != 3:
+            raise UserError(f"Invalid value for `channels` with encoder=mobilenetv2. Received: channels={channels}. Expected 3.")
+        outputs = _mobilenet(inputs, image_size=image_size, num_classes=num_classes, base_filters=base_filters,
+                             batch_norm=batch_norm, dropout=dropout, weights=encoder_weights)
+    else:
+        raise UserError(f"Invalid value for `encoder`. Received: encoder={encoder!r}. Expected one of: unet, mobilenetv2.")
+    return keras.Model(inputs, outputs, name=f"unet_{encoder}")
+
+
+def build_from_config(model_config, data_config) -> keras.Model:
+    """``build_unet`` from tfdist's ``ModelConfig`` and ``DataConfig``."""
+    return build_unet(
+        image_size=data_config.image_size,
+        num_classes=data_config.num_classes,
+        base_filters=model_config.base_filters,
+        depth=model_config.depth,
+        batch_norm=model_config.batch_norm,
+        dropout=model_config.dropout,
+        encoder=model_config.encoder,
+        encoder_weights=model_config.encoder_weights or None,
+    )

@@ -1,0 +1,62 @@
+"""``python -m tfdist.train``: a thin absl main over ``tfdist.training.run``.
+
+Every field of the experiment config is a flag of the same name
+(``--image_size`` is ``data.image_size``). Precedence: defaults, then the YAML
+experiment of ``--config``, then the flags given on the command line.
+
+    python -m tfdist.train --strategy mirrored
+    python -m tfdist.train --config quick --strategy one_device --model_dir runs/q
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is imported anywhere
+
+from absl import flags  # noqa: E402
+
+from tfdist import config as config_lib  # noqa: E402
+from tfdist.errors import run_main  # noqa: E402
+
+FLAGS = flags.FLAGS
+
+flags.DEFINE_string("config", None, "A YAML experiment: a path, or a name in configs/experiments/.")
+
+_DEFINE = {bool: flags.DEFINE_boolean, int: flags.DEFINE_integer, float: flags.DEFINE_float, str: flags.DEFINE_string}
+for _section in dataclasses.fields(config_lib.Config):
+    for _field in dataclasses.fields(_section.default_factory()):
+        _default = getattr(_section.default_factory(), _field.name)
+        _DEFINE[type(_default)](_field.name, _default, f"{_section.name}.{_field.name}")
+
+
+def config_from_flags():
+    """The resolved config: defaults -> --config file -> flags present on the command line."""
+    given = {name: FLAGS[name].value for name in config_lib.FIELD_SECTION if FLAGS[name].present}
+    return config_lib.build_config(FLAGS.config, given)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) > 1:
+        from tfdist.errors import UserError
+
+        raise UserError(f"Unexpected arguments. Received: {' '.join(argv[1:])}. Expected only --flags.")
+    from tfdist.training.experiment import run
+
+    summary = run(config_from_flags())
+    if "eval" in summary:
+        ev = summary["eval"]
+        print(f"final eval: mean_iou {ev['mean_iou']:.4f}  pixel_accuracy {ev['pixel_accuracy']:.4f}  "
+              f"loss {ev['loss']:.4f}  ({summary['images_per_second']:.1f} images/s, "
+              f"{summary['wall_seconds']:.0f} s, outputs in {summary['model_dir']})", flush=True)
+    return 0
+
+
+def entry() -> None:
+    """Console-script entry point (``tfdist-train``)."""
+    run_main(main)
+
+
+if __name__ == "__main__":
+    entry()

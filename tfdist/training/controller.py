@@ -1,0 +1,135 @@
+"""The outer loop, shared by every strategy (as Orbit's ``Controller``).
+
+It asks a loop (``SyncLoop`` or ``CoordinatorLoop``) for chunks of steps that
+end on every log, checkpoint and epoch boundary, and around them it logs,
+checks the loss is finite, checkpoints and evaluates. Nothing here knows
+which strategy runs underneath.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+
+from tfdist.errors import RunFailed
+from tfdist.training.metrics import StatsAccumulator, metrics_from_stats
+
+
+class TrainingDiverged(RunFailed):
+    """The loss became NaN or Inf; the last good checkpoint is kept (exit status 3)."""
+
+    exit_code = 3
+
+
+def next_boundary(step: int, every: int) -> int:
+    """The first multiple of ``every`` after ``step``."""
+    return (step // every + 1) * every
+
+
+class Controller:
+    """Drives ``loop`` from ``start_step`` to ``total_steps``.
+
+    Args:
+      loop: has ``train(n) -> stats``, ``evaluate() -> stats`` and ``predict(images)``.
+      checkpoints: a ``Checkpoints`` (or None to never save).
+      outputs: a ``RunOutputs``.
+      num_classes: classes per pixel (to read stats vectors).
+      global_batch_size: images per step.
+      steps_per_epoch, steps_per_loop, log_every, checkpoint_every: the schedule.
+      learning_rate: ``step -> float``, logged with the train metrics.
+      preview: ``(images, masks)`` to show predicted masks of at each eval, or None.
+      verbose: print progress lines (the chief only).
+    """
+
+    def __init__(self, *, loop, checkpoints, outputs, num_classes, global_batch_size, steps_per_epoch,
+                 steps_per_loop, log_every, checkpoint_every, learning_rate, preview=None, verbose=True):
+        self.loop = loop
+        self.checkpoints = checkpoints
+        self.outputs = outputs
+        self.num_classes = num_classes
+        self.global_batch_size = global_batch_size
+        self.steps_per_epoch = steps_per_epoch
+        self.steps_per_loop = steps_per_loop
+        self.log_every = log_every
+        self.checkpoint_every = checkpoint_every
+        self.learning_rate = learning_rate
+        self.preview = preview
+        self.verbose = verbose
+        self.train_seconds = 0.0
+        self.timed_steps = 0
+        self.last_train: dict | None = None
+
+    def _print(self, text: str) -> None:
+        if self.verbose:
+            print(text, file=sys.stdout, flush=True)
+
+    def evaluate(self, step: int) -> dict:
+        """One eval pass; logged and returned."""
+        result = metrics_from_stats(self.loop.evaluate(), self.num_classes)
+        self.outputs.log("eval", step, result)
+        if self.preview is not None:
+            images, masks = self.preview
+            self.outputs.log_predictions(step, images, masks, self.loop.predict(images))
+        self._print(
+            f"eval   step {step}: loss {result['loss']:.4f}  pixel_accuracy {result['pixel_accuracy']:.4f}  "
+            f"mean_iou {result['mean_iou']:.4f}"
+        )
+        return result
+
+    def run(self, start_step: int, total_steps: int) -> dict:
+        """Train to ``total_steps``; returns the final eval metrics."""
+        step = start_step
+        window = StatsAccumulator(self.num_classes)
+        window_start = time.perf_counter()
+        first_chunk = True
+        while step < total_steps:
+            end = min(
+                total_steps,
+                step + self.steps_per_loop,
+                next_boundary(step, self.log_every),
+                next_boundary(step, self.checkpoint_every),
+                next_boundary(step, self.steps_per_epoch),
+            )
+            t0 = time.perf_counter()
+            stats = self.loop.train(end - step)
+            elapsed = time.perf_counter() - t0
+            if not first_chunk:  # the first chunk traces and compiles: not a speed figure
+                self.train_seconds += elapsed
+                self.timed_steps += end - step
+            first_chunk = False
+            step = end
+            window.add(stats)
+            chunk_loss = metrics_from_stats(stats, self.num_classes)["loss"]
+            if not math.isfinite(chunk_loss):
+                last = self.checkpoints.latest() if self.checkpoints else None
+                raise TrainingDiverged(
+                    f"Training diverged: the loss is {chunk_loss} at step {step}. "
+                    f"The last good checkpoint is kept: {last or 'none was saved yet'}. "
+                    "Expected a finite loss; try a lower --learning_rate or --precision float32."
+                )
+            if step % self.log_every == 0 or step == total_steps:
+                result = window.result()
+                seconds = time.perf_counter() - window_start
+                result["images_per_second"] = result["images"] / seconds if seconds > 0 else 0.0
+                result["learning_rate"] = float(self.learning_rate(step))
+                self.outputs.log("train", step, result)
+                self.last_train = result
+                self._print(
+                    f"train  step {step}/{total_steps}: loss {result['loss']:.4f}  "
+                    f"mean_iou {result['mean_iou']:.4f}  {result['images_per_second']:.1f} images/s"
+                )
+                window.reset()
+                window_start = time.perf_counter()
+            if self.checkpoints and (step % self.checkpoint_every == 0 or step == total_steps):
+                self.checkpoints.save(step)
+            if step % self.steps_per_epoch == 0 and step != total_steps:
+                self.evaluate(step)
+        return self.evaluate(step)
+
+    @property
+    def images_per_second(self) -> float:
+        """Training throughput after the first (compiling) chunk."""
+        if self.timed_steps and self.train_seconds > 0:
+            return self.timed_steps * self.global_batch_size / self.train_seconds
+        return float("nan")

@@ -1,0 +1,71 @@
+"""The parameter-server loop: a ``ClusterCoordinator`` on the chief.
+
+The chief schedules one closure per step on whichever worker is free
+(``schedule``), waits for them (``join``) and sums the stats vectors they
+return. Workers read their own per-worker datasets; variables live on the ps
+tasks. Training is asynchronous, and a closure may run twice after a worker
+is lost (at-least-once), so steps are counted by a variable that every
+closure increments, never in Python and never with the Keras optimizer's
+``iterations`` (which lost updates here, DESIGN.md). Evaluation runs on the
+chief, over the eval split, with the current variables.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from tfdist.training.step import Steps, stats_size
+
+
+class CoordinatorLoop:
+    """Runs train steps on the workers of a ``ParameterServerStrategy`` and eval on the chief.
+
+    Args:
+      strategy: the ``ParameterServerStrategy``.
+      steps: the replica functions.
+      step_counter: an int64 variable (on a ps task) counting optimisation steps.
+      train_dataset_fn: ``InputContext -> Dataset`` of per-replica batches, repeated.
+      eval_dataset: a finite local ``Dataset`` of batches, read on the chief.
+    """
+
+    def __init__(self, *, strategy, steps: Steps, step_counter, train_dataset_fn, eval_dataset):
+        self.strategy = strategy
+        self.steps = steps
+        self.step_counter = step_counter
+        self.coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+        # The form of TensorFlow's parameter-server tutorial: a tf.function that
+        # each worker runs to build its own input pipeline.
+        per_worker = self.coordinator.create_per_worker_dataset(
+            tf.function(lambda: strategy.distribute_datasets_from_function(train_dataset_fn))
+        )
+        self._train_iterator = iter(per_worker)
+        self._eval_dataset = eval_dataset
+        self._size = stats_size(steps.num_classes)
+        self._worker_fn = tf.function(self._worker_step)
+        self._eval_fn = tf.function(self._eval_pass)
+
+    def _worker_step(self, iterator):
+        per_replica = self.strategy.run(self.steps.train, args=(next(iterator),))
+        self.step_counter.assign_add(1)
+        return self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+    def _eval_pass(self, dataset):
+        total = tf.zeros([self._size], tf.float32)
+        for batch in dataset:
+            total += self.steps.evaluate(batch)
+        return total
+
+    def train(self, num_steps: int):
+        """Schedule ``num_steps`` closures, wait for all; returns their summed stats (numpy)."""
+        remote = [self.coordinator.schedule(self._worker_fn, args=(self._train_iterator,)) for _ in range(num_steps)]
+        self.coordinator.join()
+        return np.sum([r.fetch() for r in remote], axis=0)
+
+    def evaluate(self):
+        """One pass over the eval split on the chief; returns the summed stats vector (numpy)."""
+        return self._eval_fn(self._eval_dataset).numpy()
+
+    def predict(self, images):
+        """Logits for a small batch of images, on the chief."""
+        return self.steps.model(images, training=False)

@@ -1,0 +1,274 @@
+"""``run(config)``: one experiment, config -> strategy -> data -> model -> loop -> outputs.
+
+This is the library behind ``python -m tfdist.train`` and what a notebook
+calls. The order matters and is fixed here:
+
+1. everything the user gave is checked (config, cluster, run directory)
+   before anything is written, so a bad run never damages ``model_dir``;
+2. TF_CONFIG, logical CPUs and the inter-op pool are set before TensorFlow
+   starts, and MultiWorkerMirroredStrategy is created before any other op
+   (collectives must be configured first, DESIGN.md);
+3. model, optimizer and step counter are built under the strategy's scope,
+   restored from the latest checkpoint if there is one, and trained by the
+   loop for the strategy (synchronous or parameter-server);
+4. the chief writes the outputs; other workers write nothing that survives.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from pathlib import Path
+
+import yaml
+
+from tfdist import cluster as cluster_lib
+from tfdist import config as config_lib
+from tfdist.errors import UserError
+
+#: Settings that must not change between a run and its resumption.
+_RESUME_KEYS = {"data": ("dataset", "image_size", "num_classes"), "model": tuple(f.name for f in dataclasses.fields(config_lib.ModelConfig))}
+
+
+def check_model_dir(config) -> None:
+    """Refuse to resume a run directory whose model or data differ from ``config``."""
+    params = Path(config.train.model_dir) / "params.yaml"
+    if not params.is_file():
+        return
+    try:
+        old = yaml.safe_load(params.read_text()) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise UserError(f"Cannot read {params}: {e}. Expected the params.yaml of an earlier tfdist run.") from None
+    new = config_lib.to_dict(config)
+    for section, keys in _RESUME_KEYS.items():
+        for key in keys:
+            before = (old.get(section) or {}).get(key)
+            if before is not None and before != new[section][key]:
+                raise UserError(
+                    f"Invalid --model_dir {config.train.model_dir}: it holds a run with {section}.{key}={before!r}. "
+                    f"Received: {key}={new[section][key]!r}. Expected the same value to resume, or a new --model_dir."
+                )
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """This process's place in the cluster (a single process has no cluster)."""
+
+    spec: cluster_lib.ClusterSpec | None = None
+    type: str = ""
+    index: int = 0
+
+    @property
+    def is_chief(self) -> bool:
+        return self.spec is None or self.spec.is_leader(self.type, self.index)
+
+    @property
+    def num_workers(self) -> int:
+        return len(self.spec.tasks.get("worker", ())) if self.spec else 1
+
+
+def resolve_cluster(config) -> Task:
+    """Find this task (``--cluster/--task`` or TF_CONFIG), check it fits the strategy, export TF_CONFIG."""
+    rt = config.runtime
+    found = cluster_lib.resolve_task(rt.cluster or None, rt.task or None)
+    if found is None:
+        if rt.strategy == "parameter_server":
+            raise UserError(
+                "Missing cluster for strategy=parameter_server. Received: no --cluster and no TF_CONFIG. "
+                "Expected --cluster FILE --task TYPE:I with a chief, workers and ps."
+            )
+        return Task()
+    spec, task_type, index = found
+    cluster_lib.check_strategy(spec, rt.strategy)
+    if rt.cluster:
+        os.environ["TF_CONFIG"] = cluster_lib.tf_config_json(spec, task_type, index)
+    public = cluster_lib.public_addresses(spec)
+    if public:
+        from absl import logging
+
+        logging.warning(
+            "The cluster spec %s has addresses that may be reachable from outside: %s. TensorFlow's gRPC "
+            "server has no authentication and runs what it receives: use an isolated network.",
+            spec.source, ", ".join(public),
+        )
+    return Task(spec=spec, type=task_type, index=index)
+
+
+def _setup_tensorflow(config, task: Task):
+    """Devices, threads, precision, seeds and determinism, then the strategy."""
+    from tfdist import strategies
+
+    rt = config.runtime
+    if rt.strategy == "parameter_server":
+        strategies.grpc_fail_fast_for_parameter_server()
+    cpu_devices = rt.cpu_devices or strategies.default_cpu_devices(rt.strategy)
+    inter_op = task.spec.num_tasks + 1 if task.spec else 0
+    strategies.setup_host(cpu_devices=cpu_devices if rt.strategy in strategies.LOCAL_MULTI_DEVICE else 1,
+                          inter_op_threads=inter_op)
+    strategy = strategies.make_strategy(
+        rt.strategy, cpu_devices=cpu_devices, communication=rt.communication, bytes_per_pack=rt.bytes_per_pack,
+        collective_timeout=rt.collective_timeout, ps_shards=rt.ps_shards, ps_min_shard_bytes=rt.ps_min_shard_bytes,
+    )
+    import keras
+    import tensorflow as tf
+
+    keras.mixed_precision.set_dtype_policy(rt.precision)
+    keras.utils.set_random_seed(config.train.seed)
+    if config.train.deterministic:
+        tf.config.experimental.enable_op_determinism()
+    return strategy
+
+
+def serve(task: Task, config) -> dict:
+    """A ps or worker task of a parameter-server cluster: serve the chief's requests."""
+    import tensorflow as tf
+
+    server = tf.distribute.Server(
+        tf.train.ClusterSpec(task.spec.as_dict()), job_name=task.type, task_index=task.index, protocol="grpc",
+        config=tf.compat.v1.ConfigProto(inter_op_parallelism_threads=task.spec.num_tasks + 1), start=True,
+    )
+    server.join()
+    return {"strategy": config.runtime.strategy, "task": f"{task.type}:{task.index}"}
+
+
+def _batches_per_step(context) -> int:
+    """Per-replica batches one input pipeline yields per global step."""
+    return max(1, context.num_replicas_in_sync // context.num_input_pipelines)
+
+
+def _train_dataset_fn(config, start_step: int):
+    from tfdist import data as data_lib
+
+    base = data_lib.dataset_fn(config.data, "train", global_batch_size=config.train.global_batch_size,
+                               seed=config.train.seed, training=True)
+
+    def fn(context):
+        # Resuming at step s skips the batches of steps < s, so a resumed run sees the same data.
+        return base(context).skip(start_step * _batches_per_step(context))
+
+    return fn
+
+
+def _eval_dataset_fn(config):
+    from tfdist import data as data_lib
+
+    base = data_lib.dataset_fn(config.data, "eval", global_batch_size=config.train.global_batch_size,
+                               seed=config.train.seed, training=False)
+    eval_steps = config.train.eval_steps
+
+    def fn(context):
+        ds = base(context)
+        return ds.take(eval_steps * _batches_per_step(context)) if eval_steps else ds
+
+    return fn
+
+
+def _local_eval_dataset(config):
+    import tensorflow as tf
+
+    return _eval_dataset_fn(config)(tf.distribute.InputContext())
+
+
+def steps_per_epoch(config) -> int:
+    """``train.steps_per_epoch``, or the train split's size over the global batch."""
+    if config.train.steps_per_epoch:
+        return config.train.steps_per_epoch
+    from tfdist import data as data_lib
+
+    return max(1, data_lib.num_examples(config.data, "train") // config.train.global_batch_size)
+
+
+def run(config, *, verbose: bool = True) -> dict:
+    """Train and evaluate ``config``; returns the summary (also written to ``summary.json``).
+
+    Raises:
+      UserError: bad input (config, cluster, data, run directory).
+      TrainingDiverged: the loss became NaN or Inf.
+    """
+    wall_start = time.perf_counter()
+    config = config_lib.validate(config)
+    task = resolve_cluster(config)
+    check_model_dir(config)
+    strategy = _setup_tensorflow(config, task)
+    if config.runtime.strategy == "parameter_server" and task.type in ("ps", "worker"):
+        return serve(task, config)
+
+    import tensorflow as tf
+
+    from tfdist import data as data_lib
+    from tfdist.models import build_from_config
+    from tfdist.training.checkpoints import Checkpoints
+    from tfdist.training.controller import Controller
+    from tfdist.training.coordinator_loop import CoordinatorLoop
+    from tfdist.training.optimizers import learning_rate_at, make_optimizer
+    from tfdist.training.outputs import RunOutputs
+    from tfdist.training.step import Steps
+    from tfdist.training.sync_loop import SyncLoop
+
+    data_lib.validate_data(config.data)
+    train_cfg = config.train
+    epoch_steps = steps_per_epoch(config)
+    total_steps = train_cfg.epochs * epoch_steps
+
+    with strategy.scope():
+        model = build_from_config(config.model, config.data)
+        optimizer = make_optimizer(train_cfg, config.runtime.precision)
+        optimizer.build(model.trainable_variables)
+        step_counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="step",
+                                   aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+    checkpoints = Checkpoints(checkpoint=tf.train.Checkpoint(model=model, optimizer=optimizer, step=step_counter),
+                              model_dir=train_cfg.model_dir, is_chief=task.is_chief)
+    restored = checkpoints.restore_latest()
+    start_step = int(step_counter.numpy())
+    is_chief = task.is_chief
+    outputs = RunOutputs(model_dir=train_cfg.model_dir, is_chief=is_chief)
+    outputs.write_params(config)
+    if verbose and is_chief:
+        where = f"resuming from {restored} at step {start_step}" if restored else "starting at step 0"
+        print(f"tfdist: {config.runtime.strategy} with {strategy.num_replicas_in_sync} replicas, "
+              f"global batch {train_cfg.global_batch_size}, {total_steps} steps; {where}", flush=True)
+
+    steps = Steps(model=model, optimizer=optimizer, num_classes=config.data.num_classes,
+                  global_batch_size=train_cfg.global_batch_size, jit_compile=config.runtime.jit_compile)
+    if config.runtime.strategy == "parameter_server":
+        loop = CoordinatorLoop(strategy=strategy, steps=steps, step_counter=step_counter,
+                               train_dataset_fn=_train_dataset_fn(config, start_step),
+                               eval_dataset=_local_eval_dataset(config))
+    else:
+        loop = SyncLoop(strategy=strategy, steps=steps, step_counter=step_counter,
+                        train_dataset_fn=_train_dataset_fn(config, start_step),
+                        eval_dataset_fn=_eval_dataset_fn(config))
+    preview = next(iter(_local_eval_dataset(config).unbatch().batch(4).take(1))) if is_chief else None
+    controller = Controller(
+        loop=loop, checkpoints=checkpoints, outputs=outputs, num_classes=config.data.num_classes,
+        global_batch_size=train_cfg.global_batch_size, steps_per_epoch=epoch_steps,
+        steps_per_loop=train_cfg.steps_per_loop, log_every=train_cfg.log_every,
+        checkpoint_every=train_cfg.checkpoint_every, learning_rate=lambda s: learning_rate_at(train_cfg, s),
+        preview=preview, verbose=verbose and is_chief,
+    )
+    try:
+        final_eval = controller.run(start_step, total_steps)
+    finally:
+        checkpoints.close()
+        outputs.close()
+    if is_chief:
+        plain = build_from_config(config.model, config.data)
+        plain.set_weights(model.get_weights())
+        outputs.export(plain)
+    summary = {
+        "strategy": config.runtime.strategy,
+        "num_replicas": int(strategy.num_replicas_in_sync),
+        "num_workers": task.num_workers,
+        "global_batch_size": train_cfg.global_batch_size,
+        "steps": int(step_counter.numpy()),
+        "start_step": start_step,
+        "final_loss": controller.last_train.get("loss") if controller.last_train else None,
+        "eval": {k: final_eval[k] for k in ("loss", "mean_iou", "pixel_accuracy")},
+        "images_per_second": controller.images_per_second,
+        "wall_seconds": time.perf_counter() - wall_start,
+        "precision": config.runtime.precision,
+        "model_dir": str(train_cfg.model_dir),
+    }
+    outputs.write_summary(summary)
+    return summary

@@ -1,0 +1,63 @@
+"""The synchronous loop: one_device, mirrored, central_storage, multi_worker_mirrored.
+
+``strategy.run`` inside ``tf.function``, several steps per call
+(``steps_per_loop``) so that the host is visited once per loop, not once per
+step. Each step's stats vectors are summed over replicas (and workers) with
+one ``strategy.reduce``; the loop returns their sum over its steps.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from tfdist.training.step import Steps, stats_size
+
+
+class SyncLoop:
+    """Runs train and eval steps under a synchronous strategy.
+
+    Args:
+      strategy: the ``tf.distribute.Strategy``.
+      steps: the replica functions.
+      step_counter: an int64 variable counting optimisation steps.
+      train_dataset_fn: ``InputContext -> Dataset`` of per-replica batches, repeated.
+      eval_dataset_fn: ``InputContext -> Dataset`` of per-replica batches, finite.
+    """
+
+    def __init__(self, *, strategy, steps: Steps, step_counter, train_dataset_fn, eval_dataset_fn):
+        self.strategy = strategy
+        self.steps = steps
+        self.step_counter = step_counter
+        self._size = stats_size(steps.num_classes)
+        options = tf.distribute.InputOptions(experimental_fetch_to_device=True)
+        self._train_iterator = iter(strategy.distribute_datasets_from_function(train_dataset_fn, options))
+        self._eval_dataset = strategy.distribute_datasets_from_function(eval_dataset_fn, options)
+        self._train_fn = tf.function(self._train_steps)
+        self._eval_fn = tf.function(self._eval_pass)
+
+    def _train_steps(self, iterator, num_steps):
+        total = tf.zeros([self._size], tf.float32)
+        for _ in tf.range(num_steps):
+            per_replica = self.strategy.run(self.steps.train, args=(next(iterator),))
+            total += self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+            self.step_counter.assign_add(1)
+        return total
+
+    def _eval_pass(self, dataset):
+        total = tf.zeros([self._size], tf.float32)
+        for batch in dataset:
+            per_replica = self.strategy.run(self.steps.evaluate, args=(batch,))
+            total += self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+        return total
+
+    def train(self, num_steps: int):
+        """Run ``num_steps`` steps; returns the summed stats vector (numpy)."""
+        return self._train_fn(self._train_iterator, tf.constant(num_steps, tf.int64)).numpy()
+
+    def evaluate(self):
+        """One pass over the eval split; returns the summed stats vector (numpy)."""
+        return self._eval_fn(self._eval_dataset).numpy()
+
+    def predict(self, images):
+        """Logits for a small batch of images, on this process (for TensorBoard images)."""
+        return self.steps.model(images, training=False)
