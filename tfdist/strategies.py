@@ -146,6 +146,8 @@ def _multi_worker_mirrored(
     options = communication_options(
         communication=communication, bytes_per_pack=bytes_per_pack, collective_timeout=collective_timeout
     )
+    if cluster_resolver is None and not os.environ.get("TF_CONFIG", "").strip():
+        os.environ.pop("TF_CONFIG", None)  # an empty TF_CONFIG means one worker, not bad JSON
     return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=cluster_resolver, communication_options=options)
 
 

@@ -22,13 +22,17 @@ from tfdist.errors import run_main  # noqa: E402
 
 FLAGS = flags.FLAGS
 
-flags.DEFINE_string("config", None, "A YAML experiment: a path, or a name in configs/experiments/.")
-
 _DEFINE = {bool: flags.DEFINE_boolean, int: flags.DEFINE_integer, float: flags.DEFINE_float, str: flags.DEFINE_string}
-for _section in dataclasses.fields(config_lib.Config):
-    for _field in dataclasses.fields(_section.default_factory()):
-        _default = getattr(_section.default_factory(), _field.name)
-        _DEFINE[type(_default)](_field.name, _default, f"{_section.name}.{_field.name}")
+
+
+def define_flags() -> None:
+    """``--config`` and one flag per config field, typed and defaulted as the field is."""
+    flags.DEFINE_string("config", None, "A YAML experiment: a path, or a name in configs/experiments/.")
+    for section in dataclasses.fields(config_lib.Config):
+        defaults = section.default_factory()
+        for field in dataclasses.fields(defaults):
+            default = getattr(defaults, field.name)
+            _DEFINE[type(default)](field.name, default, f"{section.name}.{field.name}")
 
 
 def config_from_flags():
@@ -38,6 +42,9 @@ def config_from_flags():
 
 
 def main(argv: list[str]) -> int:
+    from absl import logging
+
+    logging.set_verbosity(logging.WARNING)  # TensorFlow's Python INFO lines are noise here
     if len(argv) > 1:
         from tfdist.errors import UserError
 
@@ -55,6 +62,7 @@ def main(argv: list[str]) -> int:
 
 def entry() -> None:
     """Console-script entry point (``tfdist-train``)."""
+    define_flags()
     run_main(main)
 
 

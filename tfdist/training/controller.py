@@ -81,7 +81,7 @@ class Controller:
         """Train to ``total_steps``; returns the final eval metrics."""
         step = start_step
         window = StatsAccumulator(self.num_classes)
-        window_start = time.perf_counter()
+        window_seconds = 0.0
         first_chunk = True
         while step < total_steps:
             end = min(
@@ -99,6 +99,7 @@ class Controller:
                 self.timed_steps += end - step
             first_chunk = False
             step = end
+            window_seconds += elapsed
             window.add(stats)
             chunk_loss = metrics_from_stats(stats, self.num_classes)["loss"]
             if not math.isfinite(chunk_loss):
@@ -110,8 +111,8 @@ class Controller:
                 )
             if step % self.log_every == 0 or step == total_steps:
                 result = window.result()
-                seconds = time.perf_counter() - window_start
-                result["images_per_second"] = result["images"] / seconds if seconds > 0 else 0.0
+                # Train time only: evals and checkpoints in between are not counted.
+                result["images_per_second"] = result["images"] / window_seconds if window_seconds > 0 else 0.0
                 result["learning_rate"] = float(self.learning_rate(step))
                 self.outputs.log("train", step, result)
                 self.last_train = result
@@ -120,7 +121,7 @@ class Controller:
                     f"mean_iou {result['mean_iou']:.4f}  {result['images_per_second']:.1f} images/s"
                 )
                 window.reset()
-                window_start = time.perf_counter()
+                window_seconds = 0.0
             if self.checkpoints and (step % self.checkpoint_every == 0 or step == total_steps):
                 self.checkpoints.save(step)
             if step % self.steps_per_epoch == 0 and step != total_steps:

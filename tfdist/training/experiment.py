@@ -95,7 +95,7 @@ def resolve_cluster(config) -> Task:
     return Task(spec=spec, type=task_type, index=index)
 
 
-def _setup_tensorflow(config, task: Task):
+def _setup_tensorflow(config, task: Task, cluster_resolver=None):
     """Devices, threads, precision, seeds and determinism, then the strategy."""
     from tfdist import strategies
 
@@ -107,7 +107,7 @@ def _setup_tensorflow(config, task: Task):
     strategies.setup_host(cpu_devices=cpu_devices if rt.strategy in strategies.LOCAL_MULTI_DEVICE else 1,
                           inter_op_threads=inter_op)
     strategy = strategies.make_strategy(
-        rt.strategy, cpu_devices=cpu_devices, communication=rt.communication, bytes_per_pack=rt.bytes_per_pack,
+        rt.strategy, cpu_devices=cpu_devices, cluster_resolver=cluster_resolver, communication=rt.communication, bytes_per_pack=rt.bytes_per_pack,
         collective_timeout=rt.collective_timeout, ps_shards=rt.ps_shards, ps_min_shard_bytes=rt.ps_min_shard_bytes,
     )
     import keras
@@ -179,8 +179,15 @@ def steps_per_epoch(config) -> int:
     return max(1, data_lib.num_examples(config.data, "train") // config.train.global_batch_size)
 
 
-def run(config, *, verbose: bool = True) -> dict:
+def run(config, *, verbose: bool = True, cluster_resolver=None) -> dict:
     """Train and evaluate ``config``; returns the summary (also written to ``summary.json``).
+
+    Args:
+      config: a ``tfdist.config.Config``.
+      verbose: print progress on the chief.
+      cluster_resolver: a cluster for ``parameter_server`` or
+        ``multi_worker_mirrored`` that this process coordinates, e.g. from
+        ``tfdist.local_cluster.in_process_cluster``; None reads --cluster/TF_CONFIG.
 
     Raises:
       UserError: bad input (config, cluster, data, run directory).
@@ -188,9 +195,9 @@ def run(config, *, verbose: bool = True) -> dict:
     """
     wall_start = time.perf_counter()
     config = config_lib.validate(config)
-    task = resolve_cluster(config)
+    task = Task() if cluster_resolver is not None else resolve_cluster(config)
     check_model_dir(config)
-    strategy = _setup_tensorflow(config, task)
+    strategy = _setup_tensorflow(config, task, cluster_resolver)
     if config.runtime.strategy == "parameter_server" and task.type in ("ps", "worker"):
         return serve(task, config)
 
@@ -269,6 +276,7 @@ def run(config, *, verbose: bool = True) -> dict:
         "wall_seconds": time.perf_counter() - wall_start,
         "precision": config.runtime.precision,
         "model_dir": str(train_cfg.model_dir),
+        "variable_devices": sorted({v.value.device for v in model.variables}),
     }
     outputs.write_summary(summary)
     return summary

@@ -8,6 +8,8 @@ one ``strategy.reduce``; the loop returns their sum over its steps.
 
 from __future__ import annotations
 
+import warnings
+
 import tensorflow as tf
 
 from tfdist.training.step import Steps, stats_size
@@ -44,6 +46,9 @@ class SyncLoop:
         return total
 
     def _eval_pass(self, dataset):
+        # Iterating a distributed dataset inside tf.function makes tf.data warn
+        # about reading options in graph mode; that is TensorFlow's own use.
+        warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data options")
         total = tf.zeros([self._size], tf.float32)
         for batch in dataset:
             per_replica = self.strategy.run(self.steps.evaluate, args=(batch,))

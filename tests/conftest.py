@@ -1,0 +1,36 @@
+"""Test-wide set-up: 2 logical CPUs and a quiet TensorFlow, before TensorFlow starts.
+
+Keras' own distributed tests split CPU:0 into logical devices the same way,
+so that ``mirrored`` and ``central_storage`` have 2 replicas on a machine
+without GPUs. Tests that need a fresh runtime (clusters, other device
+counts) run in subprocesses.
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from tfdist.strategies import setup_host  # noqa: E402
+
+setup_host(cpu_devices=2, inter_op_threads=4)
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_python(code_or_args, *, timeout: float = 240, env=None, cwd=None):
+    """Run ``python -c CODE`` (a str) or ``python ARGS...`` (a list) in a fresh process, bounded."""
+    args = ["-c", code_or_args] if isinstance(code_or_args, str) else list(code_or_args)
+    full_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, timeout=timeout, env=full_env, cwd=cwd or REPO
+    )
+
+
+@pytest.fixture
+def python():
+    """``run_python`` as a fixture."""
+    return run_python

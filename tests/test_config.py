@@ -1,0 +1,87 @@
+"""The config tree: one precedence, unknown keys rejected by name, YAML round trip."""
+
+import pytest
+
+from tfdist import config as config_lib
+from tfdist.errors import UserError
+
+
+def test_defaults_validate_and_fill_derived_fields():
+    config = config_lib.build_config()
+    assert config.runtime.strategy == "mirrored"
+    assert config.data.num_classes == 4  # shapes' own classes
+    assert config.train.model_dir == "runs/mirrored"
+
+
+def test_precedence_defaults_then_file_then_flags(tmp_path):
+    path = tmp_path / "exp.yaml"
+    path.write_text("data:\n  image_size: 32\n  train_examples: 64\ntrain:\n  epochs: 2\n")
+    config = config_lib.build_config(str(path), {"epochs": 5})
+    assert config.data.image_size == 32  # from the file
+    assert config.data.train_examples == 64
+    assert config.train.epochs == 5  # the flag wins over the file
+    assert config.model.base_filters == config_lib.ModelConfig().base_filters  # default
+
+
+def test_yaml_round_trip(tmp_path):
+    config = config_lib.build_config(overrides={"strategy": "one_device", "learning_rate": 0.01})
+    path = tmp_path / "params.yaml"
+    path.write_text(config_lib.to_yaml(config))
+    assert config_lib.build_config(str(path)) == config
+
+
+def test_experiments_in_repo_load():
+    names = sorted(p.stem for p in config_lib.EXPERIMENTS_DIR.glob("*.yaml"))
+    assert names, "configs/experiments/ must hold at least one experiment"
+    for name in names:
+        config_lib.build_config(name)
+
+
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("data:\n  imagesize: 32\n", r"Unknown key `data.imagesize`"),
+        ("dataa:\n  image_size: 32\n", r"Unknown section .* 'dataa'"),
+        ("train:\n  image_size: 32\n", r"Unknown key `train.image_size`"),
+        ("- 1\n- 2\n", r"top level of type list"),
+        ("data: 3\n", r"Invalid section `data`"),
+        ("data:\n  image_size: big\n", r"data.image_size.*Expected a int"),
+        ("data: [\n", r"Cannot read experiment file"),
+    ],
+)
+def test_bad_experiment_files(tmp_path, text, match):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(UserError, match=match):
+        config_lib.build_config(str(path))
+
+
+def test_unknown_experiment_name_lists_known_ones():
+    with pytest.raises(UserError, match=r"--config.*'nope'.*Expected a YAML path or one of"):
+        config_lib.build_config("nope")
+
+
+@pytest.mark.parametrize(
+    "overrides, match",
+    [
+        ({"strategy": "horovod"}, r"strategy='horovod'.*one_device, mirrored"),
+        ({"precision": "fp8"}, r"precision='fp8'"),
+        ({"image_size": 60}, r"image_size=60 with depth=4.*multiple of 2\*\*depth=16"),
+        ({"num_classes": 1}, r"num_classes=1"),
+        ({"global_batch_size": 0}, r"global_batch_size=0"),
+        ({"learning_rate": -1.0}, r"learning_rate=-1.0"),
+        ({"dataset": "folder"}, r"data_dir=''"),
+        ({"dataset": "oxford_iiit_pet", "num_classes": 4}, r"Expected 3"),
+        ({"cluster": "c.yaml"}, r"Missing `--task`"),
+        ({"task": "worker:0"}, r"Missing `--cluster`"),
+        ({"dropout": 1.5}, r"dropout=1.5"),
+        ({"bogus": 1}, r"Unknown setting.*'bogus'"),
+    ],
+)
+def test_bad_values(overrides, match):
+    with pytest.raises(UserError, match=match):
+        config_lib.build_config(overrides=overrides)
+
+
+def test_deterministic_turns_augmentation_off():
+    assert config_lib.build_config(overrides={"deterministic": True}).data.augment is False

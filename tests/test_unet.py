@@ -1,0 +1,95 @@
+"""The UNet: shapes, mixed precision, clear errors, and batch norm equal on N replicas."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfdist.errors import UserError
+from tfdist.models import ReplicaBatchNorm, build_unet
+
+
+@pytest.mark.parametrize("depth, size", [(2, 32), (3, 48), (4, 64)])
+def test_logits_have_one_channel_per_class(depth, size):
+    model = build_unet(image_size=size, num_classes=5, base_filters=4, depth=depth)
+    out = model(np.zeros((2, size, size, 3), np.float32))
+    assert out.shape == (2, size, size, 5)
+
+
+def test_options_change_the_model():
+    plain = build_unet(image_size=32, depth=2, base_filters=4, batch_norm=False)
+    assert not any(isinstance(layer, ReplicaBatchNorm) for layer in plain.layers)
+    dropped = build_unet(image_size=32, depth=2, base_filters=4, dropout=0.3)
+    assert any(isinstance(layer, keras.layers.Dropout) for layer in dropped.layers)
+    wider = build_unet(image_size=32, depth=2, base_filters=8)
+    assert wider.count_params() > build_unet(image_size=32, depth=2, base_filters=4).count_params()
+
+
+def test_mobilenetv2_encoder_builds_without_download():
+    model = build_unet(image_size=64, num_classes=3, base_filters=8, encoder="mobilenetv2")
+    assert model.output_shape == (None, 64, 64, 3)
+    assert any(layer.name == "mobilenetv2_encoder" for layer in model.layers)
+
+
+def test_mixed_precision_keeps_logits_float32():
+    keras.mixed_precision.set_dtype_policy("mixed_float16")
+    try:
+        model = build_unet(image_size=32, depth=2, base_filters=4)
+        out = model(np.zeros((1, 32, 32, 3), np.float32))
+        assert out.dtype == "float32"
+        assert model.get_layer("down0_conv1").compute_dtype == "float16"
+    finally:
+        keras.mixed_precision.set_dtype_policy("float32")
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"image_size": 60, "depth": 4}, r"image_size=60 with depth=4.*2\*\*depth=16"),
+        ({"num_classes": 1}, r"num_classes=1"),
+        ({"encoder": "resnet"}, r"encoder='resnet'"),
+        ({"encoder": "mobilenetv2", "image_size": 48, "depth": 4}, r"multiple of 32"),
+    ],
+)
+def test_invalid_sizes_fail_clearly(kwargs, match):
+    with pytest.raises(UserError, match=match):
+        build_unet(**kwargs)
+
+
+def test_saved_and_loaded_model_predicts_the_same(tmp_path):
+    model = build_unet(image_size=32, depth=2, base_filters=4)
+    x = np.random.default_rng(0).random((2, 32, 32, 3), dtype=np.float32)
+    model.save(tmp_path / "m.keras")
+    loaded = keras.models.load_model(tmp_path / "m.keras")
+    np.testing.assert_allclose(loaded(x), model(x), rtol=1e-5, atol=1e-5)
+
+
+def _bn_forward(strategy, x):
+    with strategy.scope():
+        keras.utils.set_random_seed(1)
+        layer = ReplicaBatchNorm()
+        layer.build(x.shape)
+
+    @tf.function
+    def replica_fn(batch):
+        return layer(batch, training=True)
+
+    # One global batch of len(x), split across the replicas in order.
+    dataset = tf.data.Dataset.from_tensor_slices(x).batch(len(x))
+    batch = next(iter(strategy.experimental_distribute_dataset(dataset)))
+    outputs = strategy.experimental_local_results(strategy.run(replica_fn, args=(batch,)))
+    return np.concatenate([np.asarray(o) for o in outputs]), layer
+
+
+@pytest.mark.parametrize("name", ["mirrored", "central_storage"])
+def test_batch_norm_on_two_replicas_equals_one_device(name):
+    from tfdist.strategies import make_strategy
+
+    x = np.random.default_rng(0).normal(size=(8, 4, 4, 3)).astype(np.float32) * np.arange(1, 9).reshape(8, 1, 1, 1)
+    one, one_layer = _bn_forward(make_strategy("one_device"), x)
+    two, two_layer = _bn_forward(make_strategy(name, cpu_devices=2), x)
+    np.testing.assert_allclose(two, one, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(two_layer.moving_mean.numpy(), one_layer.moving_mean.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        two_layer.moving_variance.numpy(), one_layer.moving_variance.numpy(), rtol=1e-5, atol=1e-6
+    )

@@ -1,0 +1,114 @@
+"""Oxford-IIIT Pet through TensorFlow Datasets, with one preparer per machine.
+
+Splits: ``train`` is TFDS ``train`` (trainval, 3680 images), ``eval`` is TFDS
+``test`` (3669 images). Classes come from the trimap, shifted to start at 0:
+
+    trimap 1 (pet) -> 0, 2 (background) -> 1, 3 (border) -> 2
+
+A value outside 1..3 (real trimaps have none; ``tfds.testing.mock_data``
+fills masks with random bytes) is clipped into that range first, so 0 counts
+as pet and anything above 3 as border; the model never sees a class >= 3.
+
+Several processes of a run may share a machine and its data directory. Only
+one of them may download and prepare: each takes an exclusive ``flock`` on
+``<data_dir>/oxford_iiit_pet.prepare.lock`` around
+``builder.download_and_prepare()``, so the first one prepares while the others
+wait, and then find the data prepared (TFDS's own call returns at once).
+Without network, the failure becomes a one-line ``UserError`` saying where the
+data is expected and how to provide it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+from tfdist.errors import UserError
+
+NAME = "oxford_iiit_pet"
+NUM_CLASSES = 3
+#: tfdist split -> TFDS split.
+TFDS_SPLITS = {"train": "train", "eval": "test"}
+TRIMAP_PET, TRIMAP_BORDER = 1, 3
+
+
+def data_root(data) -> Path:
+    """The TFDS data directory: ``data.data_dir``, else TFDS's default (``TFDS_DATA_DIR`` or ~/tensorflow_datasets)."""
+    if data.data_dir:
+        return Path(data.data_dir).expanduser()
+    from tensorflow_datasets.core import constants
+
+    return Path(constants.get_default_data_dir()).expanduser()
+
+
+def lock_path(root: Path) -> Path:
+    """The file whose exclusive lock marks the one process that prepares the dataset."""
+    return root / f"{NAME}.prepare.lock"
+
+
+def _prepare_failed(builder, root: Path, error: Exception) -> UserError:
+    """The one-line message for a dataset that could not be downloaded or prepared."""
+    reason = " ".join(f"{type(error).__name__}: {error}".split())[:300]
+    where = getattr(builder, "data_dir", root)
+    return UserError(
+        f"Cannot download or prepare the TFDS dataset {NAME} in {root}. Received: {reason}. "
+        f"Expected the prepared dataset at {where} (build it where there is network with "
+        f"`tfds build {NAME} --data_dir=DIR` and copy DIR here, then pass --data_dir=DIR), "
+        "or network access to download it, or --dataset=shapes or --dataset=folder."
+    )
+
+
+def prepare(builder, root: Path) -> None:
+    """Run ``builder.download_and_prepare()`` under an exclusive lock in ``root``.
+
+    The first process to get the lock prepares; the others block on it and
+    then call ``download_and_prepare`` again, which finds the data ready. A
+    read-only ``root`` (data prepared elsewhere and mounted) cannot hold the
+    lock file, and needs no lock: nothing will be written there.
+    """
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        handle = open(lock_path(root), "a")
+    except OSError:
+        handle = None
+    try:
+        if handle is not None:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        builder.download_and_prepare()
+    except UserError:
+        raise
+    except Exception as e:  # TFDS raises many kinds (network, missing extras, disk)
+        raise _prepare_failed(builder, root, e) from None
+    finally:
+        if handle is not None:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+            handle.close()
+
+
+def trimap_to_classes(trimap):
+    """Trimap values 1, 2, 3 -> classes 0, 1, 2; values outside are clipped in first."""
+    import tensorflow as tf
+
+    trimap = tf.clip_by_value(tf.cast(trimap, tf.int32), TRIMAP_PET, TRIMAP_BORDER)
+    return tf.cast(trimap - TRIMAP_PET, tf.uint8)
+
+
+def _pair(example):
+    """A TFDS example -> ``(uint8 image [H, W, 3], uint8 class mask [h, w, 1])``."""
+    return example["image"], trimap_to_classes(example["segmentation_mask"])
+
+
+def pet_split(data, split: str):
+    """The ``train`` or ``eval`` split as unbatched raw ``(image, mask)``, prepared first if needed."""
+    import tensorflow as tf
+    import tensorflow_datasets as tfds
+
+    root = data_root(data)
+    try:
+        builder = tfds.builder(NAME, data_dir=str(root))
+    except Exception as e:
+        raise _prepare_failed(None, root, e) from None
+    prepare(builder, root)
+    ds = builder.as_dataset(split=TFDS_SPLITS[split], shuffle_files=False)
+    return ds.map(_pair, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
