@@ -23,8 +23,14 @@ from __future__ import annotations
 import fcntl
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tfdist.errors import UserError
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+    from tfdist.config import DataConfig
 
 NAME = "oxford_iiit_pet"
 NUM_CLASSES = 3
@@ -33,7 +39,7 @@ TFDS_SPLITS = {"train": "train", "eval": "test"}
 TRIMAP_PET, TRIMAP_BORDER = 1, 3
 
 
-def data_root(data) -> Path:
+def data_root(data: DataConfig) -> Path:
     """The TFDS data directory: ``data.data_dir``, else TFDS's default (``TFDS_DATA_DIR`` or ~/tensorflow_datasets)."""
     if data.data_dir:
         return Path(data.data_dir).expanduser()
@@ -86,7 +92,7 @@ def prepare(builder, root: Path) -> None:
             handle.close()
 
 
-def trimap_to_classes(trimap):
+def trimap_to_classes(trimap: tf.Tensor) -> tf.Tensor:
     """Trimap values 1, 2, 3 -> classes 0, 1, 2; values outside are clipped in first."""
     import tensorflow as tf
 
@@ -99,7 +105,7 @@ def _pair(example):
     return example["image"], trimap_to_classes(example["segmentation_mask"])
 
 
-def pet_split(data, split: str):
+def pet_split(data: DataConfig, split: str) -> tf.data.Dataset:
     """The ``train`` or ``eval`` split as unbatched raw ``(image, mask)``, prepared first if needed."""
     import tensorflow as tf
     import tensorflow_datasets as tfds

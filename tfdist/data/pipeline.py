@@ -21,11 +21,14 @@ warnings), and the order is made deterministic.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import tensorflow as tf
 
 from tfdist.errors import UserError
+
+if TYPE_CHECKING:
+    from tfdist.config import DataConfig
 
 SPLITS = ("train", "eval")
 
@@ -52,7 +55,7 @@ def resize_and_normalise(image: tf.Tensor, mask: tf.Tensor, image_size: int) -> 
     return image, tf.cast(mask, tf.int32)
 
 
-def _source(data, split: str, seed: int) -> tf.data.Dataset:
+def _source(data: DataConfig, split: str, seed: int) -> tf.data.Dataset:
     """The raw ``(uint8 image, uint8 mask)`` examples of ``data.dataset``, any size."""
     if data.dataset == "shapes":
         from tfdist.data.shapes import shapes_split
@@ -72,7 +75,7 @@ def _source(data, split: str, seed: int) -> tf.data.Dataset:
     )
 
 
-def load_split(data, split: str, seed: int) -> tf.data.Dataset:
+def load_split(data: DataConfig, split: str, seed: int) -> tf.data.Dataset:
     """Unbatched ``(image float32 [S, S, 3] in [0, 1], mask int32 [S, S, 1])`` of one split.
 
     ``split`` is ``"train"`` or ``"eval"``; ``seed`` only matters for shapes
@@ -87,7 +90,19 @@ def load_split(data, split: str, seed: int) -> tf.data.Dataset:
     )
 
 
-def validate_data(data) -> None:
+def num_examples(data: DataConfig, split: str) -> int:
+    """The examples in one pass of ``split`` (to size epochs); shapes from the config, others counted."""
+    _check_split(split)
+    if data.dataset == "shapes":
+        return data.train_examples if split == "train" else data.eval_examples
+    source = _source(data, split, seed=0)
+    count = int(source.cardinality())
+    if count < 0:  # unknown: count once (TFDS and folder sources know theirs)
+        count = int(source.reduce(tf.constant(0, tf.int64), lambda n, _: n + 1))
+    return count
+
+
+def validate_data(data: DataConfig) -> None:
     """Every check that can fail on the user's data, before any model or strategy is built.
 
     shapes has nothing to check; oxford_iiit_pet is checked when it is
@@ -135,7 +150,7 @@ def _options() -> tf.data.Options:
 
 
 def make_dataset(
-    data,
+    data: DataConfig,
     split: str,
     *,
     global_batch_size: int,
@@ -168,7 +183,7 @@ def make_dataset(
 
 
 def dataset_fn(
-    data, split: str, *, global_batch_size: int, seed: int, training: bool
+    data: DataConfig, split: str, *, global_batch_size: int, seed: int, training: bool
 ) -> Callable[..., tf.data.Dataset]:
     """``make_dataset`` as a function of the input context.
 
