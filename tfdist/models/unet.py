@@ -18,16 +18,45 @@ from tfdist.errors import UserError
 
 @keras.saving.register_keras_serializable(package="tfdist")
 class ReplicaBatchNorm(keras.layers.BatchNormalization):
-    """Batch norm whose statistics are the same on N replicas as on one device."""
+    """Batch norm whose statistics are the same on N replicas as on one device.
 
-    def __init__(self, **kwargs):
-        kwargs.setdefault("synchronized", keras.backend.backend() == "tensorflow")
-        super().__init__(**kwargs)
+    The batch mean and variance come from one all-reduce of
+    ``[sum, sum of squares, count]`` over the replicas in sync (Keras' own
+    ``synchronized=True`` issues three all-reduces and a full-size count
+    tensor, and took this model from 57 to 25 images/s on one CPU). With one
+    replica the same formula runs without the all-reduce: Keras' two-pass
+    statistics differ from it by enough float32 rounding to break the 1e-5
+    equivalence of one device and N replicas. ``momentum`` defaults to
+    0.9 (Keras: 0.99) so that the moving statistics follow the short runs
+    tfdist is used for; eval results lagged badly with 0.99.
+    """
+
+    def __init__(self, momentum: float = 0.9, **kwargs):
+        kwargs.pop("synchronized", None)
+        super().__init__(momentum=momentum, **kwargs)
 
     def add_weight(self, *args, **kwargs):
         if kwargs.get("name") in ("moving_mean", "moving_variance"):
             kwargs.setdefault("aggregation", "mean")
         return super().add_weight(*args, **kwargs)
+
+    def _moments(self, inputs, mask):
+        import tensorflow as tf
+
+        if mask is not None:
+            return super()._moments(inputs, mask)
+        x = tf.cast(inputs, tf.float32)  # statistics in float32, also under mixed precision
+        axes = self._reduction_axes
+        count = tf.cast(tf.size(x) // tf.shape(x)[self.axis], tf.float32)
+        local = tf.concat([tf.reduce_sum(x, axes), tf.reduce_sum(tf.square(x), axes), count[None]], axis=0)
+        context = tf.distribute.get_replica_context()
+        if context is not None and context.num_replicas_in_sync > 1:
+            local = context.all_reduce(tf.distribute.ReduceOp.SUM, local)
+        channels = tf.shape(x)[self.axis]
+        total = local[-1]
+        mean = tf.math.divide_no_nan(local[:channels], total)
+        variance = tf.maximum(tf.math.divide_no_nan(local[channels : 2 * channels], total) - tf.square(mean), 0.0)
+        return tf.cast(mean, inputs.dtype), tf.cast(variance, inputs.dtype)
 
 
 def _norm_act(x, batch_norm: bool, name: str):
