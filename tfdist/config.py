@@ -27,6 +27,7 @@ DATASETS = ("shapes", "oxford_iiit_pet", "folder")
 ENCODERS = ("unet", "mobilenetv2")
 OPTIMIZERS = ("adam", "sgd")
 LR_SCALINGS = ("none", "linear")
+LR_DECAYS = ("cosine", "none")
 COMMUNICATIONS = ("auto", "ring", "nccl")
 
 #: Classes of each dataset when ``num_classes`` is left at 0.
@@ -59,7 +60,7 @@ class DataConfig:
 
     dataset: str = "shapes"
     data_dir: str = ""
-    image_size: int = 64
+    image_size: int = 32
     num_classes: int = 0  # 0: the dataset's own (shapes 4, oxford_iiit_pet 3)
     train_examples: int = 1024  # shapes only: size of the generated train split
     eval_examples: int = 256  # shapes only: size of the generated eval split
@@ -74,7 +75,7 @@ class ModelConfig:
 
     encoder: str = "unet"
     base_filters: int = 16
-    depth: int = 4
+    depth: int = 3
     batch_norm: bool = True
     dropout: float = 0.0
     encoder_weights: str = ""  # mobilenetv2 only: a local weights file; empty: random init
@@ -84,19 +85,20 @@ class ModelConfig:
 class TrainConfig:
     """The optimisation: batch, schedule, optimizer, logging and checkpoints."""
 
-    global_batch_size: int = 32
-    epochs: int = 8
+    global_batch_size: int = 16
+    epochs: int = 12
     steps_per_epoch: int = 0  # 0: train_examples // global_batch_size
     eval_steps: int = 0  # 0: the whole eval split
     optimizer: str = "adam"
     learning_rate: float = 2e-3
     lr_scaling: str = "none"
-    reference_batch_size: int = 32  # lr_scaling=linear: lr * global_batch / reference
+    reference_batch_size: int = 16  # lr_scaling=linear: lr * global_batch / reference
     warmup_steps: int = 0
+    lr_decay: str = "cosine"  # cosine: decay to 0 over the run after warmup; none: constant
     seed: int = 0
     model_dir: str = ""  # empty: runs/<strategy>
     steps_per_loop: int = 1
-    log_every: int = 10
+    log_every: int = 16
     checkpoint_every: int = 100
     deterministic: bool = False  # enable TF op determinism; turns augmentation off
 
@@ -227,6 +229,7 @@ def validate(config: Config) -> Config:
     _choice("encoder", model.encoder, ENCODERS)
     _choice("optimizer", train.optimizer, OPTIMIZERS)
     _choice("lr_scaling", train.lr_scaling, LR_SCALINGS)
+    _choice("lr_decay", train.lr_decay, LR_DECAYS)
     for name, low in (
         ("cpu_devices", 0), ("bytes_per_pack", 0), ("collective_timeout", 0), ("connect_timeout", 1),
         ("ps_shards", 0), ("ps_min_shard_bytes", 1), ("image_size", 8), ("num_classes", 0),

@@ -142,10 +142,30 @@ def _train_dataset_fn(config, start_step: int):
 
     base = data_lib.dataset_fn(config.data, "train", global_batch_size=config.train.global_batch_size,
                                seed=config.train.seed, training=True)
+    if config.runtime.strategy == "parameter_server":
+        return _per_worker_order(base)
 
     def fn(context):
         # Resuming at step s skips the batches of steps < s, so a resumed run sees the same data.
         return base(context).skip(start_step * _batches_per_step(context))
+
+    return fn
+
+
+def _per_worker_order(base, batches: int = 16):
+    """Parameter server: give each worker its own order of the batches.
+
+    The coordinator traces the dataset function once and every worker runs
+    that same graph with one input pipeline, so with a fixed seed all workers
+    would read the same batches in the same order. A shuffle seeded by the
+    worker's clock when its pipeline starts makes the orders differ; async
+    training is not reproducible step for step anyway.
+    """
+    import tensorflow as tf
+
+    def fn(context):
+        seed = tf.cast(tf.timestamp() * 1e6, tf.int64) % (2**31)
+        return base(context).shuffle(batches, seed=seed)
 
     return fn
 
@@ -220,7 +240,7 @@ def run(config, *, verbose: bool = True, cluster_resolver=None) -> dict:
 
     with strategy.scope():
         model = build_from_config(config.model, config.data)
-        optimizer = make_optimizer(train_cfg, config.runtime.precision)
+        optimizer = make_optimizer(train_cfg, config.runtime.precision, total_steps)
         optimizer.build(model.trainable_variables)
         step_counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="step",
                                    aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
@@ -251,7 +271,7 @@ def run(config, *, verbose: bool = True, cluster_resolver=None) -> dict:
         loop=loop, checkpoints=checkpoints, outputs=outputs, num_classes=config.data.num_classes,
         global_batch_size=train_cfg.global_batch_size, steps_per_epoch=epoch_steps,
         steps_per_loop=train_cfg.steps_per_loop, log_every=train_cfg.log_every,
-        checkpoint_every=train_cfg.checkpoint_every, learning_rate=lambda s: learning_rate_at(train_cfg, s),
+        checkpoint_every=train_cfg.checkpoint_every, learning_rate=lambda s: learning_rate_at(train_cfg, total_steps, s),
         preview=preview, verbose=verbose and is_chief,
     )
     try:

@@ -1,14 +1,21 @@
-"""The optimizer and its learning rate: scaling rule, warmup, loss scaling.
+"""The optimizer and its learning rate: scaling rule, warmup, decay, loss scaling.
 
 ``--learning_rate`` applies to the global batch as given. With
 ``--lr_scaling linear`` it is multiplied by ``global_batch / reference_batch``
-(the linear scaling rule, Goyal et al. 2017) and ``--warmup_steps`` ramps it
-up linearly from ``peak / warmup_steps`` to the peak. Under ``mixed_float16``
-the optimizer is wrapped in Keras' ``LossScaleOptimizer`` (dynamic loss
-scaling); bfloat16 needs none.
+(the linear scaling rule, Goyal et al. 2017); ``--warmup_steps`` ramps it up
+linearly from ``peak / warmup_steps`` to the peak, and ``--lr_decay cosine``
+then decays it to 0 at the last step (the default: short runs end on stable
+weights). Under ``mixed_float16`` the optimizer is wrapped in Keras'
+``LossScaleOptimizer`` (dynamic loss scaling); bfloat16 needs none.
+
+The schedule is evaluated at the optimizer's ``iterations``; under async
+parameter-server training that counter can lag the true step count a little
+(DESIGN.md), which only shifts the schedule, never the step count.
 """
 
 from __future__ import annotations
+
+import math
 
 import keras
 
@@ -21,33 +28,41 @@ def peak_learning_rate(train) -> float:
 
 
 @keras.saving.register_keras_serializable(package="tfdist")
-class LinearWarmup(keras.optimizers.schedules.LearningRateSchedule):
-    """``peak * min(1, (step + 1) / warmup_steps)``."""
+class WarmupCosine(keras.optimizers.schedules.LearningRateSchedule):
+    """Linear warmup to ``peak`` over ``warmup_steps``, then cosine decay to 0 at ``total_steps`` (if ``decay``)."""
 
-    def __init__(self, peak: float, warmup_steps: int):
+    def __init__(self, peak: float, warmup_steps: int, total_steps: int, decay: bool):
         self.peak = float(peak)
         self.warmup_steps = int(warmup_steps)
+        self.total_steps = int(total_steps)
+        self.decay = bool(decay)
 
     def __call__(self, step):
-        step = keras.ops.cast(step, "float32")
-        return self.peak * keras.ops.minimum(1.0, (step + 1.0) / float(self.warmup_steps))
+        ops = keras.ops
+        step = ops.cast(step, "float32")
+        lr = ops.convert_to_tensor(self.peak, "float32")
+        if self.warmup_steps:
+            lr = lr * ops.minimum(1.0, (step + 1.0) / float(self.warmup_steps))
+        if self.decay:
+            span = float(max(1, self.total_steps - self.warmup_steps))
+            progress = ops.clip((step - float(self.warmup_steps)) / span, 0.0, 1.0)
+            lr = lr * 0.5 * (1.0 + ops.cos(math.pi * progress))
+        return lr
 
     def get_config(self):
-        return {"peak": self.peak, "warmup_steps": self.warmup_steps}
+        return {"peak": self.peak, "warmup_steps": self.warmup_steps, "total_steps": self.total_steps,
+                "decay": self.decay}
 
 
-def learning_rate_at(train, step: int) -> float:
+def learning_rate_at(train, total_steps: int, step: int) -> float:
     """The learning rate at ``step`` (for logs), as the schedule computes it."""
-    peak = peak_learning_rate(train)
-    if train.warmup_steps:
-        return peak * min(1.0, (step + 1) / train.warmup_steps)
-    return peak
+    schedule = WarmupCosine(peak_learning_rate(train), train.warmup_steps, total_steps, train.lr_decay == "cosine")
+    return float(schedule(step))
 
 
-def make_optimizer(train, precision: str):
-    """The Keras 3 optimizer for a ``TrainConfig`` and precision policy name."""
-    peak = peak_learning_rate(train)
-    lr = LinearWarmup(peak, train.warmup_steps) if train.warmup_steps else peak
+def make_optimizer(train, precision: str, total_steps: int):
+    """The Keras 3 optimizer for a ``TrainConfig``, precision policy name and run length."""
+    lr = WarmupCosine(peak_learning_rate(train), train.warmup_steps, total_steps, train.lr_decay == "cosine")
     if train.optimizer == "sgd":
         optimizer = keras.optimizers.SGD(learning_rate=lr, momentum=0.9)
     else:
