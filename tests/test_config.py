@@ -66,7 +66,7 @@ def test_unknown_experiment_name_lists_known_ones():
     [
         ({"strategy": "horovod"}, r"strategy='horovod'.*one_device, mirrored"),
         ({"precision": "fp8"}, r"precision='fp8'"),
-        ({"image_size": 60}, r"image_size=60 with depth=4.*multiple of 2\*\*depth=16"),
+        ({"image_size": 60, "depth": 4}, r"image_size=60 with depth=4.*multiple of 2\*\*depth=16"),
         ({"num_classes": 1}, r"num_classes=1"),
         ({"global_batch_size": 0}, r"global_batch_size=0"),
         ({"learning_rate": -1.0}, r"learning_rate=-1.0"),

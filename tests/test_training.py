@@ -34,9 +34,18 @@ def exported_weights(model_dir):
 
 
 def assert_weights_close(a, b, rtol):
+    """Relative difference of all weights together <= rtol, and every weight within 1e-6.
+
+    Per tensor, a relative bound is not meaningful where a gradient is a sum
+    that cancels (the logits' bias: terms of ~0.25 summing to ~1e-4), so float32
+    rounding in a different summation order is amplified there; measured
+    against the whole model it is ~1e-7.
+    """
     assert len(a) == len(b)
+    flat_a, flat_b = (np.concatenate([np.ravel(w) for w in ws]).astype(np.float64) for ws in (a, b))
+    assert np.linalg.norm(flat_a - flat_b) <= rtol * np.linalg.norm(flat_b)
     for x, y in zip(a, b):
-        np.testing.assert_allclose(x, y, rtol=rtol, atol=rtol * max(1e-3, float(np.abs(y).max())))
+        np.testing.assert_allclose(x, y, rtol=rtol, atol=1e-6)
 
 
 @pytest.fixture(scope="module")

@@ -259,6 +259,7 @@ def run(config, *, verbose: bool = True, cluster_resolver=None) -> dict:
     steps = Steps(model=model, optimizer=optimizer, num_classes=config.data.num_classes,
                   global_batch_size=train_cfg.global_batch_size, jit_compile=config.runtime.jit_compile)
     if config.runtime.strategy == "parameter_server":
+        tf.random.set_seed(None)  # weights are initialised; now each worker's data order is its own
         loop = CoordinatorLoop(strategy=strategy, steps=steps, step_counter=step_counter,
                                train_dataset_fn=_train_dataset_fn(config, start_step),
                                eval_dataset=_local_eval_dataset(config))
