@@ -139,3 +139,18 @@ def test_keras_fit_works_in_a_tfdist_strategy_scope():
             model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
         history = model.fit(dataset, epochs=1, steps_per_epoch=3, verbose=0)
         assert np.isfinite(history.history["loss"][-1]), name
+
+
+@pytest.mark.parametrize(
+    "strategy, precision, jit, batch_norm",
+    [("mirrored", "mixed_float16", False, True), ("one_device", "mixed_bfloat16", True, True),
+     ("mirrored", "float32", True, False)],
+)
+def test_precision_and_xla_runs_train(tmp_path, strategy, precision, jit, batch_norm):
+    try:
+        summary = run(tiny(tmp_path, "p", strategy=strategy, precision=precision, jit_compile=jit,
+                           batch_norm=batch_norm, steps_per_epoch=3, deterministic=False), verbose=False)
+    finally:
+        keras.mixed_precision.set_dtype_policy("float32")
+    assert summary["precision"] == precision
+    assert np.isfinite(summary["final_loss"]) and np.isfinite(summary["eval"]["loss"])

@@ -190,6 +190,27 @@ def _local_eval_dataset(config):
     return _eval_dataset_fn(config)(tf.distribute.InputContext())
 
 
+def _can_jit(config, strategy) -> bool:
+    """``--jit_compile``, where XLA can compile the forward and backward pass.
+
+    With several replicas in sync, batch norm all-reduces its statistics
+    inside the pass (a ``merge_call``), which a nested XLA function cannot
+    hold; there the pass runs uncompiled and a warning says so.
+    """
+    if not config.runtime.jit_compile:
+        return False
+    if strategy.num_replicas_in_sync > 1 and config.model.batch_norm:
+        from absl import logging
+
+        logging.warning(
+            "--jit_compile is ignored with %d replicas and batch norm: cross-replica batch statistics "
+            "cannot run inside an XLA-compiled step. Use --nobatch_norm or one replica per worker to compile.",
+            strategy.num_replicas_in_sync,
+        )
+        return False
+    return True
+
+
 def steps_per_epoch(config) -> int:
     """``train.steps_per_epoch``, or the train split's size over the global batch."""
     if config.train.steps_per_epoch:
@@ -257,7 +278,7 @@ def run(config, *, verbose: bool = True, cluster_resolver=None) -> dict:
               f"global batch {train_cfg.global_batch_size}, {total_steps} steps; {where}", flush=True)
 
     steps = Steps(model=model, optimizer=optimizer, num_classes=config.data.num_classes,
-                  global_batch_size=train_cfg.global_batch_size, jit_compile=config.runtime.jit_compile)
+                  global_batch_size=train_cfg.global_batch_size, jit_compile=_can_jit(config, strategy))
     if config.runtime.strategy == "parameter_server":
         tf.random.set_seed(None)  # weights are initialised; now each worker's data order is its own
         loop = CoordinatorLoop(strategy=strategy, steps=steps, step_counter=step_counter,
