@@ -112,8 +112,12 @@ def _central_storage(*, cpu_devices: int, **_: Any):
     import tensorflow as tf
 
     devices = local_compute_devices(cpu_devices)
-    # Variables live on the CPU (the host), computation on every compute device.
-    return tf.distribute.experimental.CentralStorageStrategy(compute_devices=devices, parameter_device="/cpu:0")
+    # With several devices, variables live on the host CPU and computation on
+    # every device; with one GPU, TensorFlow's default keeps them on that GPU.
+    on_one_gpu = len(devices) == 1 and "GPU" in devices[0].upper()
+    return tf.distribute.experimental.CentralStorageStrategy(
+        compute_devices=devices, parameter_device=None if on_one_gpu else "/cpu:0"
+    )
 
 
 def communication_options(*, communication: str = "auto", bytes_per_pack: int = 0, collective_timeout: float = 0.0):

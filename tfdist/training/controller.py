@@ -59,10 +59,18 @@ class Controller:
         self.train_seconds = 0.0
         self.timed_steps = 0
         self.last_train: dict | None = None
+        self._bar = None
 
     def _print(self, text: str) -> None:
         if self.verbose:
+            if self._bar is not None:
+                sys.stdout.write("\n")  # keep the bar's line; the text goes below it
             print(text, file=sys.stdout, flush=True)
+
+    def _progress(self, step: int, loss: float) -> None:
+        """A progress bar on a terminal (the chief only); logs stay line-based elsewhere."""
+        if self._bar is not None:
+            self._bar.update(step, values=[("loss", loss)], finalize=False)
 
     def evaluate(self, step: int) -> dict:
         """One eval pass; logged and returned."""
@@ -79,6 +87,10 @@ class Controller:
 
     def run(self, start_step: int, total_steps: int) -> dict:
         """Train to ``total_steps``; returns the final eval metrics."""
+        if self.verbose and sys.stdout.isatty():
+            import keras
+
+            self._bar = keras.utils.Progbar(total_steps, stateful_metrics=["loss"])
         step = start_step
         window = StatsAccumulator(self.num_classes)
         window_seconds = 0.0
@@ -102,6 +114,7 @@ class Controller:
             window_seconds += elapsed
             window.add(stats)
             chunk_loss = metrics_from_stats(stats, self.num_classes)["loss"]
+            self._progress(step, chunk_loss)
             if not math.isfinite(chunk_loss):
                 last = self.checkpoints.latest() if self.checkpoints else None
                 raise TrainingDiverged(
