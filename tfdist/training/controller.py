@@ -60,6 +60,7 @@ class Controller:
         self.timed_steps = 0
         self.last_train: dict | None = None
         self._bar = None
+        self.first_step_at: float | None = None  # unix time the first chunk ended (start-up measurements)
 
     def _print(self, text: str) -> None:
         if self.verbose:
@@ -109,6 +110,8 @@ class Controller:
             if not first_chunk:  # the first chunk traces and compiles: not a speed figure
                 self.train_seconds += elapsed
                 self.timed_steps += end - step
+            elif self.first_step_at is None:
+                self.first_step_at = time.time()
             first_chunk = False
             step = end
             window_seconds += elapsed

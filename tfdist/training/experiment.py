@@ -315,6 +315,7 @@ def run(config, *, verbose: bool = True, cluster_resolver=None) -> dict:
         "final_loss": controller.last_train.get("loss") if controller.last_train else None,
         "eval": {k: final_eval[k] for k in ("loss", "mean_iou", "pixel_accuracy")},
         "images_per_second": controller.images_per_second,
+        "first_step_at": controller.first_step_at,
         "wall_seconds": time.perf_counter() - wall_start,
         "precision": config.runtime.precision,
         "model_dir": str(train_cfg.model_dir),
