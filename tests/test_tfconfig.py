@@ -260,6 +260,8 @@ def test_example_configs_load():
 
 # --------------------------------------------------------------------------- flag errors
 
+EMIT_PS = ("--cluster", str(CLUSTERS / "local_ps.yaml"), "--emit", "kubernetes")
+
 
 @pytest.mark.parametrize(
     "args, match",
@@ -277,9 +279,25 @@ def test_example_configs_load():
          r"strategy='mirrored' .*one machine"),
         (("--no_such_flag",), r"Unknown command line flag 'no_such_flag'"),
         (("--export=maybe",), r"invalid command line"),
+        (EMIT_PS, r"Missing `--image` for --emit=kubernetes\. Received: image=None"),
+        ((*EMIT_PS[:3], "helm", "--image", "img"), r"Invalid value for `--emit`\. Received: emit='helm'\. Expected one of: kubernetes, tfjob"),
+        ((*EMIT_PS, "--image", "img", "--name", "My_Run"), r"`--name`: not a DNS-1035 label\. Received: name='My_Run'"),
+        ((*EMIT_PS, "--image", "img", "--name", "r" * 60), r"`--name`: the task host name 'r+-worker-0' is 69 characters"),
+        ((*EMIT_PS, "--image", "img", "--namespace", "-ml"), r"`--namespace`: not a DNS-1123 label"),
+        ((*EMIT_PS, "--image", "img", "--memory", "lots"), r"`--memory`: not a Kubernetes quantity\. Received: memory='lots'"),
+        ((*EMIT_PS, "--image", "img", "--gpus", "two"), r"invalid command line.*gpus"),
+        ((*EMIT_PS, "--image", "img", "--task", "worker:0"), r"Unexpected `--task` with --emit=kubernetes"),
+        ((*EMIT_PS, "--image", "img", "--commands"), r"Conflicting flags `--commands` and `--emit`"),
+        ((*EMIT_PS, "--image", "img", "--strategy", "multi_worker_mirrored"), r"ps tasks are for parameter_server"),
+        ((*EMIT_PS, "--image", "img", "--output", "/nonexistent/dir/m.yaml"), r"Cannot write `--output`: .*'/nonexistent/dir/m\.yaml'"),
+        ((*EMIT_PS[:2], "--task", "worker:0", "--image", "img"), r"Unexpected `--image` without --emit"),
+        ((*EMIT_PS[:2], "--task", "worker:0", "--slurm_tasks", "worker=2"), r"Unexpected `--slurm_tasks` without --cluster=slurm"),
     ],
     ids=["nothing", "task_only", "no_task", "export_and_commands", "stray_arg", "unknown_strategy",
-         "mwm_with_ps", "mirrored_cluster", "unknown_flag", "bad_bool"],
+         "mwm_with_ps", "mirrored_cluster", "unknown_flag", "bad_bool", "emit_without_image", "bad_emit",
+         "name_not_dns", "name_too_long", "bad_namespace", "bad_memory", "gpus_not_integer", "emit_with_task",
+         "emit_and_commands", "emit_strategy_mismatch", "output_unwritable", "image_without_emit",
+         "slurm_tasks_without_slurm"],
 )
 def test_cli_flag_errors(args, match):
     proc = tfconfig(*args)

@@ -17,8 +17,12 @@ addresses, the task, the strategy's needs) is caught before TensorFlow starts
 and reported as one ``UserError`` line, because a bad cluster otherwise shows
 up as a hang or a gRPC error minutes later on another host.
 
-This module does not import TensorFlow: CLIs read the cluster before they set
-environment variables and logical devices that TensorFlow reads once at start.
+Under Slurm there is no file: ``--cluster slurm`` takes the cluster and the
+task from the job step (``tfdist.slurm``, called by ``resolve_task``).
+
+This module does not import TensorFlow (only ``--cluster slurm`` does, in
+``tfdist.slurm``): CLIs read the cluster before they set environment
+variables and logical devices that TensorFlow reads once at start.
 """
 
 from __future__ import annotations
@@ -50,6 +54,9 @@ JSON_SUFFIXES = (".json",)
 #: The source name of a cluster read from the environment.
 TF_CONFIG = "TF_CONFIG"
 
+#: The ``--cluster`` value (and source name) of a cluster taken from a Slurm allocation (``tfdist.slurm``).
+SLURM = "slurm"
+
 _EXPECTED_ADDRESS = 'host:port, e.g. 10.0.0.2:2222, worker-0:2222 or "[::1]:2222"'
 _HOSTNAME_RE = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?")
 _DIGITS_RE = re.compile(r"[0-9]+")
@@ -67,7 +74,9 @@ def _a(noun: str) -> str:
 
 
 def _where(source: str) -> str:
-    return 'TF_CONFIG "cluster"' if source == TF_CONFIG else f"cluster spec {source}"
+    if source == TF_CONFIG:
+        return 'TF_CONFIG "cluster"'
+    return "the Slurm allocation" if source == SLURM else f"cluster spec {source}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -591,16 +600,29 @@ def from_environment(environ: Mapping[str, str] | None = None) -> tuple[ClusterS
 
 
 def resolve_task(
-    cluster_file: str | None, task: str | None, environ: Mapping[str, str] | None = None
+    cluster_file: str | None,
+    task: str | None,
+    environ: Mapping[str, str] | None = None,
+    *,
+    slurm_tasks: str = "",
 ) -> tuple[ClusterSpec, str, int] | None:
     """The cluster and this process's task: from ``--cluster/--task``, else TF_CONFIG, else None.
 
-    Flags win over the environment, as everywhere in tfdist.
+    Flags win over the environment, as everywhere in tfdist. ``--cluster
+    slurm`` takes the cluster and the task from the Slurm job step instead of
+    a file (``tfdist.slurm.resolve``, which imports TensorFlow); nothing else
+    here does.
 
     Args:
-        cluster_file: ``--cluster`` (empty or None when not given).
-        task: ``--task`` (empty or None when not given).
-        environ: the environment to read TF_CONFIG from; ``os.environ`` when None.
+        cluster_file: ``--cluster`` (empty or None when not given), or
+            ``"slurm"``.
+        task: ``--task`` (empty or None when not given; must be empty with
+            ``--cluster slurm``).
+        environ: the environment to read TF_CONFIG (or the ``SLURM_*``
+            variables) from; ``os.environ`` when None.
+        slurm_tasks: ``--slurm_tasks``, the task types of a Slurm step, e.g.
+            ``"worker=2,ps=1"``; empty: every task a worker. Only with
+            ``--cluster slurm``.
 
     Returns:
         ``(spec, task_type, index)``, or None when neither flags nor TF_CONFIG
@@ -609,8 +631,15 @@ def resolve_task(
     Raises:
         UserError: only one of ``cluster_file`` and ``task`` is given, or
             either fails ``load_cluster_spec``/``parse_task``, or TF_CONFIG
-            fails ``from_environment``.
+            fails ``from_environment``; with ``--cluster slurm``: a ``--task``,
+            or a step that ``tfdist.slurm.resolve`` refuses; without it: a
+            ``--slurm_tasks``.
     """
+    from tfdist import slurm
+
+    slurm.check_flags(cluster_file, task, slurm_tasks)
+    if cluster_file == SLURM:
+        return slurm.resolve(slurm_tasks, environ)
     if cluster_file and not task:
         spec = load_cluster_spec(cluster_file)
         raise UserError(

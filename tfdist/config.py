@@ -19,6 +19,7 @@ from typing import Any, Mapping
 
 import yaml
 
+from tfdist import slurm
 from tfdist.errors import UserError
 
 STRATEGIES = ("one_device", "mirrored", "multi_worker_mirrored", "central_storage", "parameter_server")
@@ -42,8 +43,9 @@ class RuntimeConfig:
 
     strategy: str = "mirrored"
     cpu_devices: int = 0  # 0: 2 logical CPUs for mirrored/central_storage without GPUs, else 1
-    cluster: str = ""  # cluster spec file; empty: TF_CONFIG from the environment, if any
-    task: str = ""  # "type:index" within --cluster
+    cluster: str = ""  # cluster spec file, or "slurm" (the Slurm job step); empty: TF_CONFIG, if any
+    task: str = ""  # "type:index" within --cluster (none with --cluster slurm)
+    slurm_tasks: str = ""  # --cluster slurm: task types of the step, e.g. "worker=2,ps=1"; empty: all workers
     precision: str = "float32"
     jit_compile: bool = False
     communication: str = "auto"  # multi_worker_mirrored collective implementation
@@ -259,7 +261,8 @@ def validate(config: Config) -> Config:
             f"Invalid value for `--image_size`. Received: image_size={data.image_size} with depth={model.depth}. "
             f"Expected a multiple of 2**depth={2**model.depth}."
         )
-    if bool(rt.cluster) != bool(rt.task) and rt.cluster:
+    slurm.check_flags(rt.cluster, rt.task, rt.slurm_tasks)
+    if rt.cluster and rt.cluster != slurm.SLURM and not rt.task:
         raise UserError(f"Missing `--task` for --cluster={rt.cluster}. Received: task=''. Expected type:index, e.g. worker:0.")
     if rt.task and not rt.cluster:
         raise UserError(f"Missing `--cluster` for --task={rt.task}. Received: cluster=''. Expected a cluster spec file.")

@@ -1,4 +1,4 @@
-"""``python -m tfdist.tfconfig``: the TF_CONFIG of a task, or the command of every task.
+"""``python -m tfdist.tfconfig``: the TF_CONFIG of a task, the command of every task, or manifests.
 
     # TF_CONFIG of one task, as compact JSON
     python -m tfdist.tfconfig --cluster configs/clusters/example.yaml --task worker:1
@@ -7,21 +7,30 @@
     # for every task, "# type:i on host" and the command to run on that host;
     # arguments after -- are passed to every tfdist.train command
     python -m tfdist.tfconfig --cluster FILE --commands --strategy parameter_server -- --epochs 2
+    # inside a Slurm job step (srun): this task's TF_CONFIG, from the allocation
+    srun python -m tfdist.tfconfig --cluster slurm --slurm_tasks chief=1,worker=2,ps=1
+    # Kubernetes: a headless Service and a Job per task (or --emit tfjob: a Kubeflow TFJob)
+    python -m tfdist.tfconfig --cluster FILE --emit kubernetes --image IMAGE --name unet -- --epochs 2
 
 ``--strategy`` checks that the cluster has the tasks the strategy needs (and
-with ``--commands`` is passed on to every command). Every user error ends with
-exit status 2 and one line on stderr. TensorFlow is never imported.
+with ``--commands`` and ``--emit`` is passed on to every command; ``--emit``
+chooses parameter_server or multi_worker_mirrored when it is not given).
+``--output FILE`` writes to FILE instead of stdout. Every user error ends with
+exit status 2 and one line on stderr. TensorFlow is imported only by
+``--cluster slurm`` (for ``SlurmClusterResolver``), after the Slurm variables
+have been checked.
 """
 
 from __future__ import annotations
 
 import shlex
 import sys
+from pathlib import Path
 from typing import Callable
 
 from absl import flags
 
-from tfdist import cluster
+from tfdist import cluster, kubernetes, slurm
 from tfdist.errors import UserError, run_main
 
 FLAGS = flags.FLAGS
@@ -33,7 +42,10 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
     (``tfdist.train`` defines ``--cluster`` and ``--task`` too; both modules can
     then be imported in one process, e.g. by tests or a launcher.)
     """
-    flags.DEFINE_string("cluster", None, "Cluster spec file (YAML or JSON).", flag_values=flag_values)
+    flags.DEFINE_string(
+        "cluster", None, "Cluster spec file (YAML or JSON), or `slurm`: the cluster of this Slurm job step.",
+        flag_values=flag_values,
+    )
     flags.DEFINE_string("task", None, "This task, as type:index, e.g. worker:1.", flag_values=flag_values)
     flags.DEFINE_bool("export", False, "Print `export TF_CONFIG='...'` instead of the JSON.", flag_values=flag_values)
     flags.DEFINE_bool(
@@ -43,10 +55,39 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
         flag_values=flag_values,
     )
     flags.DEFINE_string(
-        "strategy", None, "Check that the cluster fits this strategy (and pass it to --commands).", flag_values=flag_values
+        "strategy", None, "Check that the cluster fits this strategy (and pass it to --commands and --emit).",
+        flag_values=flag_values,
     )
-    # Room for later: --emit kubernetes (manifests instead of shell lines) is
-    # one more entry in _OUTPUTS below, chosen in _output_mode.
+    flags.DEFINE_string(
+        "slurm_tasks", "", "With --cluster slurm: the task types of the Slurm step, e.g. worker=2,ps=1 "
+        "(default: every task a worker).", flag_values=flag_values,
+    )
+    flags.DEFINE_string(
+        "emit", None, f"Print manifests instead of TF_CONFIG: one of {', '.join(kubernetes.EMITS)}; "
+        "arguments after -- are appended to every task's tfdist.train command.", flag_values=flag_values,
+    )
+    flags.DEFINE_string("image", None, "--emit: the container image (with tfdist installed).", flag_values=flag_values)
+    flags.DEFINE_string(
+        "name", "tfdist", "--emit: the Service/TFJob name and the prefix of every task's host name.",
+        flag_values=flag_values,
+    )
+    flags.DEFINE_string(
+        "namespace", "", "--emit: the namespace of every object (default: none written, kubectl's).",
+        flag_values=flag_values,
+    )
+    flags.DEFINE_string("cpu", kubernetes.DEFAULT_CPU, "--emit: CPUs each task requests.", flag_values=flag_values)
+    flags.DEFINE_string(
+        "memory", kubernetes.DEFAULT_MEMORY, "--emit: memory each task requests (and is limited to).",
+        flag_values=flag_values,
+    )
+    flags.DEFINE_integer(
+        "gpus", kubernetes.DEFAULT_GPUS, "--emit: GPUs (nvidia.com/gpu) of each task but ps.", flag_values=flag_values
+    )
+    flags.DEFINE_string("output", None, "Write to this file instead of stdout.", flag_values=flag_values)
+
+
+#: Flags that mean something only with --emit.
+_EMIT_FLAGS = ("image", "name", "namespace", "cpu", "memory", "gpus")
 
 
 def _print_json(spec: cluster.ClusterSpec, tasks: list[tuple[str, int]], extra: list[str]) -> list[str]:
@@ -67,51 +108,127 @@ def _print_commands(spec: cluster.ClusterSpec, tasks: list[tuple[str, int]], ext
     return lines
 
 
+def _deployment(extra: list[str]) -> kubernetes.Deployment:
+    """The ``kubernetes.Deployment`` the flags describe (``--image`` is required)."""
+    if not FLAGS.image:
+        raise UserError(
+            f"Missing `--image` for --emit={FLAGS.emit}. Received: image={FLAGS.image!r}. "
+            f"Expected the container image to run, with tfdist installed, e.g. --image registry.example.com/tfdist:0.1.0."
+        )
+    return kubernetes.Deployment(
+        image=FLAGS.image, strategy=FLAGS.strategy or "", train_args=tuple(extra), name=FLAGS.name,
+        namespace=FLAGS.namespace, cpu=FLAGS.cpu, memory=FLAGS.memory, gpus=FLAGS.gpus,
+    )
+
+
+def _print_kubernetes(spec: cluster.ClusterSpec, tasks: list[tuple[str, int]], extra: list[str]) -> list[str]:
+    """--emit kubernetes: the Service and the Jobs, as one YAML stream."""
+    return [kubernetes.to_yaml(kubernetes.manifests(spec, _deployment(extra))).rstrip("\n")]
+
+
+def _print_tfjob(spec: cluster.ClusterSpec, tasks: list[tuple[str, int]], extra: list[str]) -> list[str]:
+    """--emit tfjob: the TFJob, as YAML."""
+    return [kubernetes.to_yaml([kubernetes.tfjob(spec, _deployment(extra))]).rstrip("\n")]
+
+
 #: Output mode -> function (spec, tasks, extra args) -> lines to print.
 _OUTPUTS: dict[str, Callable[[cluster.ClusterSpec, list[tuple[str, int]], list[str]], list[str]]] = {
     "json": _print_json,
     "export": _print_export,
     "commands": _print_commands,
+    "kubernetes": _print_kubernetes,
+    "tfjob": _print_tfjob,
 }
+
+#: Modes that print for every task of the cluster, and take arguments after --.
+_ALL_TASK_MODES = ("commands", *kubernetes.EMITS)
 
 
 def _output_mode() -> str:
-    if FLAGS.export and FLAGS.commands:
+    """The output mode the flags ask for; conflicting flags are a user error."""
+    if FLAGS.emit is not None and FLAGS.emit not in kubernetes.EMITS:
         raise UserError(
-            "Conflicting flags `--export` and `--commands`. Received: both. Expected at most one of them."
+            f"Invalid value for `--emit`. Received: emit={FLAGS.emit!r}. Expected one of: {', '.join(kubernetes.EMITS)}."
         )
-    return "commands" if FLAGS.commands else "export" if FLAGS.export else "json"
+    chosen = [name for name, given in (("--export", FLAGS.export), ("--commands", FLAGS.commands),
+                                       ("--emit", FLAGS.emit is not None)) if given]
+    if len(chosen) > 1:
+        raise UserError(
+            f"Conflicting flags `{chosen[0]}` and `{chosen[1]}`. Received: {' and '.join(chosen)}. Expected at most one of them."
+        )
+    if FLAGS.emit is None:
+        stray = [f"--{name}" for name in _EMIT_FLAGS if FLAGS[name].present]
+        if stray:
+            raise UserError(
+                f"Unexpected `{stray[0]}` without --emit. Received: {', '.join(stray)}. "
+                f"Expected --emit {' or --emit '.join(kubernetes.EMITS)} with it."
+            )
+    return FLAGS.emit or ("commands" if FLAGS.commands else "export" if FLAGS.export else "json")
+
+
+def _tasks(mode: str) -> tuple[cluster.ClusterSpec, list[tuple[str, int]]]:
+    """The cluster and the tasks to print for ``mode``."""
+    slurm.check_flags(FLAGS.cluster, FLAGS.task, FLAGS.slurm_tasks)
+    if FLAGS.cluster == slurm.SLURM:
+        if mode in _ALL_TASK_MODES:
+            raise UserError(
+                f"Invalid flags: --{'commands' if mode == 'commands' else 'emit'} with --cluster={slurm.SLURM}. "
+                f"Received: cluster={slurm.SLURM!r}. Expected a cluster spec file: under Slurm, srun starts every "
+                f"task (see configs/slurm/train.sbatch) and each one prints its own TF_CONFIG."
+            )
+        spec, task_type, index = cluster.resolve_task(slurm.SLURM, None, slurm_tasks=FLAGS.slurm_tasks)
+        return spec, [(task_type, index)]
+    spec = cluster.load_cluster_spec(FLAGS.cluster)
+    if FLAGS.task:
+        if mode in kubernetes.EMITS:
+            raise UserError(
+                f"Unexpected `--task` with --emit={mode}. Received: task={FLAGS.task!r}. "
+                f"Expected no --task: the manifests are for every task of the cluster."
+            )
+        return spec, [cluster.parse_task(FLAGS.task, spec)]
+    if mode in _ALL_TASK_MODES:
+        return spec, spec.task_list()
+    raise UserError(
+        f"Missing `--task` for --cluster={FLAGS.cluster}. Received: task={FLAGS.task!r}. "
+        f"Expected type:index, one of: {', '.join(f'{t}:{i}' for t, i in spec.task_list())} (or --commands)."
+    )
+
+
+def _write(text: str) -> None:
+    """Write ``text`` to ``--output``, or to stdout."""
+    if not FLAGS.output:
+        sys.stdout.write(text)
+        return
+    try:
+        Path(FLAGS.output).write_text(text, encoding="utf-8")
+    except OSError as e:
+        raise UserError(
+            f"Cannot write `--output`: {e.strerror or type(e).__name__}. Received: output={FLAGS.output!r}. "
+            f"Expected a writable file path."
+        ) from None
 
 
 def main(argv: list[str]) -> int:
-    """Print TF_CONFIG or per-task commands for ``--cluster``; see the module docstring."""
+    """Print TF_CONFIG, per-task commands or manifests for ``--cluster``; see the module docstring."""
     extra = list(argv[1:])
     mode = _output_mode()
     if not FLAGS.cluster:
         raise UserError(
             f"Missing `--cluster`. Received: cluster={FLAGS.cluster!r}. "
-            f"Expected a cluster spec file (YAML or JSON), e.g. --cluster configs/clusters/local_mwm.yaml."
+            f"Expected a cluster spec file (YAML or JSON), e.g. --cluster configs/clusters/local_mwm.yaml, "
+            f"or {slurm.SLURM} inside a Slurm job step."
         )
-    if extra and mode != "commands":
+    if extra and mode not in _ALL_TASK_MODES:
         raise UserError(
             f"Unexpected arguments. Received: {' '.join(extra)!r}. "
-            f"Expected flags only; arguments after -- are for --commands."
+            f"Expected flags only; arguments after -- are for --commands and --emit."
         )
-    spec = cluster.load_cluster_spec(FLAGS.cluster)
+    spec, tasks = _tasks(mode)
     if FLAGS.strategy is not None:
         cluster.check_strategy(spec, FLAGS.strategy)
-    if FLAGS.task:
-        tasks = [cluster.parse_task(FLAGS.task, spec)]
-    elif mode == "commands":
-        tasks = spec.task_list()
-    else:
-        raise UserError(
-            f"Missing `--task` for --cluster={FLAGS.cluster}. Received: task={FLAGS.task!r}. "
-            f"Expected type:index, one of: {', '.join(f'{t}:{i}' for t, i in spec.task_list())} (or --commands)."
-        )
     if mode == "commands" and FLAGS.strategy is not None:
         extra = ["--strategy", FLAGS.strategy, *extra]
-    sys.stdout.write("".join(line + "\n" for line in _OUTPUTS[mode](spec, tasks, extra)))
+    _write("".join(line + "\n" for line in _OUTPUTS[mode](spec, tasks, extra)))
     return 0
 
 

@@ -1,0 +1,204 @@
+"""``--emit kubernetes`` / ``--emit tfjob``: manifests read back with the Kubernetes client's models.
+
+Every document is deserialized into the client's model of its kind (the
+Kubeflow training SDK's ``KubeflowOrgV1TFJob`` for the TFJob) and serialized
+again: the client drops fields it does not know, so getting the same document
+back proves every field is a field of the model, spelled and typed as the
+API server expects. Then each task's TF_CONFIG is read from its Job and
+compared with ``tfdist.cluster.tf_config`` on the DNS-renamed spec, and with
+what TensorFlow's own resolver makes of it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import kubeflow.training
+import kubernetes.client
+import pytest
+import yaml
+
+from tfdist import cluster
+from tfdist import kubernetes as k8s
+from tfdist.errors import USAGE_EXIT_CODE, UserError
+
+REPO = Path(__file__).resolve().parent.parent
+CLUSTERS = REPO / "configs" / "clusters"
+
+#: A chief, 2 workers and 1 ps, on hosts and ports as a user would write them for bare machines.
+SPEC = {"chief": "10.0.0.1:2222", "worker": ["10.0.0.2:2222", "10.0.0.3:2223"], "ps": ["10.0.0.4:2224"]}
+
+#: (apiVersion, kind) -> (client, model name).
+MODELS = {
+    ("v1", "Service"): (kubernetes.client.ApiClient, "V1Service"),
+    ("batch/v1", "Job"): (kubernetes.client.ApiClient, "V1Job"),
+    ("kubeflow.org/v1", "TFJob"): (kubeflow.training.ApiClient, "KubeflowOrgV1TFJob"),
+}
+
+
+def load_model(document: dict):
+    """The client model of ``document``; fails unless it serializes back to exactly ``document``."""
+    client_class, model = MODELS[(document["apiVersion"], document["kind"])]
+    client = client_class()
+    obj = client._ApiClient__deserialize(document, model)
+    assert client.sanitize_for_serialization(obj) == document, f"fields the {model} model does not know"
+    return obj
+
+
+def tfconfig(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tfdist.tfconfig", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def spec_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("k8s") / "cluster.yaml"
+    path.write_text(yaml.safe_dump(SPEC))
+    return path
+
+
+@pytest.fixture(scope="module")
+def emitted(spec_file) -> list[dict]:
+    """The CLI's manifests for SPEC, as documents."""
+    proc = tfconfig("--cluster", str(spec_file), "--emit", "kubernetes", "--image", "registry.example.com/tfdist:0.1",
+                    "--name", "unet", "--namespace", "ml", "--gpus", "1", "--strategy", "parameter_server",
+                    "--", "--epochs", "2", "--model_dir", "/runs/unet")
+    assert proc.returncode == 0, proc.stderr
+    return list(yaml.safe_load_all(proc.stdout))
+
+
+def test_every_manifest_is_valid_for_the_client_models(emitted):
+    assert [d["kind"] for d in emitted] == ["Service", "Job", "Job", "Job", "Job"]
+    for document in emitted:
+        load_model(document)
+        assert document["metadata"]["namespace"] == "ml"
+
+
+def test_manifests_read_back_into_the_same_tf_configs(emitted, spec_file, monkeypatch):
+    spec = cluster.load_cluster_spec(spec_file)
+    renamed = k8s.dns_spec(spec, "unet")
+    assert renamed.as_dict() == {
+        "chief": ["unet-chief-0.unet:2222"],
+        "worker": ["unet-worker-0.unet:2222", "unet-worker-1.unet:2223"],
+        "ps": ["unet-ps-0.unet:2224"],
+    }
+    service, jobs = load_model(emitted[0]), [load_model(d) for d in emitted[1:]]
+    assert service.spec.cluster_ip == "None" and service.spec.publish_not_ready_addresses
+    assert sorted(p.port for p in service.spec.ports) == [2222, 2223, 2224]
+    read_back = []
+    for job in jobs:
+        pod = job.spec.template.spec
+        (container,) = pod.containers
+        (env,) = [e for e in container.env if e.name == "TF_CONFIG"]
+        tf_config = json.loads(env.value)
+        task_type, index = tf_config["task"]["type"], tf_config["task"]["index"]
+        assert tf_config == cluster.tf_config(renamed, task_type, index)
+        # the task's own address is the DNS name its pod gets from hostname + subdomain (the Service)
+        assert renamed.address(task_type, index) == f"{pod.hostname}.{pod.subdomain}:{container.ports[0].container_port}"
+        assert pod.subdomain == service.metadata.name == "unet" and job.metadata.name == pod.hostname
+        assert service.spec.selector.items() <= job.spec.template.metadata.labels.items()
+        assert job.spec.template.metadata.labels["tfdist/task-type"] == task_type
+        assert container.command == ["python", "-m", "tfdist.train"]
+        assert container.args == ["--strategy", "parameter_server", "--epochs", "2", "--model_dir", "/runs/unet"]
+        assert pod.restart_policy == "Never" and job.spec.backoff_limit == k8s.BACKOFF_LIMIT
+        assert container.resources.requests == {"cpu": "2", "memory": "4Gi"}
+        assert container.resources.limits.get("nvidia.com/gpu") == (None if task_type == "ps" else "1")
+        # TensorFlow reads the same cluster and task from it
+        monkeypatch.setenv("TF_CONFIG", env.value)
+        import tensorflow as tf
+
+        resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+        assert (resolver.task_type, resolver.task_id) == (task_type, index)
+        assert resolver.cluster_spec().as_dict() == renamed.as_dict()
+        read_back.append((task_type, index))
+    assert read_back == spec.task_list()
+
+
+def test_jobs_fail_at_once_on_tfdists_own_verdicts(emitted):
+    from tfdist.training.controller import TrainingDiverged
+
+    rules = load_model(emitted[1]).spec.pod_failure_policy.rules
+    fail = [r for r in rules if r.action == "FailJob"]
+    assert fail[0].on_exit_codes.values == [USAGE_EXIT_CODE, TrainingDiverged.exit_code]
+    assert fail[0].on_exit_codes.container_name == k8s.CONTAINER
+    assert any(r.action == "Ignore" and r.on_pod_conditions[0].type == "DisruptionTarget" for r in rules)
+
+
+def test_tfjob_has_the_specs_replicas(spec_file):
+    proc = tfconfig("--cluster", str(spec_file), "--emit", "tfjob", "--image", "img:1", "--name", "unet",
+                    "--cpu", "500m", "--memory", "1.5Gi", "--", "--epochs", "2")
+    assert proc.returncode == 0, proc.stderr
+    (document,) = yaml.safe_load_all(proc.stdout)
+    job = load_model(document)
+    assert (job.api_version, job.kind, job.metadata.name) == ("kubeflow.org/v1", "TFJob", "unet")
+    assert job.metadata.namespace is None  # no --namespace: kubectl's
+    assert job.spec.run_policy.clean_pod_policy == "Running"
+    replicas = job.spec.tf_replica_specs
+    assert {t: r.replicas for t, r in replicas.items()} == {"Chief": 1, "Worker": 2, "PS": 1}
+    # What the training operator makes of it: hosts <name>-<type>-<i>.<namespace>.svc, the tfjob-port.
+    operator_cluster = {}
+    for replica_type, replica in replicas.items():
+        (container,) = replica.template.spec.containers
+        assert container.name == "tensorflow" and replica.restart_policy == "ExitCode"
+        assert not container.env  # the operator sets TF_CONFIG
+        assert container.args == ["--strategy", "parameter_server", "--epochs", "2"]  # chosen: the spec has ps
+        assert container.resources.requests == {"cpu": "500m", "memory": "1.5Gi"}
+        (port,) = [p.container_port for p in container.ports if p.name == "tfjob-port"]
+        task_type = replica_type.lower()
+        operator_cluster[task_type] = [f"unet-{task_type}-{i}.default.svc:{port}" for i in range(replica.replicas)]
+    operator_spec = cluster.parse_cluster_spec(operator_cluster, source="operator")
+    assert operator_spec.task_list() == cluster.parse_cluster_spec(SPEC, source="s").task_list()
+    assert operator_spec.tasks["worker"] == ("unet-worker-0.default.svc:2222", "unet-worker-1.default.svc:2222")
+
+
+def test_output_file_defaults_and_every_example_cluster(tmp_path):
+    for example in sorted(CLUSTERS.glob("*.yaml")):
+        for emit in k8s.EMITS:
+            out = tmp_path / f"{example.stem}-{emit}.yaml"
+            proc = tfconfig("--cluster", str(example), "--emit", emit, "--image", "img", "--output", str(out))
+            assert proc.returncode == 0 and proc.stdout == "", proc.stderr
+            documents = list(yaml.safe_load_all(out.read_text()))
+            assert "&id" not in out.read_text()  # labels written out, not as YAML aliases
+            for document in documents:
+                load_model(document)
+    mwm = list(yaml.safe_load_all((tmp_path / "local_mwm-kubernetes.yaml").read_text()))
+    assert mwm[1]["spec"]["template"]["spec"]["containers"][0]["args"] == ["--strategy", "multi_worker_mirrored"]
+    assert mwm[1]["spec"]["template"]["spec"]["containers"][0]["resources"] == {
+        "requests": {"cpu": k8s.DEFAULT_CPU, "memory": k8s.DEFAULT_MEMORY}, "limits": {"memory": k8s.DEFAULT_MEMORY}
+    }
+    assert "namespace" not in mwm[0]["metadata"]
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"image": ""}, r"Invalid value for `--image`\. Received: image=''"),
+        ({"image": "my image"}, r"Received: image='my image'"),
+        ({"name": "Unet"}, r"`--name`: not a DNS-1035 label\. Received: name='Unet'"),
+        ({"name": "1unet"}, r"not a DNS-1035 label"),
+        ({"name": "unet-"}, r"not a DNS-1035 label"),
+        ({"name": "a" * 60}, r"the task host name 'a+-worker-0' is 69 characters"),
+        ({"namespace": "ML_team"}, r"`--namespace`: not a DNS-1123 label"),
+        ({"cpu": "two"}, r"`--cpu`: not a Kubernetes quantity\. Received: cpu='two'"),
+        ({"memory": "4GB"}, r"`--memory`: not a Kubernetes quantity"),
+        ({"gpus": -1}, r"`--gpus`: not a count"),
+        ({"strategy": "multi_worker_mirrored"}, r"ps tasks are for parameter_server"),
+    ],
+)
+def test_bad_arguments_are_user_errors(kwargs, match):
+    spec = cluster.parse_cluster_spec(SPEC, source="s")
+    deployment = k8s.Deployment(**{"image": "img", "strategy": "parameter_server", **kwargs})
+    for build in (k8s.manifests, k8s.tfjob):
+        with pytest.raises(UserError, match=match) as info:
+            build(spec, deployment)
+        assert "\n" not in str(info.value)
+
+
+def test_name_length_limit_is_the_longest_host_name():
+    spec = cluster.parse_cluster_spec({"worker": "a:1", "evaluator": "b:1"}, source="s")
+    k8s.check_name("a" * (63 - len("-evaluator-0")), spec)
+    with pytest.raises(UserError, match=r"'a+-evaluator-0' is 64 characters"):
+        k8s.check_name("a" * (64 - len("-evaluator-0")), spec)

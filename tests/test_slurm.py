@@ -1,0 +1,380 @@
+"""``--cluster slurm``: the cluster of a faked 2-node Slurm step, every task's TF_CONFIG, errors, the sbatch script.
+
+A Slurm step is faked the way ``srun`` starts its tasks: the ``SLURM_*``
+variables that ``tfdist.slurm`` and TensorFlow's ``SlurmClusterResolver``
+read (``SLURM_PROCID``, ``SLURM_LOCALID``, ``SLURMD_NODENAME``,
+``SLURM_STEP_NODELIST``, ``SLURM_STEP_TASKS_PER_NODE``, ``SLURM_STEP_NUM_TASKS``,
+``SLURM_STEP_NUM_NODES``; or the job's, outside ``srun``) and a stand-in
+``scontrol`` on ``PATH`` that expands ``scontrol show hostnames NODELIST``.
+Library calls get the environment as a mapping (nothing of this process's
+environment changes); the CLI runs as real subprocesses, started together.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from test_tfconfig import assert_user_error
+from tfdist import cluster, config, slurm
+from tfdist.errors import UserError
+
+REPO = Path(__file__).resolve().parent.parent
+SBATCH = REPO / "configs" / "slurm" / "train.sbatch"
+
+# Expands one bracket group per comma-separated part, as `scontrol show hostnames` does:
+# node[1-2],gpu[01-02]-ib,login -> node1 node2 gpu01-ib gpu02-ib login (one per line).
+FAKE_SCONTROL = r'''
+import re, sys
+args = sys.argv[1:]
+if len(args) != 3 or args[:2] != ["show", "hostnames"]:
+    sys.exit("scontrol: error: this stand-in only knows `show hostnames NODELIST`")
+parts, depth, current = [], 0, ""
+for c in args[2]:
+    depth += (c == "[") - (c == "]")
+    if c == "," and depth == 0:
+        parts.append(current); current = ""
+    else:
+        current += c
+parts.append(current)
+for part in parts:
+    match = re.fullmatch(r"([^\[\]]*)(?:\[([0-9,-]+)\]([^\[\]]*))?", part)
+    if not part or match is None:
+        sys.exit(f"scontrol: error: Invalid hostlist: {args[2]}")
+    prefix, ranges, suffix = match.groups()
+    if ranges is None:
+        print(prefix); continue
+    for item in ranges.split(","):
+        low, _, high = item.partition("-")
+        for i in range(int(low), int(high or low) + 1):
+            print(f"{prefix}{str(i).zfill(len(low))}{suffix}")
+'''
+
+
+@pytest.fixture(scope="module")
+def bin_dir(tmp_path_factory) -> Path:
+    """A directory with the stand-in ``scontrol``, to put first on ``PATH``."""
+    path = tmp_path_factory.mktemp("slurm_bin")
+    scontrol = path / "scontrol"
+    scontrol.write_text(f"#!{sys.executable}\n{FAKE_SCONTROL}")
+    scontrol.chmod(0o755)
+    return path
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """A faked Slurm job step: its node list, tasks per node and where each rank runs."""
+
+    nodelist: str
+    hosts: tuple[str, ...]  # what scontrol expands nodelist to
+    tasks_per_node: str
+    counts: tuple[int, ...]
+    cyclic: bool = False  # ranks dealt round-robin over the nodes (srun --distribution=cyclic)
+
+    @property
+    def num_tasks(self) -> int:
+        return sum(self.counts)
+
+    def placement(self) -> list[tuple[str, int]]:
+        """(node, SLURM_LOCALID) of every rank, as srun places them."""
+        if not self.cyclic:
+            return [(h, i) for h, n in zip(self.hosts, self.counts) for i in range(n)]
+        placed, left = [], list(self.counts)
+        while any(left):
+            for k, host in enumerate(self.hosts):
+                if left[k]:
+                    placed.append((host, self.counts[k] - left[k]))
+                    left[k] -= 1
+        return placed
+
+    def environ(self, rank: int, bin_dir: Path, **changes: str | None) -> dict[str, str]:
+        """The environment srun gives ``rank``; ``changes`` set (or, with None, remove) variables."""
+        node, local_id = self.placement()[rank]
+        env = {
+            "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', os.defpath)}",
+            "SLURM_JOB_ID": "4242",
+            "SLURM_JOB_NODELIST": self.nodelist,
+            "SLURM_JOB_NUM_NODES": str(len(self.hosts)),
+            "SLURM_NTASKS": str(self.num_tasks),
+            "SLURM_TASKS_PER_NODE": self.tasks_per_node,
+            "SLURM_STEP_NODELIST": self.nodelist,
+            "SLURM_STEP_NUM_NODES": str(len(self.hosts)),
+            "SLURM_STEP_NUM_TASKS": str(self.num_tasks),
+            "SLURM_STEP_TASKS_PER_NODE": self.tasks_per_node,
+            "SLURM_PROCID": str(rank),
+            "SLURM_LOCALID": str(local_id),
+            "SLURMD_NODENAME": node,
+        }
+        env.update(changes)
+        return {k: v for k, v in env.items() if v is not None}
+
+
+TWO_BY_TWO = Step("node[1-2]", ("node1", "node2"), "2(x2)", (2, 2))
+
+#: name -> (step, --slurm_tasks, the cluster every task must see).
+CASES = {
+    "chief_workers_ps": (
+        TWO_BY_TWO, "chief=1,worker=2,ps=1",
+        {"chief": ["node1:8888"], "worker": ["node2:8888", "node2:8889"], "ps": ["node1:8889"]},
+    ),
+    # By name node10 sorts before node9 (Slurm's order is node9, node10): the resolver alone
+    # would give rank 0, on node9, the address node10:8888.
+    "names_sort_differently": (
+        Step("node[9-10]", ("node9", "node10"), "2,1", (2, 1)), "",
+        {"worker": ["node10:8888", "node9:8888", "node9:8889"]},
+    ),
+    "cyclic_distribution": (
+        dataclasses.replace(TWO_BY_TWO, cyclic=True), "worker=4",
+        {"worker": ["node1:8888", "node1:8889", "node2:8888", "node2:8889"]},
+    ),
+    # Only scontrol expands a suffix after the brackets; the resolver's parser refuses it.
+    "suffix_after_range": (
+        Step("gpu[01-02]-ib", ("gpu01-ib", "gpu02-ib"), "1(x2)", (1, 1)), "worker=1,evaluator=1",
+        {"worker": ["gpu02-ib:8888"], "evaluator": ["gpu01-ib:8888"]},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_task_of_a_two_node_step(case, bin_dir):
+    step, slurm_tasks, expected = CASES[case]
+    seen = []
+    for rank, (node, local_id) in enumerate(step.placement()):
+        spec, task_type, index = cluster.resolve_task(
+            slurm.SLURM, None, environ=step.environ(rank, bin_dir), slurm_tasks=slurm_tasks
+        )
+        assert spec.as_dict() == expected and spec.source == "slurm"
+        tf_config = cluster.tf_config(spec, task_type, index)
+        assert tf_config == {"cluster": expected, "task": {"type": task_type, "index": index}}
+        # every task is told the address of the node it runs on, at a port of its own there
+        assert spec.address(task_type, index) == f"{node}:{slurm.PORT_BASE + local_id}"
+        seen.append((task_type, index))
+    assert sorted(seen) == sorted(spec.task_list())  # each task of the cluster exactly once
+
+
+def test_types_take_ranks_alphabetically_as_the_resolver_does(bin_dir):
+    spec, task_type, index = cluster.resolve_task(
+        "slurm", "", environ=TWO_BY_TWO.environ(0, bin_dir), slurm_tasks="worker=2,ps=1,chief=1"
+    )
+    assert (task_type, index) == ("chief", 0) and spec.task_types == ("chief", "worker", "ps")
+
+
+def test_default_is_every_task_a_worker_and_gpus_are_left_alone(bin_dir):
+    env = TWO_BY_TWO.environ(3, bin_dir, CUDA_VISIBLE_DEVICES="1")
+    before = dict(env)
+    spec, task_type, index = cluster.resolve_task("slurm", None, environ=env)
+    assert spec.as_dict() == {"worker": ["node1:8888", "node1:8889", "node2:8888", "node2:8889"]}
+    assert (task_type, index) == ("worker", 3)
+    assert env == before  # nothing written, CUDA_VISIBLE_DEVICES as Slurm bound it
+
+
+def test_batch_script_context_reads_the_jobs_variables(bin_dir):
+    # In the batch script, before srun: no SLURM_STEP_*, no SLURM_LOCALID.
+    env = TWO_BY_TWO.environ(
+        0, bin_dir, SLURM_STEP_NODELIST=None, SLURM_STEP_NUM_NODES=None, SLURM_STEP_NUM_TASKS=None,
+        SLURM_STEP_TASKS_PER_NODE=None, SLURM_LOCALID=None, SLURM_NTASKS="3", SLURM_TASKS_PER_NODE="2,1",
+    )
+    spec, task_type, index = slurm.resolve("worker=2,ps=1", env)
+    assert spec.as_dict() == {"worker": ["node1:8889", "node2:8888"], "ps": ["node1:8888"]}
+    assert (task_type, index) == ("ps", 0)
+
+
+def test_without_scontrol_the_resolvers_expansion_is_used(tmp_path):
+    env = TWO_BY_TWO.environ(2, tmp_path)  # tmp_path has no scontrol
+    env["PATH"] = str(tmp_path)
+    spec, task_type, index = slurm.resolve("", env)
+    assert spec.address(task_type, index) == "node2:8888"
+
+
+@pytest.mark.parametrize(
+    "changes, slurm_tasks, match",
+    [
+        ({"SLURM_PROCID": None}, "", r"Missing Slurm variable SLURM_PROCID .*Expected to run inside a Slurm job step"),
+        ({"SLURM_PROCID": "x"}, "", r"Invalid Slurm variable SLURM_PROCID .*Received: SLURM_PROCID='x'"),
+        ({"SLURM_PROCID": "4"}, "", r"Received: SLURM_PROCID=4, SLURM_STEP_NUM_TASKS=4\. Expected a rank in 0\.\.3"),
+        ({"SLURM_STEP_TASKS_PER_NODE": "2x2"}, "", r"Invalid Slurm variable SLURM_STEP_TASKS_PER_NODE .*'2x2'"),
+        ({"SLURM_STEP_TASKS_PER_NODE": "4"}, "", r"Inconsistent Slurm allocation\. .*\(2 nodes\), SLURM_STEP_TASKS_PER_NODE='4'"),
+        ({"SLURM_STEP_NUM_TASKS": "3"}, "", r"Inconsistent Slurm allocation\. .*SLURM_STEP_NUM_TASKS=3"),
+        ({"SLURM_STEP_NUM_NODES": "3"}, "", r"Inconsistent .*SLURM_STEP_NUM_NODES='3'"),
+        ({"SLURM_STEP_NODELIST": "node[1-"}, "", r"scontrol show hostnames failed: .*Invalid hostlist.*Received: SLURM_STEP_NODELIST='node\[1-'"),
+        ({"SLURM_STEP_NODELIST": "node1,node1"}, "", r"a node is listed twice"),
+        ({"SLURMD_NODENAME": "node7"}, "", r"runs on SLURMD_NODENAME='node7'"),
+        ({"SLURM_LOCALID": "2"}, "", r"SLURM_LOCALID=2\. .*Expected a node of the list"),
+        ({}, "worker=3", r"`--slurm_tasks`: 3 tasks for a Slurm step of 4\. Received: slurm_tasks='worker=3', SLURM_STEP_NUM_TASKS=4"),
+        ({}, "worker=2,ps=x", r"`--slurm_tasks`: the count of 'ps' is 'x'"),
+    ],
+    ids=["outside_slurm", "bad_rank", "rank_out_of_range", "bad_tasks_per_node", "tasks_per_node_vs_nodes",
+         "tasks_vs_num_tasks", "num_nodes", "scontrol_fails", "node_twice", "unknown_node", "local_id_out_of_range",
+         "tasks_do_not_add_up", "bad_slurm_tasks"],
+)
+def test_bad_allocations_are_one_line_user_errors(changes, slurm_tasks, match, bin_dir):
+    env = TWO_BY_TWO.environ(1, bin_dir, **changes)
+    with pytest.raises(UserError, match=match) as info:
+        cluster.resolve_task("slurm", None, environ=env, slurm_tasks=slurm_tasks)
+    assert "\n" not in str(info.value) and "Expected" in str(info.value)
+
+
+# --------------------------------------------------------------------------- --slurm_tasks and the config
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [("", {}), ("worker=2", {"worker": 2}), (" chief=1, worker=2 ,ps=1", {"chief": 1, "worker": 2, "ps": 1}),
+     ("worker=1,evaluator=1", {"worker": 1, "evaluator": 1})],
+)
+def test_parse_slurm_tasks(text, expected):
+    assert slurm.parse_slurm_tasks(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text, match",
+    [("worker", r"'worker' is not type=count"), ("worker=2,master=1", r"unknown task type 'master'"),
+     ("worker=1,worker=2", r"'worker' is given twice"), ("worker=0", r"'0', not an integer >= 1"),
+     ("worker=-1", r"'-1', not an integer"), ("worker=2,chief=2", r"only one chief"), ("ps=1", r"no worker"),
+     ("worker=2,", r"'' is not type=count")],
+)
+def test_parse_slurm_tasks_rejects(text, match):
+    with pytest.raises(UserError, match=rf"Invalid value for `--slurm_tasks`: .*{match}.*Received: slurm_tasks="):
+        slurm.parse_slurm_tasks(text)
+
+
+def test_config_field_and_its_validation():
+    built = config.build_config(overrides={"cluster": "slurm", "slurm_tasks": "chief=1,worker=2,ps=1",
+                                           "strategy": "parameter_server"})
+    assert built.runtime.slurm_tasks == "chief=1,worker=2,ps=1" and built.runtime.task == ""
+    assert config.build_config(overrides={"cluster": "slurm"}).runtime.slurm_tasks == ""
+    for overrides, match in [
+        ({"cluster": "slurm", "task": "worker:0"}, r"Unexpected `--task` with --cluster=slurm"),
+        ({"slurm_tasks": "worker=2"}, r"Unexpected `--slurm_tasks` without --cluster=slurm"),
+        ({"cluster": "c.yaml", "task": "worker:0", "slurm_tasks": "worker=2"}, r"without --cluster=slurm"),
+        ({"cluster": "slurm", "slurm_tasks": "workers=2"}, r"unknown task type 'workers'"),
+        ({"cluster": "c.yaml"}, r"Missing `--task`"),  # a file still needs --task
+    ]:
+        with pytest.raises(UserError, match=match):
+            config.build_config(overrides=overrides)
+
+
+def test_resolve_task_flag_combinations(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("worker: [127.0.0.1:1]\n")
+    with pytest.raises(UserError, match=r"Unexpected `--task` with --cluster=slurm\. Received: task='worker:0'"):
+        cluster.resolve_task("slurm", "worker:0", environ={})
+    with pytest.raises(UserError, match=r"Unexpected `--slurm_tasks` without --cluster=slurm"):
+        cluster.resolve_task(str(path), "worker:0", environ={}, slurm_tasks="worker=1")
+    assert cluster.resolve_task(str(path), "worker:0", environ={}, slurm_tasks="")[1:] == ("worker", 0)
+
+
+# --------------------------------------------------------------------------- the CLI inside a faked step
+
+
+def test_tfconfig_prints_every_tasks_tf_config(bin_dir):
+    step, slurm_tasks = Step("node[1-2]", ("node1", "node2"), "2,1", (2, 1)), "worker=2,ps=1"
+    procs = []
+    for rank in range(step.num_tasks):
+        env = {**os.environ, **step.environ(rank, bin_dir), "TF_CPP_MIN_LOG_LEVEL": "3"}
+        args = ["--cluster", "slurm", "--slurm_tasks", slurm_tasks] + (["--export"] if rank == 0 else [])
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "tfdist.tfconfig", *args], cwd=REPO, env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        ))
+    printed = []
+    for rank, proc in enumerate(procs):
+        out, err = proc.communicate(timeout=180)
+        assert proc.returncode == 0, err[-2000:]
+        if rank == 0:
+            assert out.startswith("export TF_CONFIG='") and out.endswith("'\n")
+            out = out[len("export TF_CONFIG='"):-2]
+        printed.append(json.loads(out))
+    expected_cluster = {"worker": ["node1:8889", "node2:8888"], "ps": ["node1:8888"]}
+    assert [p["cluster"] for p in printed] == [expected_cluster] * 3
+    assert [p["task"] for p in printed] == [
+        {"type": "ps", "index": 0}, {"type": "worker", "index": 0}, {"type": "worker", "index": 1}
+    ]
+    for rank, p in enumerate(printed):  # the same as the library's answer for that rank
+        spec, task_type, index = slurm.resolve(slurm_tasks, step.environ(rank, bin_dir))
+        assert p == cluster.tf_config(spec, task_type, index)
+
+
+# --------------------------------------------------------------------------- the sbatch script
+
+FAKE_SRUN = r'''
+import json, os, pathlib, sys
+args = sys.argv[1:]
+with open(os.environ["SRUN_LOG"], "a") as log:
+    log.write(json.dumps(args) + "\n")
+if "tfdist.train" in args:
+    model_dir = pathlib.Path(args[args.index("--model_dir") + 1])
+    if os.environ.get("FAKE_SUMMARY"):
+        model_dir.mkdir(parents=True, exist_ok=True)
+        (model_dir / "summary.json").write_text("{}")
+    sys.exit(int(os.environ.get("FAKE_TRAIN_STATUS", "0")))
+'''
+
+
+def run_sbatch(tmp_path: Path, *args: str, **env: str) -> tuple[int, list[list[str]]]:
+    """Run train.sbatch as sbatch would on the batch node, with a stand-in srun; (status, srun argvs)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    srun = bin_dir / "srun"
+    srun.write_text(f"#!{sys.executable}\n{FAKE_SRUN}")
+    srun.chmod(0o755)
+    log = tmp_path / "srun.log"
+    log.unlink(missing_ok=True)
+    full_env = {
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "SRUN_LOG": str(log),
+        "SLURM_JOB_ID": "77", "SLURM_NTASKS": "2", **env,
+    }
+    proc = subprocess.run(["bash", str(SBATCH), *args], cwd=tmp_path, env=full_env, capture_output=True,
+                          text=True, timeout=60)
+    calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    return proc.returncode, calls
+
+
+def test_sbatch_script_runs_tfconfig_then_train(tmp_path):
+    status, calls = run_sbatch(tmp_path, "--config", "quick", "--epochs", "2")
+    assert status == 0
+    assert calls == [
+        ["--label", "--kill-on-bad-exit=1", "python", "-m", "tfdist.tfconfig", "--cluster", "slurm",
+         "--slurm_tasks", "worker=2", "--strategy", "multi_worker_mirrored"],
+        ["--kill-on-bad-exit=1", "python", "-m", "tfdist.train", "--cluster", "slurm", "--slurm_tasks", "worker=2",
+         "--strategy", "multi_worker_mirrored", "--model_dir", "runs/slurm-77", "--config", "quick", "--epochs", "2"],
+    ]
+    text = SBATCH.read_text()
+    assert "#SBATCH --nodes=2" in text and "#SBATCH --ntasks=2" in text
+
+
+def test_sbatch_script_parameter_server_status_is_the_chiefs(tmp_path):
+    ps = {"TFDIST_STRATEGY": "parameter_server", "TFDIST_TASKS": "chief=1,worker=2,ps=1", "SLURM_NTASKS": "4",
+          "TFDIST_MODEL_DIR": str(tmp_path / "run"), "FAKE_TRAIN_STATUS": "143"}
+    status, calls = run_sbatch(tmp_path, **ps)  # the chief never finished: srun's failure stands
+    assert status == 143
+    assert calls[1][:2] == ["--kill-on-bad-exit=1", "--wait=60"]
+    assert calls[1][calls[1].index("--slurm_tasks") + 1] == "chief=1,worker=2,ps=1"
+    status, _ = run_sbatch(tmp_path, **ps, FAKE_SUMMARY="1")  # the chief wrote its summary: success
+    assert status == 0
+    status, _ = run_sbatch(tmp_path, **{**ps, "TFDIST_STRATEGY": "multi_worker_mirrored"}, FAKE_SUMMARY="1")
+    assert status == 143  # other strategies: every task ends by itself, so srun's status is the job's
+
+
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        ((), r"Missing Slurm variable SLURM_PROCID for --cluster=slurm"),
+        (("--task", "worker:0"), r"Unexpected `--task` with --cluster=slurm"),
+        (("--slurm_tasks", "worker=two"), r"`--slurm_tasks`: the count of 'worker' is 'two'"),
+        (("--commands",), r"--commands with --cluster=slurm"),
+        (("--emit", "kubernetes", "--image", "img"), r"--emit with --cluster=slurm"),
+    ],
+    ids=["outside_slurm", "task", "bad_slurm_tasks", "commands", "emit"],
+)
+def test_tfconfig_slurm_errors_are_one_line_before_tensorflow(args, match):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
+    proc = subprocess.run([sys.executable, "-m", "tfdist.tfconfig", "--cluster", "slurm", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert_user_error(proc.returncode, proc.stdout, proc.stderr, match)  # one line: TensorFlow never started

@@ -1,0 +1,356 @@
+"""Kubernetes manifests for a cluster spec: a headless Service and a Job per task, or a Kubeflow TFJob.
+
+``python -m tfdist.tfconfig --cluster FILE --emit kubernetes --image IMAGE`` prints
+what these functions build; they are pure (plain dicts in, plain dicts out,
+no Kubernetes client) so that tests can read the manifests back with the
+client's models and compare every task's TF_CONFIG with the spec.
+
+**Jobs** (``--emit kubernetes``). The spec file gives the task types, their
+counts and their ports; on Kubernetes each task's host becomes a stable DNS
+name, ``<name>-<type>-<i>.<name>``: the pod of each task has that
+``hostname`` and ``subdomain`` ``<name>``, the name of a headless Service
+that selects every pod of the run, and so the cluster DNS resolves it (in the
+same namespace) for as long as the pod exists, whichever node it lands on.
+TensorFlow reads the addresses once at start, so they must not change when a
+pod is replaced. Each task gets its own Job rather than a bare Pod: a Job
+replaces a pod whose node fails or which is evicted (a bare pod is gone for
+good), keeps a record of success or failure, and its pod keeps the same DNS
+name. The Service publishes pods before they are ready, since the tasks must
+find each other while they start. Restarts: ``restartPolicy: Never`` with a
+``backoffLimit``, and a ``podFailurePolicy`` that fails the Job at once on
+tfdist's own verdicts (exit 2, a user error; exit 3, a diverged loss: a new
+pod would fail the same way) and does not count evictions and preemptions
+against the limit. Under ``parameter_server`` the ps and worker tasks serve
+until they are stopped: when the chief's Job has completed, delete the run
+with ``kubectl delete -f`` (or by the label ``app.kubernetes.io/instance``).
+
+**TFJob** (``--emit tfjob``, ``kubeflow.org/v1``, the Kubeflow training
+operator). The operator creates the pods, their Services and their TF_CONFIG
+itself (hosts ``<name>-<type>-<i>.<namespace>.svc``), so the manifest only
+says how many replicas of each type, the container (command, arguments,
+resources, the port named ``tfjob-port`` that the operator puts in
+TF_CONFIG) and the restart policy ``ExitCode`` (restart on a signal, not on
+exit 2 or 3). ``cleanPodPolicy: Running`` stops the ps and worker pods when
+the chief has finished.
+
+Both run the same container, ``python -m tfdist.train --strategy S`` plus the
+extra arguments, with ``--cpu``/``--memory`` requested (memory also the
+limit) and ``--gpus`` GPUs (``nvidia.com/gpu``) for every task but ps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from typing import Any, Sequence
+
+import yaml
+
+from tfdist import cluster
+from tfdist.errors import USAGE_EXIT_CODE, UserError
+
+#: ``--emit`` values.
+EMITS = ("kubernetes", "tfjob")
+
+#: The container name (the training operator requires "tensorflow" for a TFJob).
+CONTAINER = "tensorflow"
+
+#: The port name the training operator reads for TF_CONFIG.
+TFJOB_PORT_NAME = "tfjob-port"
+
+#: Exit statuses after which a new pod would fail the same way: a user error, a diverged loss.
+PERMANENT_EXIT_CODES = (USAGE_EXIT_CODE, 3)
+
+#: Pods a task's Job may start before it fails (evictions and preemptions not counted).
+BACKOFF_LIMIT = 3
+
+#: Default resources of every task.
+DEFAULT_CPU = "2"
+DEFAULT_MEMORY = "4Gi"
+DEFAULT_GPUS = 0
+
+#: The resource name of NVIDIA GPUs (the device plugin's).
+GPU_RESOURCE = "nvidia.com/gpu"
+
+#: TF_CONFIG task type -> TFJob replica type.
+TFJOB_REPLICA_TYPES = {"chief": "Chief", "worker": "Worker", "ps": "PS", "evaluator": "Evaluator"}
+
+_DNS_LABEL_MAX = 63
+_DNS_1035_RE = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+_DNS_1123_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+# A Kubernetes quantity as users write one: 2, 0.5, 500m, 4Gi, 1e3.
+_QUANTITY_RE = re.compile(r"([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][0-9]+|m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?")
+
+
+def _label_error(flag: str, value: str, problem: str, expected: str) -> UserError:
+    """The one-line error of a bad ``--flag`` value."""
+    return UserError(f"Invalid value for `--{flag}`: {problem}. Received: {flag}={value!r}. Expected {expected}.")
+
+
+def check_name(name: str, spec: cluster.ClusterSpec) -> None:
+    """Check ``--name``: the Service, the TFJob and the prefix of every task's host name.
+
+    It must be a DNS-1035 label (a Service name: lowercase letters, digits and
+    '-', starting with a letter), short enough that the longest task host
+    name, ``<name>-<type>-<i>``, is still a 63-character DNS label (a pod's
+    ``hostname``).
+
+    Raises:
+        UserError: ``name`` is not such a label, or too long for ``spec``.
+    """
+    expected = "a DNS-1035 label: lowercase letters, digits and '-', starting with a letter, e.g. tfdist-unet"
+    if not _DNS_1035_RE.fullmatch(name or ""):
+        raise _label_error("name", name, "not a DNS-1035 label", expected)
+    longest = max((task_hostname(name, t, i) for t, i in spec.task_list()), key=len)
+    if len(longest) > _DNS_LABEL_MAX:
+        raise _label_error(
+            "name", name, f"the task host name {longest!r} is {len(longest)} characters",
+            f"a name short enough for host names of at most {_DNS_LABEL_MAX} characters",
+        )
+
+
+def check_namespace(namespace: str) -> None:
+    """Check ``--namespace`` (empty: none, kubectl's current one): a DNS-1123 label.
+
+    Raises:
+        UserError: ``namespace`` is not empty and not such a label.
+    """
+    if namespace and not (_DNS_1123_RE.fullmatch(namespace) and len(namespace) <= _DNS_LABEL_MAX):
+        raise _label_error(
+            "namespace", namespace, "not a DNS-1123 label",
+            f"lowercase letters, digits and '-', at most {_DNS_LABEL_MAX} characters, e.g. ml-team",
+        )
+
+
+def check_resources(cpu: str, memory: str, gpus: int) -> None:
+    """Check ``--cpu``, ``--memory`` (Kubernetes quantities, e.g. 500m, 4Gi) and ``--gpus``.
+
+    Raises:
+        UserError: a quantity is malformed, or ``gpus`` is negative.
+    """
+    for flag, value, example in (("cpu", cpu, "2 or 500m"), ("memory", memory, "4Gi or 512Mi")):
+        if not _QUANTITY_RE.fullmatch(value or ""):
+            raise _label_error(flag, value, "not a Kubernetes quantity", f"a quantity such as {example}")
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0:
+        raise _label_error("gpus", str(gpus), "not a count", "an integer >= 0")
+
+
+def task_hostname(name: str, task_type: str, index: int) -> str:
+    """The host name (pod ``hostname``, Job name) of one task: ``<name>-<type>-<i>``."""
+    return f"{name}-{task_type}-{index}"
+
+
+def dns_spec(spec: cluster.ClusterSpec, name: str) -> cluster.ClusterSpec:
+    """``spec`` with every host replaced by its stable DNS name ``<name>-<type>-<i>.<name>``; ports kept.
+
+    This is the cluster every task's TF_CONFIG names on Kubernetes.
+    """
+    renamed = {
+        task_type: [
+            f"{task_hostname(name, task_type, i)}.{name}:{cluster.split_address(address)[1]}"
+            for i, address in enumerate(addresses)
+        ]
+        for task_type, addresses in spec.tasks.items()
+    }
+    return cluster.parse_cluster_spec(renamed, source=spec.source)
+
+
+def _metadata(name: str, namespace: str, labels: dict[str, str]) -> dict[str, Any]:
+    """An object's metadata; no namespace key when none is given, so that kubectl's applies."""
+    return {"name": name, **({"namespace": namespace} if namespace else {}), "labels": labels}
+
+
+def _run_labels(name: str) -> dict[str, str]:
+    """The labels of every object of a run; the Service selects its pods by them."""
+    return {"app.kubernetes.io/name": "tfdist", "app.kubernetes.io/instance": name}
+
+
+def _task_labels(name: str, task_type: str, index: int) -> dict[str, str]:
+    """The run's labels plus the task's type and index, to select one task's Job or pod."""
+    return {**_run_labels(name), "tfdist/task-type": task_type, "tfdist/task-index": str(index)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Deployment:
+    """How every task of a run is deployed: the image, the train command and the resources.
+
+    Attributes:
+        image: the container image, with tfdist installed.
+        strategy: ``--strategy`` of every task; empty: ``default_strategy``.
+        train_args: more ``tfdist.train`` arguments for every task.
+        name: the Service (or TFJob) name and the prefix of every task's name.
+        namespace: the namespace of every object; empty: none written (kubectl's).
+        cpu, memory: what each task requests (memory is also its limit).
+        gpus: GPUs of each task but ps.
+    """
+
+    image: str
+    strategy: str = ""
+    train_args: tuple[str, ...] = ()
+    name: str = "tfdist"
+    namespace: str = ""
+    cpu: str = DEFAULT_CPU
+    memory: str = DEFAULT_MEMORY
+    gpus: int = DEFAULT_GPUS
+
+    def strategy_for(self, spec: cluster.ClusterSpec) -> str:
+        """``strategy``, or the default for ``spec`` when it is empty."""
+        return self.strategy or default_strategy(spec)
+
+    def check(self, spec: cluster.ClusterSpec) -> None:
+        """Check every field against ``spec`` before anything is built.
+
+        Raises:
+            UserError: a bad ``image``, ``name``, ``namespace`` or resource, or
+                a strategy that does not fit ``spec``.
+        """
+        if not self.image or any(c.isspace() for c in self.image):
+            raise UserError(
+                f"Invalid value for `--image`. Received: image={self.image!r}. "
+                f"Expected a container image with tfdist installed, e.g. registry.example.com/tfdist:0.1.0."
+            )
+        check_name(self.name, spec)
+        check_namespace(self.namespace)
+        check_resources(self.cpu, self.memory, self.gpus)
+        cluster.check_strategy(spec, self.strategy_for(spec))
+
+    def container(
+        self, spec: cluster.ClusterSpec, task_type: str, port: int, port_name: str, env: Sequence[dict[str, str]] = ()
+    ) -> dict[str, Any]:
+        """The one container of a task of ``task_type``: the train command, its port and its resources."""
+        limits = {"memory": self.memory}
+        if self.gpus and task_type != "ps":  # ps tasks only hold variables
+            limits[GPU_RESOURCE] = str(self.gpus)
+        container = {
+            "name": CONTAINER,
+            "image": self.image,
+            "command": ["python", "-m", "tfdist.train"],
+            "args": ["--strategy", self.strategy_for(spec), *self.train_args],
+            "ports": [{"name": port_name, "containerPort": port, "protocol": "TCP"}],
+            "resources": {"requests": {"cpu": self.cpu, "memory": self.memory}, "limits": limits},
+        }
+        if env:
+            container["env"] = list(env)
+        return container
+
+
+def default_strategy(spec: cluster.ClusterSpec) -> str:
+    """The strategy of a cluster when ``--strategy`` is not given: parameter_server with ps tasks, else
+    multi_worker_mirrored (the only two that run on more than one task)."""
+    return "parameter_server" if spec.count("ps") else "multi_worker_mirrored"
+
+
+def manifests(spec: cluster.ClusterSpec, deployment: Deployment) -> list[dict[str, Any]]:
+    """A headless Service and one Job per task, each with the TF_CONFIG of ``dns_spec(spec, name)``.
+
+    Args:
+        spec: the cluster: its task types, counts and ports (its hosts are
+            replaced by DNS names).
+        deployment: the image, train command and resources of every task.
+
+    Returns:
+        The Service, then the Jobs in ``spec.task_list()`` order.
+
+    Raises:
+        UserError: ``deployment.check`` fails.
+    """
+    deployment.check(spec)
+    name, namespace = deployment.name, deployment.namespace
+    renamed = dns_spec(spec, name)
+    ports = sorted({cluster.split_address(a)[1] for a in renamed.addresses()})
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(name, namespace, _run_labels(name)),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": _run_labels(name),
+            "ports": [{"name": f"grpc-{p}", "port": p, "targetPort": p, "protocol": "TCP"} for p in ports],
+        },
+    }
+    jobs = []
+    for task_type, index in renamed.task_list():
+        hostname = task_hostname(name, task_type, index)
+        labels = _task_labels(name, task_type, index)
+        tf_config = json.dumps(cluster.tf_config(renamed, task_type, index), separators=(",", ":"))
+        container = deployment.container(
+            spec, task_type, cluster.split_address(renamed.address(task_type, index))[1], "grpc",
+            env=[{"name": "TF_CONFIG", "value": tf_config}],
+        )
+        jobs.append({
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": _metadata(hostname, namespace, labels),
+            "spec": {
+                "backoffLimit": BACKOFF_LIMIT,
+                "podFailurePolicy": {
+                    "rules": [
+                        {
+                            "action": "FailJob",
+                            "onExitCodes": {
+                                "containerName": CONTAINER, "operator": "In", "values": list(PERMANENT_EXIT_CODES),
+                            },
+                        },
+                        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+                    ]
+                },
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "hostname": hostname,
+                        "subdomain": name,
+                        "restartPolicy": "Never",
+                        "containers": [container],
+                    },
+                },
+            },
+        })
+    return [service, *jobs]
+
+
+def tfjob(spec: cluster.ClusterSpec, deployment: Deployment) -> dict[str, Any]:
+    """A Kubeflow ``TFJob`` (``kubeflow.org/v1``) with ``spec``'s task types and counts.
+
+    Each replica type's port is the port of its first task in ``spec``; the
+    hosts of ``spec`` are not used (the operator names the pods and writes
+    TF_CONFIG).
+
+    Raises:
+        UserError: ``deployment.check`` fails.
+    """
+    deployment.check(spec)
+    replica_specs = {}
+    for task_type, addresses in spec.tasks.items():
+        container = deployment.container(spec, task_type, cluster.split_address(addresses[0])[1], TFJOB_PORT_NAME)
+        replica_specs[TFJOB_REPLICA_TYPES[task_type]] = {
+            "replicas": len(addresses),
+            "restartPolicy": "ExitCode",
+            "template": {
+                "metadata": {"labels": _run_labels(deployment.name)},
+                "spec": {"containers": [container]},
+            },
+        }
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "TFJob",
+        "metadata": _metadata(deployment.name, deployment.namespace, _run_labels(deployment.name)),
+        "spec": {
+            "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": BACKOFF_LIMIT},
+            "tfReplicaSpecs": replica_specs,
+        },
+    }
+
+
+class _PlainDumper(yaml.SafeDumper):
+    """A safe YAML dumper that writes a value used twice (e.g. labels) twice, not as an anchor and alias."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        """Never alias: manifests stay readable and each document stands alone."""
+        return True
+
+
+def to_yaml(documents: Sequence[dict[str, Any]]) -> str:
+    """The manifests as one multi-document YAML stream, in order, for ``kubectl apply -f``."""
+    return yaml.dump_all(list(documents), Dumper=_PlainDumper, sort_keys=False, explicit_start=True)

@@ -1,0 +1,396 @@
+"""The cluster of a Slurm job step: ``--cluster slurm``, through TensorFlow's ``SlurmClusterResolver``.
+
+Under Slurm there is no cluster spec file to hand around: the allocation
+already says which nodes a job step has and how many tasks run on each, and
+``srun`` starts every task with its rank. ``--cluster slurm`` builds the
+cluster from that, with ``tf.distribute.cluster_resolver.SlurmClusterResolver``
+(one ``host:port`` per task, ports from ``PORT_BASE`` upwards on each node),
+and ``--slurm_tasks`` says which TF task types the step's tasks are
+(``worker=2,ps=1``; default: every task a worker)::
+
+    srun python -m tfdist.train --cluster slurm --slurm_tasks chief=1,worker=2,ps=1 \\
+        --strategy parameter_server
+
+What tfdist adds to the resolver, and why:
+
+- Every ``SLURM_*`` value is read and checked here first, so that a run
+  outside ``srun`` or a ``--slurm_tasks`` that does not add up to the step's
+  tasks is one ``UserError`` line before TensorFlow is imported (the resolver
+  raises ``RuntimeError``/``KeyError`` with a traceback). The step's variables
+  (``SLURM_STEP_*``, set by ``srun``) are used when present, else the job's
+  (``SLURM_JOB_NODELIST``, ``SLURM_TASKS_PER_NODE``, ``SLURM_NTASKS``: the
+  batch script itself, e.g. ``tfdist.tfconfig`` run before ``srun``).
+- The node list is expanded by ``scontrol show hostnames`` (Slurm's own
+  expansion, which knows forms such as ``gpu[01-02]-ib`` that the resolver's
+  parser refuses), falling back to the resolver's ``expand_hostlist`` where
+  there is no ``scontrol``.
+- The resolver lists the nodes sorted by name and gives rank r the r-th
+  address: with ``node[9-10]`` (Slurm's order node9, node10; by name node10,
+  node9) or a cyclic task distribution, a task would be given another node's
+  address. tfdist places each task by where it runs instead: the node
+  (``SLURMD_NODENAME``) and its index on that node (``SLURM_LOCALID``) give
+  its position in the resolver's list, so every task's address is its own
+  node and a port no other task on that node uses. ``SLURM_PROCID`` is used
+  only where those two are not set.
+- GPUs are left to Slurm (``--gpus-per-task`` sets each task's
+  ``CUDA_VISIBLE_DEVICES``). The resolver's own split assumes it sees all of a
+  node's GPUs, calls ``nvidia-smi`` when it does not know their number, and
+  fails on a node with fewer GPUs than tasks (a zero step); it is told one
+  GPU per task and not to set ``CUDA_VISIBLE_DEVICES``, which leaves its
+  addresses unchanged.
+
+Task types are given ranks (positions) in alphabetical order, as the resolver
+does: chief, evaluator, ps, worker. Only ``resolve`` imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shutil
+import subprocess
+from typing import Mapping
+
+from tfdist import cluster
+from tfdist.errors import UserError
+
+#: The ``--cluster`` value that takes the cluster from the Slurm allocation.
+SLURM = cluster.SLURM
+
+#: The port of the first task on each node; the node's next tasks take the next ports.
+PORT_BASE = 8888
+
+#: Where each fact is read: the job step's variables (set by srun), else the job's.
+STEP_VARIABLES = {
+    "nodelist": "SLURM_STEP_NODELIST",
+    "tasks_per_node": "SLURM_STEP_TASKS_PER_NODE",
+    "num_tasks": "SLURM_STEP_NUM_TASKS",
+    "num_nodes": "SLURM_STEP_NUM_NODES",
+}
+JOB_VARIABLES = {
+    "nodelist": "SLURM_JOB_NODELIST",
+    "tasks_per_node": "SLURM_TASKS_PER_NODE",
+    "num_tasks": "SLURM_NTASKS",
+    "num_nodes": "SLURM_JOB_NUM_NODES",
+}
+
+_EXPECTED_TASKS = "type=count pairs separated by commas, e.g. worker=2,ps=1 (types: chief, worker, ps, evaluator)"
+_TASKS_PER_NODE_RE = re.compile(r"([0-9]+)(?:\(x([0-9]+)\))?")
+_SCONTROL_TIMEOUT_S = 60
+
+
+def parse_slurm_tasks(text: str) -> dict[str, int]:
+    """Parse ``--slurm_tasks``: ``"worker=2,ps=1"`` -> ``{"worker": 2, "ps": 1}``; ``""`` -> ``{}``.
+
+    Checked here (and by ``tfdist.config.validate``) rather than when the
+    resolver runs, so that a typo is one line at start-up on every task.
+
+    Raises:
+        UserError: an item is not ``type=count``, a type is unknown or given
+            twice, a count is not a positive integer, there is more than one
+            chief or evaluator, or there is no worker.
+    """
+    if not text:
+        return {}
+    tasks: dict[str, int] = {}
+    for item in text.split(","):
+        task_type, sep, count = item.strip().partition("=")
+        task_type, count = task_type.strip(), count.strip()
+        problem = None
+        if not sep:
+            problem = f"{item.strip()!r} is not type=count"
+        elif task_type not in cluster.TASK_TYPES:
+            problem = f"unknown task type {task_type!r}"
+        elif task_type in tasks:
+            problem = f"{task_type!r} is given twice"
+        elif not count.isdigit() or int(count) < 1:
+            problem = f"the count of {task_type!r} is {count!r}, not an integer >= 1"
+        elif task_type in cluster.SINGLE_TASK_TYPES and int(count) > 1:
+            problem = f"there can be only one {task_type}"
+        if problem:
+            raise UserError(
+                f"Invalid value for `--slurm_tasks`: {problem}. Received: slurm_tasks={text!r}. Expected {_EXPECTED_TASKS}."
+            )
+        tasks[task_type] = int(count)
+    if "worker" not in tasks:
+        raise UserError(
+            f"Invalid value for `--slurm_tasks`: no worker. Received: slurm_tasks={text!r}. "
+            f"Expected at least one worker, e.g. worker=2,ps=1."
+        )
+    return tasks
+
+
+def check_flags(cluster_value: str | None, task: str | None, slurm_tasks: str | None) -> None:
+    """Check that ``--task`` and ``--slurm_tasks`` fit ``--cluster``; one place for both CLIs and the config.
+
+    With ``--cluster slurm`` each task finds its own place in the allocation,
+    so ``--task`` would contradict it; ``--slurm_tasks`` means nothing without
+    ``--cluster slurm``.
+
+    Raises:
+        UserError: ``--task`` with ``--cluster slurm``, ``--slurm_tasks``
+            without it, or a malformed ``--slurm_tasks``.
+    """
+    if cluster_value == SLURM:
+        if task:
+            raise UserError(
+                f"Unexpected `--task` with --cluster={SLURM}. Received: task={task!r}. "
+                f"Expected no --task: each Slurm task takes its own from the allocation (its node and SLURM_LOCALID)."
+            )
+        parse_slurm_tasks(slurm_tasks or "")
+    elif slurm_tasks:
+        raise UserError(
+            f"Unexpected `--slurm_tasks` without --cluster={SLURM}. Received: slurm_tasks={slurm_tasks!r}, "
+            f"cluster={cluster_value!r}. Expected --cluster={SLURM} with it, or no --slurm_tasks."
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Allocation:
+    """What the Slurm environment says about this job step and this task.
+
+    Attributes:
+        rank: ``SLURM_PROCID``.
+        num_tasks: the step's tasks.
+        hosts: the nodes, in Slurm's order.
+        tasks_per_node: tasks on each of ``hosts``, in the same order.
+        node: the node this task runs on (``SLURMD_NODENAME``), or None.
+        local_id: this task's index on its node (``SLURM_LOCALID``), or None.
+        variables: the names the facts were read from (``STEP_VARIABLES`` or
+            ``JOB_VARIABLES``), for error messages.
+    """
+
+    rank: int
+    num_tasks: int
+    hosts: tuple[str, ...]
+    tasks_per_node: tuple[int, ...]
+    node: str | None
+    local_id: int | None
+    variables: Mapping[str, str]
+
+    def tasks_by_host(self) -> dict[str, int]:
+        """Host -> number of tasks on it, as the resolver's ``tasks_per_node`` takes it."""
+        return dict(zip(self.hosts, self.tasks_per_node))
+
+    def position(self) -> int:
+        """This task's index in the resolver's address list (hosts sorted by name, then local index).
+
+        Falls back to ``rank`` when the node or the local index is unknown.
+        """
+        if self.node is None or self.local_id is None:
+            return self.rank
+        return sum(n for host, n in sorted(self.tasks_by_host().items()) if host < self.node) + self.local_id
+
+
+def _variable(environ: Mapping[str, str], name: str) -> str:
+    """A Slurm variable that must be set; its absence means this is not a Slurm job step."""
+    value = environ.get(name, "").strip()
+    if not value:
+        raise UserError(
+            f"Missing Slurm variable {name} for --cluster={SLURM}. Received: {name}={environ.get(name)!r}. "
+            f"Expected to run inside a Slurm job step (srun ..., e.g. from configs/slurm/train.sbatch)."
+        )
+    return value
+
+
+def _integer(environ: Mapping[str, str], name: str, low: int) -> int:
+    """A Slurm variable that must be an integer >= ``low``."""
+    value = _variable(environ, name)
+    if not value.isdigit() or int(value) < low:
+        raise UserError(
+            f"Invalid Slurm variable {name} for --cluster={SLURM}. Received: {name}={value!r}. Expected an integer >= {low}."
+        )
+    return int(value)
+
+
+def expand_tasks_per_node(text: str, name: str) -> list[int]:
+    """Expand Slurm's tasks-per-node form, ``"2(x3),1"`` -> ``[2, 2, 2, 1]``.
+
+    Args:
+        text: the value of ``name``.
+        name: the variable it came from, named in the error.
+
+    Raises:
+        UserError: ``text`` is not in that form.
+    """
+    counts: list[int] = []
+    for part in text.split(","):
+        match = _TASKS_PER_NODE_RE.fullmatch(part.strip())
+        if match is None:
+            raise UserError(
+                f"Invalid Slurm variable {name} for --cluster={SLURM}. Received: {name}={text!r}. "
+                f"Expected counts per node such as 2(x3),1."
+            )
+        counts += [int(match.group(1))] * int(match.group(2) or 1)
+    return counts
+
+
+def expand_nodelist(nodelist: str, environ: Mapping[str, str], name: str = "nodelist") -> list[str]:
+    """The host names of a Slurm node list (``node[1-2],gpu7`` -> node1, node2, gpu7), in order.
+
+    Uses ``scontrol show hostnames`` from ``environ``'s ``PATH``, Slurm's own
+    expansion; where there is no ``scontrol``, the resolver's
+    ``expand_hostlist`` (which imports TensorFlow).
+
+    Args:
+        nodelist: the compressed list.
+        environ: the environment ``scontrol`` runs with.
+        name: the variable ``nodelist`` came from, named in errors.
+
+    Raises:
+        UserError: the list cannot be expanded, or is empty.
+    """
+    received = f"Received: {name}={nodelist!r}"
+    scontrol = shutil.which("scontrol", path=environ.get("PATH", os.defpath))
+    if scontrol:
+        try:
+            proc = subprocess.run(
+                [scontrol, "show", "hostnames", nodelist], capture_output=True, text=True,
+                timeout=_SCONTROL_TIMEOUT_S, env=dict(environ),
+            )
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise UserError(f"Cannot run {scontrol} show hostnames: {e}. {received}. Expected a working scontrol.") from None
+        if proc.returncode != 0:
+            why = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+            raise UserError(f"scontrol show hostnames failed: {why}. {received}. Expected a Slurm node list.")
+        hosts = proc.stdout.split()
+    else:
+        from tensorflow.python.distribute.cluster_resolver.slurm_cluster_resolver import expand_hostlist
+
+        try:
+            hosts = expand_hostlist(nodelist)
+        except ValueError as e:
+            raise UserError(f"Invalid Slurm node list: {e}. {received}. Expected a node list such as node[1-2],gpu7.") from None
+    if not hosts:
+        raise UserError(f"Empty Slurm node list. {received}. Expected at least one node.")
+    return hosts
+
+
+def read_allocation(environ: Mapping[str, str] | None = None) -> Allocation:
+    """Read and check the job step (or, outside ``srun``, the job) from ``SLURM_*`` variables.
+
+    Args:
+        environ: the environment; ``os.environ`` when None.
+
+    Raises:
+        UserError: a variable is missing or malformed, the node list, tasks per
+            node, task count and node count disagree, the rank is out of
+            range, or this task's node or local index is not in the list.
+    """
+    environ = os.environ if environ is None else environ
+    names = STEP_VARIABLES if environ.get(STEP_VARIABLES["nodelist"], "").strip() else JOB_VARIABLES
+    rank = _integer(environ, "SLURM_PROCID", 0)
+    num_tasks = _integer(environ, names["num_tasks"], 1)
+    nodelist = _variable(environ, names["nodelist"])
+    per_node_text = _variable(environ, names["tasks_per_node"])
+    per_node = expand_tasks_per_node(per_node_text, names["tasks_per_node"])
+    hosts = expand_nodelist(nodelist, environ, names["nodelist"])
+    received = f"{names['nodelist']}={nodelist!r} ({len(hosts)} nodes), {names['tasks_per_node']}={per_node_text!r}"
+    if len(set(hosts)) != len(hosts):
+        raise UserError(f"Invalid Slurm allocation: a node is listed twice. Received: {received}. Expected each node once.")
+    if len(per_node) != len(hosts) or sum(per_node) != num_tasks or 0 in per_node:
+        raise UserError(
+            f"Inconsistent Slurm allocation. Received: {received}, {names['num_tasks']}={num_tasks}. "
+            f"Expected one task count >= 1 per node, adding up to {names['num_tasks']}."
+        )
+    num_nodes = environ.get(names["num_nodes"], "").strip()
+    if num_nodes and num_nodes != str(len(hosts)):
+        raise UserError(
+            f"Inconsistent Slurm allocation. Received: {received}, {names['num_nodes']}={num_nodes!r}. "
+            f"Expected {names['num_nodes']} to be the number of nodes in {names['nodelist']}."
+        )
+    if rank >= num_tasks:
+        raise UserError(
+            f"Invalid Slurm variable SLURM_PROCID for --cluster={SLURM}. Received: SLURM_PROCID={rank}, "
+            f"{names['num_tasks']}={num_tasks}. Expected a rank in 0..{num_tasks - 1}."
+        )
+    node = environ.get("SLURMD_NODENAME", "").strip() or None
+    local_id = _integer(environ, "SLURM_LOCALID", 0) if environ.get("SLURM_LOCALID", "").strip() else None
+    if node is not None and local_id is not None:
+        on_node = dict(zip(hosts, per_node)).get(node)
+        if on_node is None or local_id >= on_node:
+            raise UserError(
+                f"Invalid Slurm task: it runs on SLURMD_NODENAME={node!r} with SLURM_LOCALID={local_id}. "
+                f"Received: {received}. Expected a node of the list with more than SLURM_LOCALID tasks."
+            )
+    return Allocation(
+        rank=rank, num_tasks=num_tasks, hosts=tuple(hosts), tasks_per_node=tuple(per_node),
+        node=node, local_id=local_id, variables=names,
+    )
+
+
+def _make_resolver(allocation: Allocation, jobs: Mapping[str, int], port_base: int):
+    """A ``SlurmClusterResolver`` for ``allocation`` that places this task at ``allocation.position()``."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow starts, unless the user chose
+    import tensorflow as tf
+
+    class _PlacedSlurmClusterResolver(tf.distribute.cluster_resolver.SlurmClusterResolver):
+        """The resolver with this task's rank replaced by its position (see the module docstring)."""
+
+        def __init__(self, position: int, **kwargs):
+            """``position`` is set first: the base constructor reads the rank at once."""
+            self._tfdist_position = position
+            super().__init__(**kwargs)
+
+        def _resolve_own_rank(self) -> int:
+            """This task's index in the address list: its position, not SLURM_PROCID."""
+            return self._tfdist_position
+
+    most_per_node = max(allocation.tasks_per_node)
+    return _PlacedSlurmClusterResolver(
+        allocation.position(),
+        jobs=dict(jobs),
+        port_base=port_base,
+        tasks_per_node=allocation.tasks_by_host(),
+        gpus_per_node=most_per_node,  # one pretend GPU per task: GPUs are Slurm's to bind
+        gpus_per_task=1,
+        auto_set_gpu=False,
+    )
+
+
+def resolve(
+    slurm_tasks: str = "", environ: Mapping[str, str] | None = None, *, port_base: int = PORT_BASE
+) -> tuple[cluster.ClusterSpec, str, int]:
+    """The cluster of this Slurm job step and this process's task in it.
+
+    Args:
+        slurm_tasks: ``--slurm_tasks`` (see ``parse_slurm_tasks``); empty:
+            every task of the step is a worker.
+        environ: the environment to read ``SLURM_*`` (and ``PATH`` for
+            ``scontrol``) from; ``os.environ`` when None. Nothing is written to it.
+        port_base: the port of the first task on each node.
+
+    Returns:
+        ``(spec, task_type, index)`` as ``tfdist.cluster.resolve_task`` returns
+        them; ``spec.source`` is ``"slurm"``.
+
+    Raises:
+        UserError: ``slurm_tasks`` is malformed or does not add up to the
+            step's tasks, or the environment is not a Slurm job step (see
+            ``read_allocation``).
+        RuntimeError: the resolver placed this task away from its own node
+            (a change in TensorFlow's resolver that tfdist does not know).
+    """
+    allocation = read_allocation(environ)
+    jobs = parse_slurm_tasks(slurm_tasks) or {"worker": allocation.num_tasks}
+    if sum(jobs.values()) != allocation.num_tasks:
+        raise UserError(
+            f"Invalid value for `--slurm_tasks`: {sum(jobs.values())} tasks for a Slurm step of "
+            f"{allocation.num_tasks}. Received: slurm_tasks={slurm_tasks!r}, "
+            f"{allocation.variables['num_tasks']}={allocation.num_tasks}. "
+            f"Expected counts that add up to the step's tasks (srun/sbatch --ntasks)."
+        )
+    resolver = _make_resolver(allocation, jobs, port_base)
+    spec = cluster.parse_cluster_spec(resolver.cluster_spec().as_dict(), source=SLURM)
+    task_type, index = resolver.get_task_info()
+    host, port = cluster.split_address(spec.address(task_type, index))
+    if allocation.node is not None and allocation.local_id is not None and (host, port) != (
+        allocation.node, port_base + allocation.local_id
+    ):
+        raise RuntimeError(
+            f"SlurmClusterResolver placed task {task_type}:{index} at {host}:{port}, but it runs on "
+            f"{allocation.node} as local task {allocation.local_id}: this TensorFlow's resolver orders tasks "
+            f"differently from what tfdist.slurm expects."
+        )
+    return spec, task_type, index
