@@ -195,13 +195,19 @@ def _can_jit(config, strategy) -> bool:
 
     With several replicas in sync, batch norm all-reduces its statistics
     inside the pass (a ``merge_call``), which a nested XLA function cannot
-    hold; there the pass runs uncompiled and a warning says so.
+    hold; and with op determinism on, XLA lacks deterministic kernels. There
+    the pass runs uncompiled and a warning says so.
     """
     if not config.runtime.jit_compile:
         return False
-    if strategy.num_replicas_in_sync > 1 and config.model.batch_norm:
-        from absl import logging
+    from absl import logging
+    from tensorflow.python.framework.config import is_op_determinism_enabled
 
+    if is_op_determinism_enabled():
+        # As Keras does: XLA has no deterministic implementation of some ops (MaxPool's gradient).
+        logging.warning("--jit_compile is ignored: op determinism is on (--deterministic) and XLA cannot honour it.")
+        return False
+    if strategy.num_replicas_in_sync > 1 and config.model.batch_norm:
         logging.warning(
             "--jit_compile is ignored with %d replicas and batch norm: cross-replica batch statistics "
             "cannot run inside an XLA-compiled step. Use --nobatch_norm or one replica per worker to compile.",
