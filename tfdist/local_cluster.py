@@ -9,6 +9,7 @@ has no authentication and executes what it receives.
 from __future__ import annotations
 
 import contextlib
+import errno
 import socket
 
 
@@ -21,6 +22,38 @@ def free_ports(count: int) -> list[int]:
             s.bind(("127.0.0.1", 0))
             sockets.append(s)
         return [s.getsockname()[1] for s in sockets]
+
+
+def answers(address: str, timeout: float = 2.0) -> bool:
+    """Whether something accepts TCP connections at ``host:port`` (a cheap "is the task up")."""
+    from tfdist.cluster import split_address
+
+    host, port = split_address(address)
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def port_in_use(port: int) -> bool:
+    """Whether a TCP port is already bound for listening on this machine.
+
+    TensorFlow's gRPC server listens on *every* interface (``0.0.0.0``,
+    hard-coded in its ``grpc_server_lib.cc``) whatever host the cluster spec
+    names, so the port is tried on the wildcard address. ``SO_REUSEADDR``
+    keeps connections in TIME_WAIT (a task of an earlier run on that port)
+    from counting: only a listening socket makes the port busy, as for gRPC.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("0.0.0.0", port))
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                return True
+            raise
+    return False
 
 
 def in_process_cluster(*, num_workers: int = 2, num_ps: int = 1):

@@ -12,6 +12,16 @@ calls. The order matters and is fixed here:
    restored from the latest checkpoint if there is one, and trained by the
    loop for the strategy (synchronous or parameter-server);
 4. the chief writes the outputs; other workers write nothing that survives.
+
+In a cluster the task's type picks its role first (``roles.role``): ps and
+worker tasks of ``parameter_server`` serve the chief, an evaluator follows the
+checkpoints, and the rest train. Waiting for peers is bounded by
+``--connect_timeout`` and a lost peer ends the run with one line (``roles``).
+
+Debugging aid: with ``TFDIST_DEBUG_WEIGHTS_DIR=DIR`` in the environment,
+every training task writes its final weights to ``DIR/<type>-<index>.npz``
+(``local.npz`` outside a cluster), so that tests can compare the weights of
+workers that write no outputs.
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ import yaml
 from tfdist import cluster as cluster_lib
 from tfdist import config as config_lib
 from tfdist.errors import UserError
+from tfdist.training import roles
 
 #: Settings that must not change between a run and its resumption.
 _RESUME_KEYS = {"data": ("dataset", "image_size", "num_classes"), "model": tuple(f.name for f in dataclasses.fields(config_lib.ModelConfig))}
@@ -81,8 +92,9 @@ def resolve_cluster(config) -> Task:
         return Task()
     spec, task_type, index = found
     cluster_lib.check_strategy(spec, rt.strategy)
-    if rt.cluster:
-        os.environ["TF_CONFIG"] = cluster_lib.tf_config_json(spec, task_type, index)
+    if task_type != "evaluator":
+        # TensorFlow's resolvers read TF_CONFIG; the evaluator is not part of the cluster that trains.
+        os.environ["TF_CONFIG"] = cluster_lib.tf_config_json(roles.training_spec(spec), task_type, index)
     public = cluster_lib.public_addresses(spec)
     if public:
         from absl import logging
@@ -106,30 +118,52 @@ def _setup_tensorflow(config, task: Task, cluster_resolver=None):
     inter_op = task.spec.num_tasks + 1 if task.spec else 0
     strategies.setup_host(cpu_devices=cpu_devices if rt.strategy in strategies.LOCAL_MULTI_DEVICE else 1,
                           inter_op_threads=inter_op)
-    strategy = strategies.make_strategy(
-        rt.strategy, cpu_devices=cpu_devices, cluster_resolver=cluster_resolver, communication=rt.communication, bytes_per_pack=rt.bytes_per_pack,
-        collective_timeout=rt.collective_timeout, ps_shards=rt.ps_shards, ps_min_shard_bytes=rt.ps_min_shard_bytes,
-    )
-    import keras
-    import tensorflow as tf
-
-    keras.mixed_precision.set_dtype_policy(rt.precision)
-    keras.utils.set_random_seed(config.train.seed)
-    if config.train.deterministic:
-        tf.config.experimental.enable_op_determinism()
+    # The peers meet (bounded by --connect_timeout) right before the strategy binds the gRPC port.
+    with roles.joining(task.spec and roles.training_spec(task.spec), task.type, task.index, rt.connect_timeout,
+                       listen=rt.strategy == "multi_worker_mirrored"):
+        strategy = strategies.make_strategy(
+            rt.strategy, cpu_devices=cpu_devices, cluster_resolver=cluster_resolver, communication=rt.communication,
+            bytes_per_pack=rt.bytes_per_pack, collective_timeout=rt.collective_timeout, ps_shards=rt.ps_shards,
+            ps_min_shard_bytes=rt.ps_min_shard_bytes,
+        )
+    _setup_keras(config)
     return strategy
 
 
-def serve(task: Task, config) -> dict:
-    """A ps or worker task of a parameter-server cluster: serve the chief's requests."""
+def _setup_keras(config) -> None:
+    """Precision policy, seeds and op determinism (after the strategy: collectives come first)."""
+    import keras
     import tensorflow as tf
 
-    server = tf.distribute.Server(
-        tf.train.ClusterSpec(task.spec.as_dict()), job_name=task.type, task_index=task.index, protocol="grpc",
-        config=tf.compat.v1.ConfigProto(inter_op_parallelism_threads=task.spec.num_tasks + 1), start=True,
-    )
-    server.join()
-    return {"strategy": config.runtime.strategy, "task": f"{task.type}:{task.index}"}
+    keras.mixed_precision.set_dtype_policy(config.runtime.precision)
+    keras.utils.set_random_seed(config.train.seed)
+    if config.train.deterministic:
+        tf.config.experimental.enable_op_determinism()
+
+
+def _evaluate(config, task: Task, verbose: bool) -> dict:
+    """The evaluator task: one CPU device, no strategy, a plain model; see ``roles.evaluate_checkpoints``."""
+    from tfdist import data as data_lib
+    from tfdist import strategies
+    from tfdist.models import build_from_config
+
+    strategies.setup_host(cpu_devices=1)
+    _setup_keras(config)
+    data_lib.validate_data(config.data)
+    return roles.evaluate_checkpoints(task.spec, config, model=build_from_config(config.model, config.data),
+                                      eval_dataset=_local_eval_dataset(config), verbose=verbose)
+
+
+def _dump_weights_for_debugging(task: Task, model) -> None:
+    """``TFDIST_DEBUG_WEIGHTS_DIR``: this task's final weights as ``<type>-<index>.npz`` (see the module doc)."""
+    directory = os.environ.get("TFDIST_DEBUG_WEIGHTS_DIR")
+    if not directory:
+        return
+    import numpy as np
+
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    name = f"{task.type}-{task.index}" if task.spec else "local"
+    np.savez(Path(directory) / f"{name}.npz", *model.get_weights())
 
 
 def _batches_per_step(context) -> int:
@@ -244,10 +278,21 @@ def run(config, *, verbose: bool = True, cluster_resolver=None) -> dict:
     config = config_lib.validate(config)
     task = Task() if cluster_resolver is not None else resolve_cluster(config)
     check_model_dir(config)
+    rt = config.runtime
+    kind = roles.role(task.type, rt.strategy)
+    if kind == "evaluate":
+        return _evaluate(config, task, verbose)
+    if task.spec is not None:
+        roles.check_port_free(task.spec, task.type, task.index)
+    if kind == "serve":
+        roles.serve(task.spec, task.type, task.index, connect_timeout=rt.connect_timeout, verbose=verbose)
     strategy = _setup_tensorflow(config, task, cluster_resolver)
-    if config.runtime.strategy == "parameter_server" and task.type in ("ps", "worker"):
-        return serve(task, config)
+    with roles.peer_errors(task.spec, task.type, task.index, rt.strategy, config.train.model_dir):
+        return _train(config, task, strategy, verbose=verbose, wall_start=wall_start)
 
+
+def _train(config, task: Task, strategy, *, verbose: bool, wall_start: float) -> dict:
+    """Build, restore, train, evaluate and write the outputs under ``strategy``; returns the summary."""
     import tensorflow as tf
 
     from tfdist import data as data_lib
@@ -307,6 +352,7 @@ def run(config, *, verbose: bool = True, cluster_resolver=None) -> dict:
     finally:
         checkpoints.close()
         outputs.close()
+    _dump_weights_for_debugging(task, model)
     if is_chief:
         plain = build_from_config(config.model, config.data)
         plain.set_weights(model.get_weights())

@@ -37,11 +37,14 @@ class RunOutputs:
     Args:
       model_dir: the run's directory.
       is_chief: only the chief writes; elsewhere every call does nothing.
+      metrics_file: the JSON-lines file ``log`` appends to (the evaluator
+        task keeps its own, ``evaluator.jsonl``).
     """
 
-    def __init__(self, *, model_dir: str, is_chief: bool):
+    def __init__(self, *, model_dir: str, is_chief: bool, metrics_file: str = "metrics.jsonl"):
         self.model_dir = Path(model_dir)
         self.is_chief = is_chief
+        self.metrics_file = metrics_file
         self._writers = {}
         if is_chief:
             self.model_dir.mkdir(parents=True, exist_ok=True)
@@ -60,7 +63,7 @@ class RunOutputs:
         if not self.is_chief:
             return
         row = {"step": int(step), "split": split, **{k: _finite(v) for k, v in values.items()}}
-        with open(self.model_dir / "metrics.jsonl", "a") as f:
+        with open(self.model_dir / self.metrics_file, "a") as f:
             f.write(json.dumps(row) + "\n")
         with self._writer(split).as_default(step=int(step)):
             for name, value in values.items():

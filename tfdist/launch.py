@@ -1,0 +1,376 @@
+"""``python -m tfdist.launch``: every task of a cluster spec as a process on this machine (torchrun for TensorFlow).
+
+    # two workers of multi_worker_mirrored, on free ports of 127.0.0.1
+    python -m tfdist.launch --cluster configs/clusters/local_mwm.yaml --local -- \\
+        python -m tfdist.train --strategy multi_worker_mirrored --config quick
+    # any script that reads TF_CONFIG itself, restarted (all tasks) up to twice if one fails
+    python -m tfdist.launch --cluster configs/clusters/local_mwm.yaml --local --max_restarts 2 -- \\
+        python examples/plain_tf_multi_worker.py
+
+COMMAND (everything after ``--``) runs once per task of the file, each with
+that task's TF_CONFIG in its environment (``child_env``), so it can be
+``python -m tfdist.train ...`` (which reads TF_CONFIG when ``--cluster`` is
+not given) or any script written for TF_CONFIG. Every line a task prints is
+prefixed with the task: ``[worker:1] ...``; the launcher's own lines start
+with ``[launch]`` (on stderr).
+
+Addresses: with ``--local`` every address is rewritten to 127.0.0.1 on free
+ports (``localize``); without it every host of the file must be a loopback
+address and every port free (``check_local``). The launcher itself listens on
+nothing. TensorFlow's gRPC server, however, binds its port on every interface
+(``0.0.0.0``, hard-coded in TensorFlow), with no authentication: on a machine
+whose ports others can reach, firewall them or use an isolated network.
+
+Exit status: the leader's (the chief, else worker 0) once it has finished and
+the other tasks have ended, or the status of the first failure that stops the
+cluster (a signal ``N`` counts as ``128 + N``). A failure stops the cluster
+unless the task is a ``worker`` of a cluster with ``ps`` tasks (the
+parameter-server coordinator goes on without it) or the ``evaluator`` (a
+side-car); such failures are reported and tolerated. Stopping means SIGTERM
+to each task's process group, then SIGKILL after ``--grace_seconds`` (tasks
+of ``multi_worker_mirrored`` ignore SIGTERM: TensorFlow's coordination
+service catches it), so no process is left behind; Ctrl-C and SIGTERM to the
+launcher do the same (status 130 or 143). Tasks still running
+``--shutdown_timeout`` seconds after the leader has finished are stopped
+likewise (a script that serves forever).
+
+``--max_restarts N``: after a failure that stops the cluster, start every
+task again, up to N times (as torchrun does); a tfdist run then resumes from
+the latest checkpoint in its ``--model_dir``. With ``--local`` each restart
+gets new free ports.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import BinaryIO, Callable, Mapping, Sequence
+
+from absl import flags
+
+from tfdist import cluster as cluster_lib
+from tfdist import local_cluster
+from tfdist.errors import UserError, run_main
+
+FLAGS = flags.FLAGS
+
+#: Host names that always mean this machine.
+LOOPBACK_NAMES = ("localhost", "ip6-localhost", "ip6-loopback")
+
+
+def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
+    """Define this CLI's flags; called by ``entry`` so that importing the module defines none."""
+    flags.DEFINE_string("cluster", None, "Cluster spec file (YAML or JSON).", flag_values=flag_values)
+    flags.DEFINE_bool("local", False, "Rewrite every address to 127.0.0.1 on free ports.", flag_values=flag_values)
+    flags.DEFINE_integer("max_restarts", 0, "Restart every task after a failure, up to this many times.",
+                         lower_bound=0, flag_values=flag_values)
+    flags.DEFINE_float("grace_seconds", 5.0, "Seconds between SIGTERM and SIGKILL when stopping tasks.",
+                       lower_bound=0.0, flag_values=flag_values)
+    flags.DEFINE_float("shutdown_timeout", 60.0, "Seconds the other tasks may run on after the leader has finished.",
+                       lower_bound=0.0, flag_values=flag_values)
+
+
+# --------------------------------------------------------------------------- addresses and environments
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an IP literal or a name) is this machine's loopback, without a DNS lookup."""
+    if host.lower() in LOOPBACK_NAMES or host.lower().endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def localize(spec: cluster_lib.ClusterSpec) -> cluster_lib.ClusterSpec:
+    """The same tasks on 127.0.0.1, each on a port that is free right now."""
+    ports = iter(local_cluster.free_ports(spec.num_tasks))
+    tasks = {t: tuple(f"127.0.0.1:{next(ports)}" for _ in addresses) for t, addresses in spec.tasks.items()}
+    return cluster_lib.ClusterSpec(tasks=tasks, source=f"{spec.source} (--local)")
+
+
+def check_local(spec: cluster_lib.ClusterSpec) -> None:
+    """Check that every task of ``spec`` can run here: loopback hosts and free ports.
+
+    Raises:
+        UserError: a host is not a loopback address, or a port is taken.
+    """
+    for task_type, index in spec.task_list():
+        address = spec.address(task_type, index)
+        host, port = cluster_lib.split_address(address)
+        if not is_loopback(host):
+            raise UserError(
+                f"Invalid cluster for tfdist.launch in cluster spec {spec.source}: {task_type}:{index} is on another "
+                f"host. Received: {address}. Expected loopback hosts only (127.0.0.1, ::1, localhost), or --local "
+                "to rewrite every address to 127.0.0.1; start tasks on other hosts with python -m tfdist.tfconfig "
+                "--commands."
+            )
+        if local_cluster.port_in_use(port):
+            raise UserError(
+                f"Address already in use: {address}, the address of {task_type}:{index} in cluster spec "
+                f"{spec.source}. Received: port {port} taken by another process. Expected a free port, or --local "
+                "to pick free ports."
+            )
+
+
+def child_env(base: Mapping[str, str], spec: cluster_lib.ClusterSpec, task_type: str, index: int) -> dict[str, str]:
+    """The environment of one task: ``base`` plus its TF_CONFIG, and unbuffered Python output.
+
+    ``PYTHONUNBUFFERED=1`` makes a Python task's lines reach the launcher (and
+    its prefix) as they are printed, not when a buffer fills.
+    """
+    return {**base, "TF_CONFIG": cluster_lib.tf_config_json(spec, task_type, index), "PYTHONUNBUFFERED": "1"}
+
+
+def exit_status(returncode: int) -> int:
+    """A child's status as a shell reports it: ``128 + N`` for a child ended by signal N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def stops_cluster(spec: cluster_lib.ClusterSpec, task_type: str) -> bool:
+    """Whether a failure of a ``task_type`` task stops the whole cluster.
+
+    The leader's always does; a worker's does not where there are ps tasks
+    (``ParameterServerStrategy`` reschedules its steps on the others), nor the
+    evaluator's (a side-car nothing waits for); any other task's does (a
+    ``multi_worker_mirrored`` collective needs every worker).
+    """
+    if task_type == "evaluator":
+        return False
+    return not (task_type == "worker" and "ps" in spec.tasks)
+
+
+# --------------------------------------------------------------------------- processes
+
+
+@dataclasses.dataclass
+class _Process:
+    name: str
+    popen: subprocess.Popen
+    pumps: list[threading.Thread]
+    reported: bool = False
+
+
+def _pump(stream: BinaryIO, sink: BinaryIO, prefix: bytes, lock: threading.Lock) -> None:
+    """Copy ``stream`` to ``sink`` line by line, each line prefixed (a thread per pipe)."""
+    for line in iter(stream.readline, b""):
+        with lock:
+            sink.write(prefix + (line if line.endswith(b"\n") else line + b"\n"))
+            sink.flush()
+    stream.close()
+
+
+class LocalCluster:
+    """The processes of one start of the cluster: start, reap, stop.
+
+    Args:
+        spec: the cluster (its addresses are the ones the tasks get).
+        command: argv run for every task.
+        env: the base environment of every task.
+        out, err: where the tasks' stdout and stderr lines go, prefixed.
+        log: prints one ``[launch]`` line.
+    """
+
+    def __init__(self, spec: cluster_lib.ClusterSpec, command: Sequence[str], *, env: Mapping[str, str],
+                 out: BinaryIO, err: BinaryIO, log: Callable[[str], None]):
+        self.spec = spec
+        self.command = list(command)
+        self.env = env
+        self.out, self.err, self.log = out, err, log
+        self._lock = threading.Lock()
+        self.processes: list[_Process] = []
+
+    def start(self) -> None:
+        """Start every task, each in its own process group (so that stopping it stops its children too)."""
+        for task_type, index in self.spec.task_list():
+            name = f"{task_type}:{index}"
+            try:
+                popen = subprocess.Popen(
+                    self.command, env=child_env(self.env, self.spec, task_type, index), stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                )
+            except OSError as e:
+                self.stop(0.0)
+                raise UserError(
+                    f"Cannot run the command for {name}: {e.strerror or e}. Received: {' '.join(self.command)!r}. "
+                    "Expected an executable command after --, e.g. python -m tfdist.train ..."
+                ) from None
+            prefix = f"[{name}] ".encode()
+            pumps = [threading.Thread(target=_pump, args=(pipe, sink, prefix, self._lock), daemon=True)
+                     for pipe, sink in ((popen.stdout, self.out), (popen.stderr, self.err))]
+            for pump in pumps:
+                pump.start()
+            self.processes.append(_Process(name, popen, pumps))
+            self.log(f"{name} started (pid {popen.pid}) at {self.spec.address(task_type, index)}")
+
+    def reap(self) -> list[tuple[str, int]]:
+        """The tasks that ended since the last call, as ``(name, exit status)``."""
+        ended = []
+        for process in self.processes:
+            if not process.reported and process.popen.poll() is not None:
+                process.reported = True
+                for pump in process.pumps:
+                    pump.join(timeout=5.0)  # the rest of its output, unless a grandchild holds the pipe
+                ended.append((process.name, exit_status(process.popen.returncode)))
+        return ended
+
+    def running(self) -> list[str]:
+        """Names of the tasks still running."""
+        return [p.name for p in self.processes if p.popen.poll() is None]
+
+    def _signal_groups(self, signum: int) -> bool:
+        """Send ``signum`` to every task's process group that still has a process; whether any had."""
+        any_left = False
+        for process in self.processes:
+            try:
+                os.killpg(process.popen.pid, signum)
+                any_left = True
+            except (ProcessLookupError, PermissionError):
+                pass
+        return any_left
+
+    def stop(self, grace: float) -> None:
+        """Stop every process started: SIGTERM to each group, SIGKILL after ``grace`` seconds; wait for all."""
+        if self._signal_groups(signal.SIGTERM):
+            deadline = time.monotonic() + grace
+            while self.running() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            self._signal_groups(signal.SIGKILL)
+        for process in self.processes:
+            try:
+                process.popen.wait(timeout=10.0)
+            except subprocess.TimeoutExpired:
+                self.log(f"{process.name} (pid {process.popen.pid}) did not end after SIGKILL")
+
+
+class _Signals:
+    """SIGINT and SIGTERM to the launcher, remembered (not raised) so that it can stop its tasks first."""
+
+    def __init__(self):
+        self.received: int | None = None
+        self._previous = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        self.received = signum
+
+    def __exit__(self, *exc) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+
+@dataclasses.dataclass
+class _Outcome:
+    status: int
+    failed: str | None = None  # the task whose failure stopped the cluster; None when it was not a failure
+
+
+def _run_once(cluster: LocalCluster, signals: _Signals, *, grace: float, shutdown_timeout: float,
+              poll: float) -> _Outcome:
+    """Start the cluster, wait for it to finish or fail, and stop whatever is left."""
+    spec = cluster.spec
+    leader = "{}:{}".format(*spec.leader())
+    leader_done_at = None
+    leader_status = None
+    cluster.start()
+    try:
+        while True:
+            if signals.received is not None:
+                cluster.log(f"received {signal.Signals(signals.received).name}; stopping every task")
+                return _Outcome(128 + signals.received)
+            for name, status in cluster.reap():
+                cluster.log(f"{name} exited with status {status}")
+                if name == leader:
+                    leader_status, leader_done_at = status, time.monotonic()
+                if status != 0:
+                    if stops_cluster(spec, name.split(":")[0]) or name == leader:
+                        cluster.log(f"{name} failed; stopping every task")
+                        return _Outcome(status, failed=None if leader_status == 0 and name != leader else name)
+                    cluster.log(f"{name} failed; the others go on without it")
+            running = cluster.running()
+            if not running:
+                return _Outcome(leader_status if leader_status is not None else 0)
+            if leader_done_at is not None and time.monotonic() - leader_done_at > shutdown_timeout:
+                cluster.log(f"{', '.join(running)} still running {shutdown_timeout:g}s after {leader} finished; "
+                            "stopping them")
+                return _Outcome(leader_status)
+            time.sleep(poll)
+    finally:
+        cluster.stop(grace)
+
+
+def launch(spec: cluster_lib.ClusterSpec, command: Sequence[str], *, local: bool = False, max_restarts: int = 0,
+           grace: float = 5.0, shutdown_timeout: float = 60.0, env: Mapping[str, str] | None = None,
+           out: BinaryIO | None = None, err: BinaryIO | None = None, poll: float = 0.1) -> int:
+    """Run ``command`` once per task of ``spec`` until the cluster finishes; returns the exit status.
+
+    See the module docstring for addresses, prefixes, exit status, stopping
+    and restarts.
+
+    Raises:
+        UserError: an empty command, a host that is not loopback (without
+            ``local``), a port in use, or a command that cannot be run.
+    """
+    if not command:
+        raise UserError(
+            "Missing COMMAND. Received: nothing after --. Expected e.g. -- python -m tfdist.train --strategy "
+            "multi_worker_mirrored."
+        )
+    out = out or sys.stdout.buffer
+    err = err or sys.stderr.buffer
+    lock = threading.Lock()
+
+    def log(text: str) -> None:
+        with lock:
+            err.write(f"[launch] {text}\n".encode())
+            err.flush()
+
+    env = dict(os.environ if env is None else env)
+    restarts = 0
+    with _Signals() as signals:
+        while True:
+            current = localize(spec) if local else spec
+            if not local:
+                check_local(current)
+            cluster = LocalCluster(current, command, env=env, out=out, err=err, log=log)
+            outcome = _run_once(cluster, signals, grace=grace, shutdown_timeout=shutdown_timeout, poll=poll)
+            if outcome.failed is None or restarts >= max_restarts or signals.received is not None:
+                log(f"exit status {outcome.status}")
+                return outcome.status
+            restarts += 1
+            log(f"restarting every task (restart {restarts} of {max_restarts}) after {outcome.failed} failed "
+                f"with status {outcome.status}")
+
+
+def main(argv: list[str]) -> int:
+    """Launch every task of ``--cluster`` running the command after ``--``; see the module docstring."""
+    if not FLAGS.cluster:
+        raise UserError(
+            f"Missing `--cluster`. Received: cluster={FLAGS.cluster!r}. "
+            "Expected a cluster spec file (YAML or JSON), e.g. --cluster configs/clusters/local_mwm.yaml."
+        )
+    spec = cluster_lib.load_cluster_spec(FLAGS.cluster)
+    return launch(spec, argv[1:], local=FLAGS.local, max_restarts=FLAGS.max_restarts, grace=FLAGS.grace_seconds,
+                  shutdown_timeout=FLAGS.shutdown_timeout)
+
+
+def entry() -> None:
+    """The ``tfdist-launch`` console script."""
+    define_flags()
+    run_main(main)
+
+
+if __name__ == "__main__":
+    entry()
