@@ -1,0 +1,50 @@
+"""``python -m tfdist.bench``: a small real run writes the JSON, the table and the chart.
+
+Speed is never asserted here (it is measured by the benchmark itself, as
+ratios, in docs/benchmarks.md); this checks the benchmark's shape.
+"""
+
+import json
+import subprocess
+import sys
+
+from conftest import REPO
+
+from tfdist import bench
+
+
+def test_a_small_benchmark_writes_json_markdown_and_chart(tmp_path):
+    out = tmp_path / "b.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "tfdist.bench", "--only=keras_fit,one_device", "--steps=3",
+         "--noscaling", f"--output={out}"], capture_output=True, text=True, timeout=400, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert data["baseline"]["name"] == "keras_fit" and data["baseline"]["images_per_second"] > 0
+    names = [r["name"] for r in data["rows"]]
+    assert names == ["keras_fit", "one_device"]
+    for row in data["rows"]:
+        assert row["images_per_second"] > 0 and row["ratio"] > 0 and row["peak_rss_mb"] > 0
+    assert data["rows"][0]["ratio"] == 1.0
+    assert out.with_suffix(".md").read_text().startswith("| row |")
+    assert out.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_every_row_of_the_issue_is_in_the_benchmark():
+    names = {r["name"] for r in bench.rows_for(1, 1)}
+    assert names == {"keras_fit", "one_device", "mirrored_1", "mirrored_2", "central_storage_2",
+                     "multi_worker_mirrored_1", "multi_worker_mirrored_2", "parameter_server_1",
+                     "parameter_server_2", "input_pipeline"}
+
+
+def test_goals_are_read_off_the_results():
+    rows = [{"name": n, "images_per_second": v} for n, v in
+            [("keras_fit", 100.0), ("one_device", 120.0), ("mirrored_1", 96.0), ("parameter_server_1", 10.0),
+             ("parameter_server_2", 14.0)]]
+    rows.append({"name": "input_pipeline", "images_per_second": 100.0, "ratio_to_cached": 0.97})
+    goals = {g["goal"]: g for g in bench.goals({"rows": rows, "allreduce": {"share_of_step": 0.2}})}
+    assert goals["one_device >= 1.00x keras_fit"]["met"] is True
+    assert goals["mirrored_1 >= 0.97x keras_fit"]["met"] is False  # 0.96
+    assert goals["input pipeline >= 0.95x cached tensors"]["met"] is True
+    assert goals["multi_worker_mirrored_2 all-reduce <= 15% of the step"]["met"] is False
+    assert goals["parameter_server_2 >= 1.5x parameter_server_1"]["value"] == 1.4
