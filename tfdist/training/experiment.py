@@ -82,7 +82,7 @@ class Task:
 def resolve_cluster(config) -> Task:
     """Find this task (``--cluster/--task`` or TF_CONFIG), check it fits the strategy, export TF_CONFIG."""
     rt = config.runtime
-    found = cluster_lib.resolve_task(rt.cluster or None, rt.task or None)
+    found = cluster_lib.resolve_task(rt.cluster or None, rt.task or None, slurm_tasks=rt.slurm_tasks)
     if found is None:
         if rt.strategy == "parameter_server":
             raise UserError(
