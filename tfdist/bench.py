@@ -448,8 +448,7 @@ def main(argv: list[str]) -> int:
 
 def entry() -> None:
     """Console-script entry point (``tfdist-bench``)."""
-    define_flags()
-    run_main(main)
+    run_main(main, define_flags)
 
 
 if __name__ == "__main__":

@@ -52,10 +52,16 @@ def absl_flags_parser(argv: Sequence[str]) -> list[str]:
         fail(f"invalid command line: {e}")
 
 
-def run_main(main: Callable[[list[str]], int | None]) -> None:
-    """Run an absl ``main``: ``UserError`` ends it with status 2, ``RunFailed`` with its own, one line each."""
+def run_main(main: Callable[[list[str]], int | None], define_flags: Callable[[], None] | None = None) -> None:
+    """Run an absl ``main``: ``UserError`` ends it with status 2, ``RunFailed`` with its own, one line each.
+
+    ``define_flags`` (if given) defines the CLI's flags first; CLIs define
+    them only when they run, so that several can be imported in one process.
+    """
     from absl import app
 
+    if define_flags is not None:
+        define_flags()
     def guarded(argv: list[str]) -> int | None:
         try:
             return main(argv)

@@ -89,8 +89,7 @@ def main(argv: list[str]) -> int:
 
 def entry() -> None:
     """Console-script entry point (``tfdist-predict``)."""
-    define_flags()
-    run_main(main)
+    run_main(main, define_flags)
 
 
 if __name__ == "__main__":

@@ -234,8 +234,7 @@ def main(argv: list[str]) -> int:
 
 def entry() -> None:
     """The ``tfdist-tfconfig`` console script."""
-    define_flags()
-    run_main(main)
+    run_main(main, define_flags)
 
 
 if __name__ == "__main__":

@@ -62,8 +62,7 @@ def main(argv: list[str]) -> int:
 
 def entry() -> None:
     """Console-script entry point (``tfdist-train``)."""
-    define_flags()
-    run_main(main)
+    run_main(main, define_flags)
 
 
 if __name__ == "__main__":
