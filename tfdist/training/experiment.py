@@ -374,4 +374,5 @@ def _train(config, task: Task, strategy, *, verbose: bool, wall_start: float) ->
         "variable_devices": sorted({v.value.device for v in model.variables}),
     }
     outputs.write_summary(summary)
+    roles.finish_together(task.spec, config.runtime.strategy, config.runtime.connect_timeout)
     return summary

@@ -1,0 +1,202 @@
+"""Helpers for the tests that run clusters of real processes on 127.0.0.1.
+
+Every process is started in its own process group, its output goes to a file
+under the test's tmp_path, every wait is bounded, and ``Processes`` kills
+whatever is left (by process group) when a test ends, passed or not.
+
+The 40-step multi-worker experiment below is shared: its uninterrupted run
+(two workers and an evaluator under the launcher, ``launched_multi_worker``)
+is made once per session (``shared``), checked by ``test_multi_worker.py``
+and compared with the interrupted and resumed runs of ``test_faults.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from tfdist.local_cluster import free_ports
+
+REPO = Path(__file__).resolve().parent.parent
+
+#: A tiny deterministic experiment, long enough (40 steps, a checkpoint every 10) to be interrupted mid-run.
+#: Two workers and one process drift apart over such a run (float sums in another order, amplified by
+#: training: 8e-6 after 6 steps, 1e-3 after 16, 0.1 after 40, measured), so ``SHORT`` compares those.
+EXPERIMENT = [
+    "--image_size=32", "--train_examples=64", "--eval_examples=16", "--base_filters=4",
+    "--depth=2", "--global_batch_size=8", "--optimizer=sgd", "--learning_rate=0.05", "--lr_decay=none",
+    "--epochs=1", "--steps_per_epoch=40", "--log_every=5", "--checkpoint_every=10", "--deterministic",
+]
+MWM = ["--strategy=multi_worker_mirrored", *EXPERIMENT]
+SHORT = [f.replace("steps_per_epoch=40", "steps_per_epoch=6") for f in EXPERIMENT]
+
+#: Values computed once per test session (see ``shared``).
+_SHARED: dict = {}
+
+
+def shared(name: str, make: Callable[[], object]):
+    """``make()`` the first time ``name`` is asked for in this session, the same value afterwards."""
+    if name not in _SHARED:
+        _SHARED[name] = make()
+    return _SHARED[name]
+
+
+def env(**extra: str) -> dict[str, str]:
+    """The environment of a launched process: no inherited TF_CONFIG, this venv's ``python`` first on PATH."""
+    base = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+    base["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{base.get('PATH', '')}"
+    base["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    return {**base, **extra}
+
+
+def loopback_cluster(path: Path, **counts: int) -> Path:
+    """Write a cluster spec with ``counts`` tasks of each type on free ports of 127.0.0.1."""
+    ports = iter(free_ports(sum(counts.values())))
+    lines = [f"{t}: [{', '.join(f'127.0.0.1:{next(ports)}' for _ in range(n))}]" for t, n in counts.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+class Proc:
+    """One started process: its own process group, output in ``log``, bounded waits."""
+
+    def __init__(self, args: list[str], log: Path, *, env_vars: dict[str, str], cwd: Path = REPO):
+        self.args = args
+        self.log = log
+        self._file = open(log, "wb")
+        self.popen = subprocess.Popen(args, stdout=self._file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                      env=env_vars, cwd=cwd, start_new_session=True)
+        self.started = time.monotonic()
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait(self, timeout: float) -> int:
+        """The exit status; kills the group and fails the test after ``timeout`` seconds."""
+        try:
+            return self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"{self.args[:6]} still running after {timeout} s; output:\n{self.text()[-3000:]}")
+        finally:
+            self._file.close()
+
+    def wait_for(self, found: Callable[[str], object], timeout: float, what: str):
+        """Poll the output until ``found(text)`` is truthy; returns that value."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = found(self.text())
+            if value:
+                return value
+            if self.popen.poll() is not None:
+                raise AssertionError(f"ended (status {self.popen.returncode}) before {what}:\n{self.text()[-3000:]}")
+            time.sleep(0.1)
+        raise AssertionError(f"no {what} after {timeout} s:\n{self.text()[-3000:]}")
+
+    def kill(self, signum: int = signal.SIGKILL) -> None:
+        """Signal the whole process group (nothing happens if it is gone)."""
+        try:
+            os.killpg(self.popen.pid, signum)
+        except ProcessLookupError:
+            pass
+
+
+class Processes:
+    """Start processes; on exit, SIGKILL every group still there and wait (a context manager)."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+        self.started: list[Proc] = []
+
+    def start(self, name: str, args: list[str], **env_vars: str) -> Proc:
+        proc = Proc(args, self.directory / f"{name}.log", env_vars=env(**env_vars))
+        self.started.append(proc)
+        return proc
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for proc in self.started:
+            proc.kill()
+            try:
+                proc.popen.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+
+
+def launcher(cluster: Path, *command: str, local: bool = True, options: tuple[str, ...] = ()) -> list[str]:
+    """argv of ``python -m tfdist.launch`` running ``command`` (a ``python -m tfdist.train`` by default)."""
+    head = [sys.executable, "-m", "tfdist.launch", f"--cluster={cluster}", "--grace_seconds=3", *options]
+    if local:
+        head.append("--local")
+    return [*head, "--", *command]
+
+
+def train_command(*flags: str) -> list[str]:
+    return [sys.executable, "-m", "tfdist.train", *flags]
+
+
+def started_pids(text: str) -> dict[str, int]:
+    """``task -> pid`` from the launcher's ``[launch] worker:1 started (pid N)`` lines (the latest start)."""
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"\[launch\] (\S+) started \(pid (\d+)\)", text)}
+
+
+def latest_checkpoint_step(model_dir: Path) -> int:
+    """The step of the checkpoint that ``model_dir/checkpoints/checkpoint`` names, or -1."""
+    try:
+        first = (model_dir / "checkpoints" / "checkpoint").read_text().splitlines()[0]
+    except (OSError, IndexError):
+        return -1
+    match = re.search(r'ckpt-(\d+)"', first)
+    return int(match.group(1)) if match else -1
+
+
+def npz_weights(path: Path) -> list[np.ndarray]:
+    """The arrays of a ``TFDIST_DEBUG_WEIGHTS_DIR`` file, in model order."""
+    with np.load(path) as data:
+        return [data[f"arr_{i}"] for i in range(len(data.files))]
+
+
+def exported_weights(model_dir: Path) -> list[np.ndarray]:
+    """The weights of the chief's ``export/model.keras``."""
+    import keras
+
+    import tfdist.models  # noqa: F401  (registers ReplicaBatchNorm)
+
+    return keras.models.load_model(Path(model_dir) / "export" / "model.keras").get_weights()
+
+
+def max_difference(a: list[np.ndarray], b: list[np.ndarray]) -> float:
+    """The largest absolute difference between two lists of same-shaped weights."""
+    assert [x.shape for x in a] == [y.shape for y in b]
+    return max(float(np.max(np.abs(x - y))) for x, y in zip(a, b))
+
+
+def launch_multi_worker(root, flags, **counts) -> dict:
+    """``flags`` on a cluster of ``counts`` tasks under the launcher; status, output, model_dir, weights dir."""
+    cluster = loopback_cluster(root / "cluster.yaml", **counts)
+    model_dir, weights = root / "run", root / "weights"
+    with Processes(root) as procs:
+        proc = procs.start("launch", launcher(cluster, *train_command(*flags, f"--model_dir={model_dir}")),
+                           TFDIST_DEBUG_WEIGHTS_DIR=str(weights))
+        status = proc.wait(300)
+    return {"status": status, "text": proc.text(), "model_dir": model_dir, "weights": weights}
+
+
+def launched_multi_worker(tmp_path_factory) -> dict:
+    """The 40-step experiment on 2 workers and an evaluator, uninterrupted (once per session)."""
+    return shared("launched_multi_worker",
+                  lambda: launch_multi_worker(tmp_path_factory.mktemp("mwm"), MWM, worker=2, evaluator=1))

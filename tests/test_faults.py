@@ -1,0 +1,248 @@
+"""Faults, with real processes on 127.0.0.1: killed tasks, a kill mid-checkpoint, and bad cluster input.
+
+- parameter_server: ``kill -9`` of a worker mid-run; the run still does every
+  step and writes its summary (the launcher tolerates that failure).
+- multi_worker_mirrored: ``kill -9`` of a worker; the other ends by itself
+  within a bounded time with one line (exit 4), never hangs; relaunched (the
+  ``tfconfig --commands`` lines, run in shells), the cluster resumes from the
+  latest checkpoint and, with ``--deterministic``, ends with the same weights
+  as the uninterrupted run under the launcher.
+- the launcher's ``--max_restarts`` does that relaunch by itself.
+- a run killed while it writes a checkpoint resumes from the previous one.
+- bad input: a task missing from the cluster, a port in use, peers that never
+  answer within ``--connect_timeout``: one line each, status 2, no traceback.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+
+import pytest
+
+from cluster_runs import (
+    EXPERIMENT, MWM, REPO, Processes, env, latest_checkpoint_step, launched_multi_worker, launcher,
+    loopback_cluster, max_difference, npz_weights, started_pids, train_command,
+)
+
+#: How long a surviving worker may take to notice that its peer is gone (measured: 4 to 10 s).
+LOST_PEER_BOUND_S = 60
+
+
+def last_line(text: str) -> str:
+    return [line for line in text.splitlines() if line.strip()][-1]
+
+
+def until_checkpoint(model_dir, at_least: int):
+    """A ``Proc.wait_for`` condition: the run has published a checkpoint at step ``at_least`` or later."""
+    return lambda _text: latest_checkpoint_step(model_dir) >= at_least
+
+
+def test_parameter_server_run_does_every_step_when_a_worker_is_killed(tmp_path):
+    cluster = loopback_cluster(tmp_path / "cluster.yaml", chief=1, worker=2, ps=1)
+    model_dir = tmp_path / "run"
+    flags = [f.replace("steps_per_epoch=40", "steps_per_epoch=60") for f in EXPERIMENT]
+    with Processes(tmp_path) as procs:
+        proc = procs.start("launch", launcher(
+            cluster, *train_command("--strategy=parameter_server", *flags, f"--model_dir={model_dir}")))
+        proc.wait_for(until_checkpoint(model_dir, 10), 240, "the chief's checkpoint at step 10")
+        os.kill(started_pids(proc.text())["worker:1"], signal.SIGKILL)
+        status = proc.wait(300)
+    text = proc.text()
+    assert status == 0, text[-4000:]
+    assert "[launch] worker:1 exited with status 137" in text
+    assert "[launch] worker:1 failed; the others go on without it" in text
+    summary = json.loads((model_dir / "summary.json").read_text())
+    assert summary["steps"] >= 60 and summary["start_step"] == 0  # no restart: the same run went on
+    assert all("/job:ps/" in d for d in summary["variable_devices"])
+    for name in ("chief:0", "worker:0", "ps:0"):
+        assert f"[launch] {name} exited with status 0" in text
+
+
+def commands(cluster, model_dir) -> list[str]:
+    """The shell lines ``python -m tfdist.tfconfig --commands`` prints for every task (comments dropped)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "tfdist.tfconfig", f"--cluster={cluster}", "--commands",
+         "--strategy=multi_worker_mirrored", "--", *EXPERIMENT, f"--model_dir={model_dir}"],
+        capture_output=True, text=True, timeout=60, cwd=REPO, env=env())
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if line and not line.startswith("#")]
+    assert [("--task worker:0" in lines[0]), ("--task worker:1" in lines[1])] == [True, True], lines
+    return lines
+
+
+def test_a_lost_worker_ends_the_other_with_one_line_and_a_relaunch_resumes_to_the_same_weights(
+        tmp_path, tmp_path_factory):
+    cluster = loopback_cluster(tmp_path / "cluster.yaml", worker=2)
+    model_dir, weights = tmp_path / "run", tmp_path / "weights"
+    lines = commands(cluster, model_dir)
+    with Processes(tmp_path) as procs:
+        first = [procs.start(f"first-{i}", ["bash", "-c", line]) for i, line in enumerate(lines)]
+        first[0].wait_for(until_checkpoint(model_dir, 10), 240, "a checkpoint at step 10")
+        first[1].kill()  # SIGKILL to worker 1's process group
+        killed_at = time.monotonic()
+        assert first[0].wait(LOST_PEER_BOUND_S + 30) == 4, first[0].text()[-3000:]
+        noticed_after = time.monotonic() - killed_at
+        resume_from = latest_checkpoint_step(model_dir)
+        second = [procs.start(f"second-{i}", ["bash", "-c", line], TFDIST_DEBUG_WEIGHTS_DIR=str(weights))
+                  for i, line in enumerate(lines)]
+        statuses = [proc.wait(300) for proc in second]
+    survivor = first[0].text()
+    assert noticed_after < LOST_PEER_BOUND_S, noticed_after
+    assert last_line(survivor).startswith("error: Lost a task of the multi_worker_mirrored cluster (this is worker:0)")
+    assert "Traceback" not in survivor and f"ckpt-{resume_from}" in last_line(survivor)
+    assert statuses == [0, 0], second[0].text()[-3000:]
+    assert 10 <= resume_from < 40
+    assert f"resuming from {model_dir / 'checkpoints'}/ckpt-{resume_from} at step {resume_from}" in second[0].text()
+    summary = json.loads((model_dir / "summary.json").read_text())
+    assert (summary["start_step"], summary["steps"]) == (resume_from, 40)
+    uninterrupted = launched_multi_worker(tmp_path_factory)
+    assert uninterrupted["status"] == 0, uninterrupted["text"][-3000:]
+    reference = npz_weights(uninterrupted["weights"] / "worker-0.npz")
+    for i in (0, 1):
+        assert max_difference(npz_weights(weights / f"worker-{i}.npz"), reference) == 0.0
+
+
+def test_the_launcher_restarts_a_failed_multi_worker_cluster_which_resumes(tmp_path, tmp_path_factory):
+    cluster = loopback_cluster(tmp_path / "cluster.yaml", worker=2)
+    model_dir, weights = tmp_path / "run", tmp_path / "weights"
+    with Processes(tmp_path) as procs:
+        proc = procs.start("launch", launcher(cluster, *train_command(*MWM, f"--model_dir={model_dir}"),
+                                              options=("--max_restarts=1",)),
+                           TFDIST_DEBUG_WEIGHTS_DIR=str(weights))
+        proc.wait_for(until_checkpoint(model_dir, 10), 240, "a checkpoint at step 10")
+        os.kill(started_pids(proc.text())["worker:1"], signal.SIGKILL)
+        status = proc.wait(300)
+    text = proc.text()
+    assert status == 0, text[-4000:]
+    assert "[launch] worker:1 exited with status 137" in text
+    assert "[launch] restarting every task (restart 1 of 1) after worker:1 failed with status 137" in text
+    assert text.count("[launch] worker:0 started") == 2 and "[worker:0] tfdist: multi_worker_mirrored" in text
+    assert "at step 0" in text and "[worker:0] tfdist: multi_worker_mirrored with 2 replicas, global batch 8, " \
+        "40 steps; resuming from" in text
+    reference = npz_weights(launched_multi_worker(tmp_path_factory)["weights"] / "worker-0.npz")
+    assert max_difference(npz_weights(weights / "worker-1.npz"), reference) == 0.0
+
+
+def _inotify_created(directory):
+    """An inotify watch on ``directory`` for created entries; returns (fd, read) where read(timeout) -> names."""
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    fd = libc.inotify_init1(os.O_NONBLOCK)
+    if fd < 0 or libc.inotify_add_watch(fd, str(directory).encode(), 0x100) < 0:  # IN_CREATE
+        pytest.skip("inotify is not available here")
+
+    def read(timeout):
+        ready, _, _ = select.select([fd], [], [], timeout)
+        if not ready:
+            return []
+        buffer, names, offset = os.read(fd, 65536), [], 0
+        while offset < len(buffer):
+            _, _, _, length = struct.unpack_from("iIII", buffer, offset)
+            names.append(buffer[offset + 16:offset + 16 + length].rstrip(b"\0").decode())
+            offset += 16 + length
+        return names
+
+    return fd, read
+
+
+def test_a_run_killed_while_it_writes_a_checkpoint_resumes_from_the_previous_one(tmp_path):
+    """SIGKILL the moment the checkpoint of step 4 starts to be written (inotify), then run again."""
+    model_dir = tmp_path / "run"
+    (model_dir / "checkpoints").mkdir(parents=True)
+    flags = ["--strategy=one_device", "--image_size=32", "--train_examples=64", "--eval_examples=16",
+             "--base_filters=16", "--depth=3", "--global_batch_size=8", "--optimizer=adam", "--log_every=2",
+             "--checkpoint_every=2", "--deterministic", "--epochs=1", "--steps_per_epoch=6",
+             f"--model_dir={model_dir}"]
+    fd, created = _inotify_created(model_dir / "checkpoints")
+    try:
+        with Processes(tmp_path) as procs:
+            first = procs.start("first", train_command(*flags))
+            deadline = time.monotonic() + 240
+            while "ckpt-4_temp" not in created(1.0):
+                assert time.monotonic() < deadline and first.popen.poll() is None, first.text()[-3000:]
+            first.kill()
+            assert first.wait(30) == -signal.SIGKILL
+    finally:
+        os.close(fd)
+    left = sorted(p.name for p in (model_dir / "checkpoints").iterdir())
+    assert "ckpt-4_temp" in left and "ckpt-4.index" not in left, left  # killed mid-write
+    assert latest_checkpoint_step(model_dir) == 2
+    with Processes(tmp_path) as procs:
+        second = procs.start("second", train_command(*flags))
+        assert second.wait(240) == 0, second.text()[-3000:]
+    assert f"resuming from {model_dir / 'checkpoints'}/ckpt-2 at step 2" in second.text()
+    summary = json.loads((model_dir / "summary.json").read_text())
+    assert (summary["start_step"], summary["steps"]) == (2, 6)
+    assert latest_checkpoint_step(model_dir) == 6 and (model_dir / "checkpoints" / "ckpt-4.index").exists()
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def train_cli(*args, timeout=120):
+    return subprocess.run(train_command(*args), capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env())
+
+
+def assert_one_line_error(result, *needles):
+    assert result.returncode == 2, (result.returncode, result.stderr[-3000:])
+    assert "Traceback" not in result.stderr
+    line = last_line(result.stderr)
+    assert line.startswith("error: "), line
+    for needle in needles:
+        assert needle in line, line
+
+
+def test_a_task_missing_from_the_cluster_is_one_line(tmp_path):
+    cluster = loopback_cluster(tmp_path / "cluster.yaml", worker=2)
+    result = train_cli(f"--cluster={cluster}", "--task=worker:2", "--strategy=multi_worker_mirrored",
+                       f"--model_dir={tmp_path / 'run'}")
+    assert_one_line_error(result, "task='worker:2'", "Expected an index in 0..1")
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_address_in_use_is_named(tmp_path):
+    cluster = loopback_cluster(tmp_path / "cluster.yaml", worker=2)
+    address = cluster.read_text().split("[", 1)[1].split(",", 1)[0]
+    host, port = address.split(":")
+    with socket.socket() as held:
+        held.bind((host, int(port)))
+        held.listen()
+        result = train_cli(f"--cluster={cluster}", "--task=worker:0", "--strategy=multi_worker_mirrored",
+                           f"--model_dir={tmp_path / 'run'}")
+    assert_one_line_error(result, f"Address already in use: {address}, the address of worker:0")
+
+
+def test_peers_that_never_answer_end_each_task_with_one_line_within_connect_timeout(tmp_path):
+    """Each task alone: the MWM worker and the PS chief wait for their peers, a PS worker and an evaluator for the chief."""
+    def alone(name, **counts):  # each task its own cluster, so that none of them sees another up
+        return loopback_cluster(tmp_path / f"{name}.yaml", **counts)
+
+    common = [*EXPERIMENT, "--connect_timeout=3"]
+    cases = {
+        "mwm-worker": ([f"--cluster={alone('mwm-worker', worker=2)}", "--task=worker:0",
+                        "--strategy=multi_worker_mirrored"], "from worker:1 at"),
+        "mwm-evaluator": ([f"--cluster={alone('mwm-evaluator', worker=2, evaluator=1)}", "--task=evaluator:0",
+                           "--strategy=multi_worker_mirrored"], "No answer from worker:0 at"),
+        "ps-chief": ([f"--cluster={alone('ps-chief', chief=1, worker=1, ps=1)}", "--task=chief:0",
+                      "--strategy=parameter_server"], "from worker:0 at 127.0.0.1:"),
+        "ps-worker": ([f"--cluster={alone('ps-worker', chief=1, worker=1, ps=1)}", "--task=worker:0",
+                       "--strategy=parameter_server"], "No answer from chief:0 at"),
+    }
+    with Processes(tmp_path) as procs:
+        started = {name: procs.start(name, train_command(*args, *common, f"--model_dir={tmp_path / name}"))
+                   for name, (args, _) in cases.items()}
+        statuses = {name: proc.wait(120) for name, proc in started.items()}
+    for name, (_, needle) in cases.items():
+        text = started[name].text()
+        assert statuses[name] == 2, (name, text[-3000:])
+        assert "Traceback" not in text, (name, text[-3000:])
+        line = last_line(text)
+        assert line.startswith("error: No answer") and needle in line and "--connect_timeout=3s" in line, (name, line)
