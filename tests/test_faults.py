@@ -3,7 +3,8 @@
 - parameter_server: ``kill -9`` of a worker mid-run; the run still does every
   step and writes its summary (the launcher tolerates that failure).
 - multi_worker_mirrored: ``kill -9`` of a worker; the other ends by itself
-  within a bounded time with one line (exit 4), never hangs; relaunched (the
+  within a bounded time with one line (exit 4), never hangs (as it does when
+  a collective outlasts ``--collective_timeout``); relaunched (the
   ``tfconfig --commands`` lines, run in shells), the cluster resumes from the
   latest checkpoint and, with ``--deterministic``, ends with the same weights
   as the uninterrupted run under the launcher.
@@ -97,7 +98,8 @@ def test_a_lost_worker_ends_the_other_with_one_line_and_a_relaunch_resumes_to_th
         statuses = [proc.wait(300) for proc in second]
     survivor = first[0].text()
     assert noticed_after < LOST_PEER_BOUND_S, noticed_after
-    assert last_line(survivor).startswith("error: Lost a task of the multi_worker_mirrored cluster (this is worker:0)")
+    assert last_line(survivor).startswith(
+        "error: Lost a task of the multi_worker_mirrored cluster, or it stopped answering (this is worker:0): ")
     assert "Traceback" not in survivor and f"ckpt-{resume_from}" in last_line(survivor)
     assert statuses == [0, 0], second[0].text()[-3000:]
     assert 10 <= resume_from < 40
@@ -109,6 +111,23 @@ def test_a_lost_worker_ends_the_other_with_one_line_and_a_relaunch_resumes_to_th
     reference = npz_weights(uninterrupted["weights"] / "worker-0.npz")
     for i in (0, 1):
         assert max_difference(npz_weights(weights / f"worker-{i}.npz"), reference) == 0.0
+
+
+def test_a_collective_over_collective_timeout_ends_every_worker_with_one_line(tmp_path):
+    """--collective_timeout reaches TensorFlow's collectives: 0.1 ms is too short for any all-reduce."""
+    cluster = loopback_cluster(tmp_path / "cluster.yaml", worker=2)
+    with Processes(tmp_path) as procs:
+        workers = [procs.start(f"worker-{i}", train_command(
+            f"--cluster={cluster}", f"--task=worker:{i}", *MWM, "--collective_timeout=0.0001",
+            f"--model_dir={tmp_path / 'run'}")) for i in (0, 1)]
+        statuses = [proc.wait(120) for proc in workers]
+    for i, proc in enumerate(workers):
+        assert statuses[i] == 4, proc.text()[-3000:]
+        line = last_line(proc.text())
+        assert line.startswith(f"error: Lost a task of the multi_worker_mirrored cluster, or it stopped answering "
+                               f"(this is worker:{i}): Collective has timed out"), line
+        assert "Received: DeadlineExceededError" in line and "--collective_timeout" in line
+        assert "Traceback" not in proc.text()
 
 
 def test_the_launcher_restarts_a_failed_multi_worker_cluster_which_resumes(tmp_path, tmp_path_factory):

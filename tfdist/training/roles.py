@@ -261,11 +261,13 @@ def peer_errors(spec: cluster_lib.ClusterSpec | None, task_type: str, index: int
         import tensorflow as tf
 
         latest = tf.train.latest_checkpoint(str(Path(model_dir) / "checkpoints"))
+        timed_out = " and every collective to finish within --collective_timeout" if isinstance(
+            e, tf.errors.DeadlineExceededError) else ""
         raise PeerLost(
-            f"Lost a task of the {strategy} cluster (this is {_name(task_type, index)}): {_reason(e)}. "
-            f"Received: {type(e).__name__} from TensorFlow. Expected every task to stay up until the end; "
-            f"relaunch the whole cluster (e.g. python -m tfdist.launch --max_restarts 1) to resume from the "
-            f"latest checkpoint ({latest or 'none saved yet'})."
+            f"Lost a task of the {strategy} cluster, or it stopped answering (this is {_name(task_type, index)}): "
+            f"{_reason(e).rstrip('.')}. Received: {type(e).__name__} from TensorFlow. Expected every task to stay "
+            f"up until the end{timed_out}; relaunch the whole cluster (e.g. python -m tfdist.launch "
+            f"--max_restarts 1) to resume from the latest checkpoint ({latest or 'none saved yet'})."
         ) from None
 
 
