@@ -368,8 +368,7 @@ def main(argv: list[str]) -> int:
 
 def entry() -> None:
     """The ``tfdist-launch`` console script."""
-    define_flags()
-    run_main(main)
+    run_main(main, define_flags)
 
 
 if __name__ == "__main__":
