@@ -47,17 +47,23 @@ def until_checkpoint(model_dir, at_least: int):
     return lambda _text: latest_checkpoint_step(model_dir) >= at_least
 
 
+def launch_and_kill_worker_1(tmp_path, cluster, flags, *, options=(), **env_vars) -> tuple[int, str]:
+    """Launch ``tfdist.train flags`` on ``cluster``; ``kill -9`` worker 1 once a checkpoint at step 10 exists."""
+    model_dir = tmp_path / "run"
+    with Processes(tmp_path) as procs:
+        proc = procs.start("launch", launcher(cluster, *train_command(*flags, f"--model_dir={model_dir}"),
+                                              options=options), **env_vars)
+        proc.wait_for(until_checkpoint(model_dir, 10), 240, "a checkpoint at step 10")
+        os.kill(started_pids(proc.text())["worker:1"], signal.SIGKILL)
+        status = proc.wait(300)
+    return status, proc.text()
+
+
 def test_parameter_server_run_does_every_step_when_a_worker_is_killed(tmp_path):
     cluster = loopback_cluster(tmp_path / "cluster.yaml", chief=1, worker=2, ps=1)
     model_dir = tmp_path / "run"
     flags = [f.replace("steps_per_epoch=40", "steps_per_epoch=60") for f in EXPERIMENT]
-    with Processes(tmp_path) as procs:
-        proc = procs.start("launch", launcher(
-            cluster, *train_command("--strategy=parameter_server", *flags, f"--model_dir={model_dir}")))
-        proc.wait_for(until_checkpoint(model_dir, 10), 240, "the chief's checkpoint at step 10")
-        os.kill(started_pids(proc.text())["worker:1"], signal.SIGKILL)
-        status = proc.wait(300)
-    text = proc.text()
+    status, text = launch_and_kill_worker_1(tmp_path, cluster, ["--strategy=parameter_server", *flags])
     assert status == 0, text[-4000:]
     assert "[launch] worker:1 exited with status 137" in text
     assert "[launch] worker:1 failed; the others go on without it" in text
@@ -132,15 +138,9 @@ def test_a_collective_over_collective_timeout_ends_every_worker_with_one_line(tm
 
 def test_the_launcher_restarts_a_failed_multi_worker_cluster_which_resumes(tmp_path, tmp_path_factory):
     cluster = loopback_cluster(tmp_path / "cluster.yaml", worker=2)
-    model_dir, weights = tmp_path / "run", tmp_path / "weights"
-    with Processes(tmp_path) as procs:
-        proc = procs.start("launch", launcher(cluster, *train_command(*MWM, f"--model_dir={model_dir}"),
-                                              options=("--max_restarts=1",)),
-                           TFDIST_DEBUG_WEIGHTS_DIR=str(weights))
-        proc.wait_for(until_checkpoint(model_dir, 10), 240, "a checkpoint at step 10")
-        os.kill(started_pids(proc.text())["worker:1"], signal.SIGKILL)
-        status = proc.wait(300)
-    text = proc.text()
+    weights = tmp_path / "weights"
+    status, text = launch_and_kill_worker_1(tmp_path, cluster, MWM, options=("--max_restarts=1",),
+                                            TFDIST_DEBUG_WEIGHTS_DIR=str(weights))
     assert status == 0, text[-4000:]
     assert "[launch] worker:1 exited with status 137" in text
     assert "[launch] restarting every task (restart 1 of 1) after worker:1 failed with status 137" in text
