@@ -179,6 +179,23 @@ def test_max_restarts_starts_every_task_again_after_a_failure(tmp_path):
     assert (tmp_path / "worker:0.starts").read_text() == "xx"
 
 
+def test_user_errors_are_not_restarted(tmp_path):
+    cluster = loopback_cluster(tmp_path / "c.yaml", worker=2)
+    plan = {"worker:0": [0, 1.0], "worker:1": [2, 0.2]}
+    status, text, _ = run_launcher(tmp_path, cluster, plan, "--max_restarts=2")
+    assert status == 2 and "not restarting: status 2 is a user error" in text and "restarting every" not in text
+
+
+def test_losing_the_last_parameter_server_worker_stops_the_cluster(tmp_path):
+    cluster = loopback_cluster(tmp_path / "c.yaml", chief=1, worker=2, ps=1)
+    plan = {"chief": [0, 300], "ps": [0, 300], "worker:0": [1, 0.2], "worker:1": [1, 0.5], "ignore_sigterm": True}
+    status, text, seconds = run_launcher(tmp_path, cluster, plan)
+    assert status == 1 and seconds < 30, text
+    assert "[launch] worker:0 failed; the others go on without it" in text
+    assert "[launch] worker:1 failed; stopping every task" in text
+    assert_none_left(recorded_pids(tmp_path))
+
+
 def test_without_restarts_the_first_failure_is_the_status(tmp_path):
     cluster = loopback_cluster(tmp_path / "c.yaml", worker=2)
     plan = {"worker:0": [0, 1.0], "worker:1": [0, 0.2], "fail_first_start": "worker:1"}

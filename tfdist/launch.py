@@ -25,8 +25,9 @@ Exit status: the leader's (the chief, else worker 0) once it has finished and
 the other tasks have ended, or the status of the first failure that stops the
 cluster (a signal ``N`` counts as ``128 + N``). A failure stops the cluster
 unless the task is a ``worker`` of a cluster with ``ps`` tasks (the
-parameter-server coordinator goes on without it) or the ``evaluator`` (a
-side-car); such failures are reported and tolerated. Stopping means SIGTERM
+parameter-server coordinator goes on without it, as long as one worker is
+left) or the ``evaluator`` (a side-car); such failures are reported and
+tolerated. Stopping means SIGTERM
 to each task's process group, then SIGKILL after ``--grace_seconds`` (tasks
 of ``multi_worker_mirrored`` ignore SIGTERM: TensorFlow's coordination
 service catches it), so no process is left behind; Ctrl-C and SIGTERM to the
@@ -37,7 +38,8 @@ likewise (a script that serves forever).
 ``--max_restarts N``: after a failure that stops the cluster, start every
 task again, up to N times (as torchrun does); a tfdist run then resumes from
 the latest checkpoint in its ``--model_dir``. With ``--local`` each restart
-gets new free ports.
+gets new free ports. Status 2 (a user error) and 3 (a diverged loss) are
+not retried: a restart would end the same way.
 """
 
 from __future__ import annotations
@@ -56,12 +58,15 @@ from absl import flags
 
 from tfdist import cluster as cluster_lib
 from tfdist import local_cluster
-from tfdist.errors import UserError, run_main
+from tfdist.errors import USAGE_EXIT_CODE, UserError, run_main
 
 FLAGS = flags.FLAGS
 
 #: Host names that always mean this machine.
 LOOPBACK_NAMES = ("localhost", "ip6-localhost", "ip6-loopback")
+
+#: Exit statuses of tfdist that ``--max_restarts`` does not retry: a restart would fail the same way.
+NOT_RESTARTED = {USAGE_EXIT_CODE: "a user error", 3: "a diverged loss"}
 
 
 def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
@@ -138,9 +143,10 @@ def stops_cluster(spec: cluster_lib.ClusterSpec, task_type: str) -> bool:
     """Whether a failure of a ``task_type`` task stops the whole cluster.
 
     The leader's always does; a worker's does not where there are ps tasks
-    (``ParameterServerStrategy`` reschedules its steps on the others), nor the
-    evaluator's (a side-car nothing waits for); any other task's does (a
-    ``multi_worker_mirrored`` collective needs every worker).
+    (``ParameterServerStrategy`` reschedules its steps on the others, so
+    only the loss of the last worker stops the cluster, see ``_run_once``),
+    nor the evaluator's (a side-car nothing waits for); any other task's does
+    (a ``multi_worker_mirrored`` collective needs every worker).
     """
     if task_type == "evaluator":
         return False
@@ -284,6 +290,7 @@ def _run_once(cluster: LocalCluster, signals: _Signals, *, grace: float, shutdow
     leader = "{}:{}".format(*spec.leader())
     leader_done_at = None
     leader_status = None
+    workers_failed = 0
     cluster.start()
     try:
         while True:
@@ -295,7 +302,9 @@ def _run_once(cluster: LocalCluster, signals: _Signals, *, grace: float, shutdow
                 if name == leader:
                     leader_status, leader_done_at = status, time.monotonic()
                 if status != 0:
-                    if stops_cluster(spec, name.split(":")[0]) or name == leader:
+                    task_type = name.split(":")[0]
+                    workers_failed += task_type == "worker"
+                    if stops_cluster(spec, task_type) or name == leader or workers_failed == spec.count("worker"):
                         cluster.log(f"{name} failed; stopping every task")
                         return _Outcome(status, failed=None if leader_status == 0 and name != leader else name)
                     cluster.log(f"{name} failed; the others go on without it")
@@ -346,7 +355,11 @@ def launch(spec: cluster_lib.ClusterSpec, command: Sequence[str], *, local: bool
                 check_local(current)
             cluster = LocalCluster(current, command, env=env, out=out, err=err, log=log)
             outcome = _run_once(cluster, signals, grace=grace, shutdown_timeout=shutdown_timeout, poll=poll)
-            if outcome.failed is None or restarts >= max_restarts or signals.received is not None:
+            final = outcome.failed is None or restarts >= max_restarts or signals.received is not None
+            if not final and outcome.status in NOT_RESTARTED:
+                log(f"not restarting: status {outcome.status} is {NOT_RESTARTED[outcome.status]}, which a restart repeats")
+                final = True
+            if final:
                 log(f"exit status {outcome.status}")
                 return outcome.status
             restarts += 1
