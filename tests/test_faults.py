@@ -177,7 +177,7 @@ def test_a_run_killed_while_it_writes_a_checkpoint_resumes_from_the_previous_one
     model_dir = tmp_path / "run"
     (model_dir / "checkpoints").mkdir(parents=True)
     flags = ["--strategy=one_device", "--image_size=32", "--train_examples=64", "--eval_examples=16",
-             "--base_filters=16", "--depth=3", "--global_batch_size=8", "--optimizer=adam", "--log_every=2",
+             "--base_filters=4", "--depth=2", "--global_batch_size=8", "--optimizer=adam", "--log_every=2",
              "--checkpoint_every=2", "--deterministic", "--epochs=1", "--steps_per_epoch=6",
              f"--model_dir={model_dir}"]
     fd, created = _inotify_created(model_dir / "checkpoints")

@@ -248,12 +248,16 @@ class LocalCluster:
             deadline = time.monotonic() + grace
             while self.running() and time.monotonic() < deadline:
                 time.sleep(0.05)
+            if self.running():
+                self.log(f"{', '.join(self.running())} still running {grace:g}s after SIGTERM: SIGKILL")
             self._signal_groups(signal.SIGKILL)
         for process in self.processes:
             try:
                 process.popen.wait(timeout=10.0)
             except subprocess.TimeoutExpired:
                 self.log(f"{process.name} (pid {process.popen.pid}) did not end after SIGKILL")
+            for pump in process.pumps:
+                pump.join(timeout=2.0)
 
 
 class _Signals:

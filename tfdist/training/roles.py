@@ -38,7 +38,7 @@ from typing import NoReturn
 
 from tfdist import cluster as cluster_lib
 from tfdist import local_cluster
-from tfdist.errors import USAGE_EXIT_CODE, RunFailed, UserError
+from tfdist.errors import RunFailed, UserError
 
 #: Seconds between two probes of a peer.
 POLL_SECONDS = 1.0
@@ -160,14 +160,14 @@ def _exit_now(status: int) -> NoReturn:
 def _listen(address: str) -> socket.socket:
     """A plain listening socket on this task's port, so that peers see it up before TensorFlow binds."""
     host, port = cluster_lib.split_address(address)
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # Probes only connect: the kernel accepts them into the backlog, nothing reads. SO_REUSEADDR is set.
     try:
-        listener.bind((host, port))
-    except OSError:
-        listener.bind(("0.0.0.0", port))  # a host name this machine does not resolve to itself
-    listener.listen(64)  # probes only connect: the kernel accepts them, nothing reads
-    return listener
+        return socket.create_server((host, port), family=family, backlog=64)
+    except OSError:  # a host name this machine does not resolve to itself: every interface, as gRPC does
+        if socket.has_dualstack_ipv6():
+            return socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True, backlog=64)
+        return socket.create_server(("", port), backlog=64)
 
 
 @contextlib.contextmanager
@@ -235,9 +235,8 @@ def _reason(error: Exception) -> str:
     """The informative line of a TensorFlow error about a lost peer (not "Graph execution error")."""
     lines = [line.strip() for line in str(getattr(error, "message", error)).splitlines() if line.strip()]
     for line in lines:
-        for marker in ("aborted by:", "Collective ops is aborted by"):
-            if marker in line:
-                return line.split(marker, 1)[1].strip(" :") or line
+        if "aborted by:" in line:  # "Collective ops is aborted by: <the cause>"
+            return line.split("aborted by:", 1)[1].strip() or line
     useful = [line for line in lines if not line.startswith(("Graph execution error", "Detected at node", "File "))]
     return (useful or lines or [type(error).__name__])[0][:300]
 
