@@ -121,7 +121,8 @@ class Processes:
         self.started: list[Proc] = []
 
     def start(self, name: str, args: list[str], **env_vars: str) -> Proc:
-        proc = Proc(args, self.directory / f"{name}.log", env_vars=env(**env_vars))
+        """Start ``args``; temporary files (a worker's scratch checkpoints) go under the test's directory."""
+        proc = Proc(args, self.directory / f"{name}.log", env_vars=env(TMPDIR=str(self.directory), **env_vars))
         self.started.append(proc)
         return proc
 

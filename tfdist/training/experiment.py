@@ -317,7 +317,7 @@ def _train(config, task: Task, strategy, *, verbose: bool, wall_start: float) ->
         step_counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="step",
                                    aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
     checkpoints = Checkpoints(checkpoint=tf.train.Checkpoint(model=model, optimizer=optimizer, step=step_counter),
-                              model_dir=train_cfg.model_dir, is_chief=task.is_chief)
+                              model_dir=train_cfg.model_dir, is_chief=task.is_chief, task=f"{task.type}:{task.index}")
     restored = checkpoints.restore_latest()
     start_step = int(step_counter.numpy())
     is_chief = task.is_chief
