@@ -16,7 +16,7 @@ from tfdist import bench
 def test_a_small_benchmark_writes_json_markdown_and_chart(tmp_path):
     out = tmp_path / "b.json"
     result = subprocess.run(
-        [sys.executable, "-m", "tfdist.bench", "--only=keras_fit,one_device", "--steps=3",
+        [sys.executable, "-m", "tfdist.bench", "--only=keras_fit,one_device", "--steps=3", "--repeats=1",
          "--noscaling", f"--output={out}"], capture_output=True, text=True, timeout=400, cwd=REPO)
     assert result.returncode == 0, result.stderr[-3000:]
     data = json.loads(out.read_text())
@@ -26,12 +26,13 @@ def test_a_small_benchmark_writes_json_markdown_and_chart(tmp_path):
     for row in data["rows"]:
         assert row["images_per_second"] > 0 and row["ratio"] > 0 and row["peak_rss_mb"] > 0
     assert data["rows"][0]["ratio"] == 1.0
+    assert all(r["seconds_to_first_step"] > 0 for r in data["rows"])
     assert out.with_suffix(".md").read_text().startswith("| row |")
     assert out.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_every_row_of_the_issue_is_in_the_benchmark():
-    names = {r["name"] for r in bench.rows_for(1, 1)}
+    names = {r["spec"]["name"] for r in bench.rows_for(1, 1)}
     assert names == {"keras_fit", "one_device", "mirrored_1", "mirrored_2", "central_storage_2",
                      "multi_worker_mirrored_1", "multi_worker_mirrored_2", "parameter_server_1",
                      "parameter_server_2", "input_pipeline"}
@@ -48,3 +49,25 @@ def test_goals_are_read_off_the_results():
     assert goals["input pipeline >= 0.95x cached tensors"]["met"] is True
     assert goals["multi_worker_mirrored_2 all-reduce <= 15% of the step"]["met"] is False
     assert goals["parameter_server_2 >= 1.5x parameter_server_1"]["value"] == 1.4
+
+
+def test_rows_with_the_same_set_up_share_a_process_and_repeats_interleave():
+    rows = bench.rows_for(8, 2) + bench.scaling_rows(4)
+    jobs = bench.jobs_for(rows, repeats=2)
+    names = [[r["name"] for r in job["rows"]] for job in jobs]
+    scaling = [r["spec"]["name"] for r in bench.scaling_rows(4)]
+    assert names[0] == ["keras_fit", "one_device", "mirrored_1", "input_pipeline"] * 2 + scaling  # scaling once
+    assert names[1] == ["mirrored_2", "central_storage_2"] * 2
+    # A cluster cannot be torn down: each run of a cluster row is a fresh process (or two).
+    assert names[2:] == [[n] for n in ("multi_worker_mirrored_1",) * 2 + ("multi_worker_mirrored_2",) * 2
+                         + ("parameter_server_1",) * 2 + ("parameter_server_2",) * 2]
+    assert [job["processes"] for job in jobs[4:6]] == [2, 2]
+
+
+def test_unknown_rows_are_refused_by_name():
+    import pytest
+
+    from tfdist.errors import UserError
+
+    with pytest.raises(UserError, match=r"--only.*Received: one_devise.*Expected names among: keras_fit"):
+        bench.run_benchmark(quick=True, only=["one_devise"])

@@ -13,6 +13,13 @@ def test_defaults_validate_and_fill_derived_fields():
     assert config.train.model_dir == "runs/mirrored"
 
 
+def test_steps_per_loop_zero_picks_one_for_sync_and_a_chunk_for_parameter_server():
+    assert config_lib.build_config(overrides={"strategy": "mirrored"}).train.steps_per_loop == 1
+    ps = config_lib.build_config(overrides={"strategy": "parameter_server"})
+    assert ps.train.steps_per_loop == config_lib.PS_STEPS_PER_LOOP > 1
+    assert config_lib.build_config(overrides={"strategy": "parameter_server", "steps_per_loop": 3}).train.steps_per_loop == 3
+
+
 def test_precedence_defaults_then_file_then_flags(tmp_path):
     path = tmp_path / "exp.yaml"
     path.write_text("data:\n  image_size: 32\n  train_examples: 64\ntrain:\n  epochs: 2\n")

@@ -110,9 +110,11 @@ def test_steps_per_loop_gives_the_same_training(tmp_path, one_device_run):
 
 
 def test_a_finished_run_resumes_to_more_steps(tmp_path):
-    first = run(tiny(tmp_path, "r", strategy="one_device", steps_per_epoch=2), verbose=False)
+    first = run(tiny(tmp_path, "r", strategy="one_device", steps_per_epoch=2, export=False), verbose=False)
+    assert not (tmp_path / "r" / "export").exists()  # --noexport
     again = run(tiny(tmp_path, "r", strategy="one_device", steps_per_epoch=2, epochs=2), verbose=False)
     assert (first["steps"], again["start_step"], again["steps"]) == (2, 2, 4)
+    assert (tmp_path / "r" / "export" / "model.keras").is_file()
 
 
 def test_resuming_a_different_model_is_refused_before_anything_changes(tmp_path):

@@ -1,26 +1,38 @@
 """``python -m tfdist.bench``: tfdist's training throughput beside plain Keras, as ratios.
 
 Every row trains the same UNet, global batch and shapes data (generated,
-cached in memory) and is measured in its own fresh process, so that logical
-devices, collectives and clusters never leak from one row into the next:
+held in memory, no augmentation: the same images Keras gets):
 
 - ``keras_fit``: the baseline, plain ``model.fit`` on one device, written as a
-  user would write it (``compile("adam", ...)``, Keras' defaults, XLA
-  included where Keras turns it on);
+  user would write it (``compile("adam", ...)`` with Keras' defaults; on a
+  CPU-only host Keras' ``jit_compile="auto"`` means no XLA, and tfdist's
+  default is no XLA too);
 - tfdist ``one_device``, ``mirrored`` x1/x2, ``central_storage`` x2,
   ``multi_worker_mirrored`` with 1 and 2 worker processes (gRPC on
   127.0.0.1), ``parameter_server`` with 1 and 2 workers (an in-process cluster
-  of real servers);
+  of real gRPC servers), each with tfdist's defaults;
 - the input pipeline against cached tensors (the same steps fed from
   ``take(n).cache().repeat()`` of already-built batches);
 - the all-reduce time of the model's gradients under 2-worker
   ``multi_worker_mirrored`` and its share of a step;
 - time from process start to the first finished step, and peak memory (RSS)
-  of each process;
+  of each row;
 - scaling: time per epoch at 1x, 2x and 4x the dataset and at two image sizes.
 
-Throughput is images per second after warm-up (the first chunk, which traces
-and compiles, is not counted). ``--repeats N`` runs each row N times and
+Rows that need the same process set-up share one process (start-up is most
+of a short row's time): the one-logical-CPU rows (``keras_fit``,
+``one_device``, ``mirrored_1``, the input pipeline, scaling) and the
+two-logical-CPU rows (``mirrored_2``, ``central_storage_2``); each runs its
+rows one after another, ``--repeats`` times interleaved, so a slow moment of
+the machine hits every row alike. Rows with a cluster (collectives, gRPC
+servers) get fresh processes per run, since a cluster cannot be torn down.
+A row's peak memory is the process's high-water mark reset at the row's start
+(Linux ``clear_refs``); its time to first step is the process's start-up
+(imports) plus the row's own build, trace and first step.
+
+Throughput is images per second after warm-up: Keras from the second epoch
+on (the first epoch boundary costs Keras about 2 s once), tfdist after its
+first loop call (which traces). ``--repeats N`` runs each row N times and
 reports the median. Output: ``--output FILE.json`` with ``{"baseline": {...},
 "rows": [{"name", "images_per_second", "ratio", ...}]}``, a Markdown table
 (``--markdown``, default beside the JSON) and a PNG chart (``--chart``).
@@ -44,39 +56,59 @@ from tfdist.errors import UserError, run_main
 FLAGS = flags.FLAGS
 
 #: The benchmark's experiment: the default UNet at the default size and batch.
-BASE = {"image_size": 32, "train_examples": 512, "eval_examples": 32, "global_batch_size": 16,
+BASE = {"image_size": 32, "train_examples": 256, "eval_examples": 32, "global_batch_size": 16,
         "base_filters": 16, "depth": 3, "log_every": 1000, "checkpoint_every": 100000, "eval_steps": 1,
-        "deterministic": False}
+        "deterministic": False, "augment": False, "export": False}
+
+#: Closures per wait for the parameter-server rows (tfdist's default, config.PS_STEPS_PER_LOOP).
+PS_CHUNK = 16
 
 
 def define_flags() -> None:
-    flags.DEFINE_bool("quick", False, "Fewer steps and rows' repeats: about 3 minutes on 2 cores.")
-    flags.DEFINE_integer("steps", 0, "Timed steps per row (0: 24 with --quick, else 60).")
+    flags.DEFINE_bool("quick", False, "Fewer steps and one run of each row: about 3 minutes on 2 cores.")
+    flags.DEFINE_integer("steps", 0, "Timed steps per row (0: 16 with --quick, else 64).")
     flags.DEFINE_integer("repeats", 0, "Runs of each row; the median is reported (0: 1 with --quick, else 3).")
     flags.DEFINE_string("output", "bench.json", "Where to write the JSON results.")
     flags.DEFINE_string("markdown", None, "Where to write the Markdown table (default: OUTPUT with .md).")
     flags.DEFINE_string("chart", None, "Where to write the PNG chart (default: OUTPUT with .png).")
     flags.DEFINE_list("only", [], "Run only these rows (names as in the table), e.g. keras_fit,one_device.")
     flags.DEFINE_bool("scaling", True, "Also measure time per epoch at 1x/2x/4x data and two image sizes.")
-    flags.DEFINE_string("child", None, "Internal: run one measurement in this process (JSON spec).")
+    flags.DEFINE_string("child", None, "Internal: run these measurements in this process (JSON).")
 
 
 # --------------------------------------------------------------------------- children
-# Each child runs in its own process and prints one line "BENCH {json}".
+# A child process runs a list of row specs and prints one line "BENCH {json}" per row.
+
+
+def _reset_peak_rss() -> None:
+    """Start a new high-water mark of this process's memory (Linux; elsewhere the process's peak stays)."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
+
+
+def _proc_status_mb(key: str) -> float | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return None
 
 
 def _peak_rss_mb() -> float:
+    """Peak resident memory since the last reset (VmHWM), or of the whole process where there is none."""
+    peak = _proc_status_mb("VmHWM")
+    if peak is not None:
+        return peak
     import resource
 
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0 / (1024.0 if sys.platform == "darwin" else 1.0)
 
 
-def _report(result: dict) -> None:
-    result["peak_rss_mb"] = _peak_rss_mb()
-    print("BENCH " + json.dumps(result), flush=True)
-
-
-def _child_keras_fit(spec: dict) -> None:
+def _measure_keras_fit(spec: dict) -> dict:
     """The baseline: plain Keras ``fit`` on in-memory tensors, one device."""
     import keras
     import numpy as np
@@ -91,58 +123,52 @@ def _child_keras_fit(spec: dict) -> None:
     model.compile(optimizer=keras.optimizers.Adam(2e-3),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     times: list[float] = []
-    first_step: list[float] = []
 
     class Clock(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
             times.append(time.perf_counter())
-            if not first_step:
+            if len(times) == 1:
                 first_step.append(time.time())
 
-    batch, warmup, steps = p["global_batch_size"], spec["warmup"], spec["steps"]
+    first_step: list[float] = []
+    batch, steps = p["global_batch_size"], spec["steps"]
     per_epoch = p["train_examples"] // batch
+    warmup = per_epoch + 1  # timing starts after the first step of the second epoch
     epochs = -(-(warmup + steps) // per_epoch)
     model.fit(x, y, batch_size=batch, epochs=epochs, steps_per_epoch=per_epoch, callbacks=[Clock()], verbose=0,
               shuffle=True)
-    timed = times[warmup: warmup + steps]
-    _report({"images_per_second": (len(timed) - 1) * batch / (timed[-1] - timed[0]), "first_step_at": first_step[0]})
+    timed = times[warmup - 1: warmup + steps]
+    return {"images_per_second": (len(timed) - 1) * batch / (timed[-1] - timed[0]), "first_step_at": first_step[0]}
 
 
 def _tfdist_config(spec: dict, model_dir: str):
     from tfdist import config as config_lib
 
     p = {**BASE, **spec["overrides"]}
-    steps = spec["warmup"] + spec["steps"]
     return config_lib.build_config(overrides={
-        **p, "strategy": spec["strategy"], "epochs": 1, "steps_per_epoch": steps,
-        "steps_per_loop": spec.get("steps_per_loop", 1), "model_dir": model_dir,
+        **p, "strategy": spec["strategy"], "epochs": 1, "steps_per_epoch": spec["warmup"] + spec["steps"],
+        "model_dir": model_dir,
     })
 
 
-def _child_tfdist(spec: dict) -> None:
-    """A tfdist run; a multi_worker_mirrored task finds its cluster in TF_CONFIG."""
+def _measure_tfdist(spec: dict, cluster_resolver=None) -> dict:
+    """A tfdist run with its defaults; a multi_worker_mirrored task finds its cluster in TF_CONFIG."""
     from tfdist.training import run
 
     with tempfile.TemporaryDirectory(prefix="tfdist-bench-") as tmp:
-        model_dir = spec.get("model_dir") or tmp
-        summary = run(_tfdist_config(spec, model_dir), verbose=False)
-    _report({"images_per_second": summary["images_per_second"], "first_step_at": summary["first_step_at"],
-             "wall_seconds": summary["wall_seconds"], "num_replicas": summary["num_replicas"]})
+        summary = run(_tfdist_config(spec, tmp), verbose=False, cluster_resolver=cluster_resolver)
+    return {"images_per_second": summary["images_per_second"], "first_step_at": summary["first_step_at"],
+            "num_replicas": summary["num_replicas"]}
 
 
-def _child_parameter_server(spec: dict) -> None:
+def _measure_parameter_server(spec: dict) -> dict:
     """parameter_server over an in-process cluster of real gRPC servers (1 ps, N workers)."""
     os.environ["GRPC_FAIL_FAST"] = "use_caller"
     from tfdist.local_cluster import in_process_cluster
     from tfdist.strategies import setup_host
-    from tfdist.training import run
 
-    workers = spec["workers"]
-    setup_host(inter_op_threads=workers + 2)
-    resolver = in_process_cluster(num_workers=workers, num_ps=1)
-    with tempfile.TemporaryDirectory(prefix="tfdist-bench-") as tmp:
-        summary = run(_tfdist_config(spec, tmp), verbose=False, cluster_resolver=resolver)
-    _report({"images_per_second": summary["images_per_second"], "first_step_at": summary["first_step_at"]})
+    setup_host(inter_op_threads=spec["workers"] + 2)
+    return _measure_tfdist(spec, in_process_cluster(num_workers=spec["workers"], num_ps=1))
 
 
 def _time_steps(step_fn, iterator, warmup: int, steps: int) -> float:
@@ -155,7 +181,7 @@ def _time_steps(step_fn, iterator, warmup: int, steps: int) -> float:
     return (time.perf_counter() - start) / steps
 
 
-def _child_pipeline(spec: dict) -> None:
+def _measure_pipeline(spec: dict) -> dict:
     """tfdist's input pipeline against cached tensors, feeding the same one-device train step."""
     import tensorflow as tf
 
@@ -173,14 +199,18 @@ def _child_pipeline(spec: dict) -> None:
     pipeline = data_lib.make_dataset(config.data, "train", global_batch_size=batch, seed=0, training=True)
     cached = pipeline.take(8).cache().repeat()
     results = {}
+    first_step_at = None
     for name, ds in (("pipeline", pipeline), ("cached", cached)):
-        seconds = _time_steps(step_fn, iter(ds), spec["warmup"], spec["steps"])
+        iterator = iter(ds)
+        step_fn(iterator)
+        first_step_at = first_step_at or time.time()
+        seconds = _time_steps(step_fn, iterator, spec["warmup"], spec["steps"])
         results[name] = batch / seconds
-    _report({"images_per_second": results["pipeline"], "cached_images_per_second": results["cached"],
-             "ratio_to_cached": results["pipeline"] / results["cached"]})
+    return {"images_per_second": results["pipeline"], "cached_images_per_second": results["cached"],
+            "ratio_to_cached": results["pipeline"] / results["cached"], "first_step_at": first_step_at}
 
 
-def _child_allreduce(spec: dict) -> None:
+def _measure_allreduce(spec: dict) -> dict:
     """All-reduce of the model's gradient shapes under multi_worker_mirrored (TF_CONFIG from the parent)."""
     from tfdist.strategies import make_strategy, setup_host
 
@@ -202,48 +232,67 @@ def _child_allreduce(spec: dict) -> None:
 
     seconds = _time_steps(reduce_once, None, spec["warmup"], spec["steps"])
     size_mb = sum(int(tf.size(g)) for g in grads) * 4 / 1e6
-    _report({"allreduce_seconds": seconds, "gradient_mb": size_mb})
+    return {"allreduce_seconds": seconds, "gradient_mb": size_mb}
 
 
-_CHILDREN = {
-    "keras_fit": _child_keras_fit,
-    "tfdist": _child_tfdist,
-    "parameter_server": _child_parameter_server,
-    "pipeline": _child_pipeline,
-    "allreduce": _child_allreduce,
+_MEASURES = {
+    "keras_fit": _measure_keras_fit,
+    "tfdist": _measure_tfdist,
+    "parameter_server": _measure_parameter_server,
+    "pipeline": _measure_pipeline,
+    "allreduce": _measure_allreduce,
 }
+
+
+def _child(job: dict) -> None:
+    """Run ``job["rows"]`` in order in this process; one ``BENCH`` line each."""
+    import tensorflow  # noqa: F401  (start-up is measured up to here: the imports every row needs)
+
+    startup = time.time() - job["spawned_at"]
+    for spec in job["rows"]:
+        _reset_peak_rss()
+        start_rss = _proc_status_mb("VmRSS") or 0.0
+        row_start = time.time()
+        result = _MEASURES[spec["kind"]](spec)
+        first = result.pop("first_step_at", None)
+        if first is not None:
+            result["seconds_to_first_step"] = startup + first - row_start
+        peak = _peak_rss_mb()
+        # The growth is the row's own: earlier rows of the process leave ~25 MB each of TensorFlow caches.
+        result.update(name=spec["name"], peak_rss_mb=peak, rss_growth_mb=peak - start_rss if start_rss else None,
+                      row_seconds=time.time() - row_start)
+        print("BENCH " + json.dumps(result), flush=True)
 
 
 # --------------------------------------------------------------------------- parent
 
 
-def _parse_child_output(stdout: str) -> dict:
-    for line in reversed(stdout.splitlines()):
-        if line.startswith("BENCH "):
-            return json.loads(line[len("BENCH "):])
-    raise RuntimeError("the benchmark child printed no result")
+def _parse_child_output(stdout: str) -> list[dict]:
+    results = [json.loads(line[len("BENCH "):]) for line in stdout.splitlines() if line.startswith("BENCH ")]
+    if not results:
+        raise RuntimeError("the benchmark child printed no result")
+    return results
 
 
-def _spawn(spec: dict, env: dict | None = None) -> subprocess.Popen:
+def _spawn(rows: list[dict], env: dict | None = None) -> subprocess.Popen:
     child_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}
     if env is None:
         child_env.pop("TF_CONFIG", None)
-    return subprocess.Popen([sys.executable, "-m", "tfdist.bench", "--child", json.dumps(spec)],
+    job = json.dumps({"rows": rows, "spawned_at": time.time()})
+    return subprocess.Popen([sys.executable, "-m", "tfdist.bench", "--child", job],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env)
 
 
-def _collect(processes: list[subprocess.Popen], started: float, timeout: float = 600) -> list[dict]:
-    """Wait for every process (bounded); on a failure or time-out kill all and raise."""
+def _collect(processes: list[subprocess.Popen], timeout: float = 900) -> list[list[dict]]:
+    """Each process's results (bounded wait); on a failure or time-out kill all and raise."""
+    deadline = time.time() + timeout
     results = []
     try:
         for proc in processes:
-            stdout, stderr = proc.communicate(timeout=max(1.0, started + timeout - time.time()))
+            stdout, stderr = proc.communicate(timeout=max(1.0, deadline - time.time()))
             if proc.returncode != 0:
                 raise RuntimeError(f"benchmark child failed ({proc.returncode}): {stderr.strip()[-1500:]}")
-            result = _parse_child_output(stdout)
-            if result.get("first_step_at"):
-                result["seconds_to_first_step"] = result.pop("first_step_at") - started
-            results.append(result)
+            results.append(_parse_child_output(stdout))
     finally:
         for proc in processes:
             if proc.poll() is None:
@@ -252,50 +301,55 @@ def _collect(processes: list[subprocess.Popen], started: float, timeout: float =
     return results
 
 
-def _measure_once(row: dict) -> dict:
-    """Run one row's processes and return the chief's result (peak memory: the largest process)."""
-    started = time.time()
-    if row.get("processes", 1) == 1:
-        return _collect([_spawn(row["spec"])], started)[0]
+def _launch(job: dict) -> list[dict]:
+    """Run one job's rows in ``job["processes"]`` processes; the chief's results, peak memory the largest."""
+    n = job.get("processes", 1)
+    if n == 1:
+        return _collect([_spawn(job["rows"])])[0]
     from tfdist import cluster as cluster_lib
     from tfdist.local_cluster import free_ports
 
-    n = row["processes"]
     spec = cluster_lib.parse_cluster_spec({"worker": [f"127.0.0.1:{p}" for p in free_ports(n)]}, source="bench")
-    processes = [_spawn(row["spec"], {"TF_CONFIG": cluster_lib.tf_config_json(spec, "worker", i)}) for i in range(n)]
-    results = _collect(processes, started)
-    chief = dict(results[0])
-    chief["peak_rss_mb"] = max(r["peak_rss_mb"] for r in results)
+    per_process = _collect([_spawn(job["rows"], {"TF_CONFIG": cluster_lib.tf_config_json(spec, "worker", i)})
+                            for i in range(n)])
+    chief = [dict(r) for r in per_process[0]]
+    for i, row in enumerate(chief):
+        row["peak_rss_mb"] = max(results[i]["peak_rss_mb"] for results in per_process)
     return chief
 
 
-def _median_of(row: dict, repeats: int) -> dict:
-    runs = [_measure_once(row) for _ in range(repeats)]
-    keys = [k for k, v in runs[0].items() if isinstance(v, (int, float))]
+def _median(runs: list[dict]) -> dict:
+    keys = [k for k, v in runs[0].items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
     merged = {k: statistics.median(r[k] for r in runs) for k in keys}
-    if repeats > 1:
+    if len(runs) > 1:
         merged["runs"] = [r.get("images_per_second") for r in runs]
     return merged
 
 
 def rows_for(steps: int, warmup: int) -> list[dict]:
-    """Every throughput row: name, strategy, processes, and the child's spec."""
+    """Every throughput row: its name, and ``group`` (rows that share a process) or ``processes``."""
 
-    def tfdist(strategy, cpu_devices=1, **extra):
-        return {"kind": "tfdist", "strategy": strategy, "steps": steps, "warmup": warmup,
+    def tfdist(name, strategy, cpu_devices=1, **extra):
+        return {"name": name, "kind": "tfdist", "strategy": strategy, "steps": steps, "warmup": warmup,
                 "overrides": {"cpu_devices": cpu_devices}, **extra}
 
+    def parameter_server(name, workers):
+        # One chunk of closures warms up (it traces); the timed steps are whole chunks.
+        return {**tfdist(name, "parameter_server"), "kind": "parameter_server", "workers": workers,
+                "warmup": PS_CHUNK, "steps": PS_CHUNK * max(1, -(-steps // PS_CHUNK))}
+
     return [
-        {"name": "keras_fit", "spec": {"kind": "keras_fit", "steps": steps, "warmup": warmup, "overrides": {}}},
-        {"name": "one_device", "spec": tfdist("one_device")},
-        {"name": "mirrored_1", "spec": tfdist("mirrored", 1)},
-        {"name": "mirrored_2", "spec": tfdist("mirrored", 2)},
-        {"name": "central_storage_2", "spec": tfdist("central_storage", 2)},
-        {"name": "multi_worker_mirrored_1", "spec": tfdist("multi_worker_mirrored"), "processes": 1},
-        {"name": "multi_worker_mirrored_2", "spec": tfdist("multi_worker_mirrored"), "processes": 2},
-        {"name": "parameter_server_1", "spec": {**tfdist("parameter_server"), "kind": "parameter_server", "workers": 1}},
-        {"name": "parameter_server_2", "spec": {**tfdist("parameter_server"), "kind": "parameter_server", "workers": 2}},
-        {"name": "input_pipeline", "spec": {"kind": "pipeline", "steps": steps, "warmup": warmup, "overrides": {}}},
+        {"group": "cpu1", "spec": {"name": "keras_fit", "kind": "keras_fit", "steps": steps, "overrides": {}}},
+        {"group": "cpu1", "spec": tfdist("one_device", "one_device")},
+        {"group": "cpu1", "spec": tfdist("mirrored_1", "mirrored", 1)},
+        {"group": "cpu2", "spec": tfdist("mirrored_2", "mirrored", 2)},
+        {"group": "cpu2", "spec": tfdist("central_storage_2", "central_storage", 2)},
+        {"processes": 1, "spec": tfdist("multi_worker_mirrored_1", "multi_worker_mirrored")},
+        {"processes": 2, "spec": tfdist("multi_worker_mirrored_2", "multi_worker_mirrored")},
+        {"processes": 1, "spec": parameter_server("parameter_server_1", 1)},
+        {"processes": 1, "spec": parameter_server("parameter_server_2", 2)},
+        {"group": "cpu1", "spec": {"name": "input_pipeline", "kind": "pipeline", "steps": steps, "warmup": warmup,
+                                   "overrides": {}}},
     ]
 
 
@@ -304,34 +358,66 @@ def scaling_rows(steps_at_1x: int) -> list[dict]:
     rows = []
     for size, factors in ((32, (1, 2, 4)), (64, (1, 2))):
         for factor in factors:
-            examples = 16 * steps_at_1x * factor
-            rows.append({"name": f"epoch_{size}px_{factor}x", "size": size, "factor": factor, "spec": {
-                "kind": "tfdist", "strategy": "one_device", "steps": steps_at_1x * factor, "warmup": 0,
-                "overrides": {"image_size": size, "train_examples": examples}}})
+            rows.append({"group": "cpu1", "once": True, "size": size, "factor": factor, "spec": {
+                "name": f"epoch_{size}px_{factor}x", "kind": "tfdist", "strategy": "one_device",
+                "steps": steps_at_1x * factor, "warmup": 0,
+                "overrides": {"image_size": size, "train_examples": BASE["global_batch_size"] * steps_at_1x * factor}}})
     return rows
 
 
 def _allreduce_row(steps: int, warmup: int) -> dict:
-    return {"name": "allreduce_2_workers", "processes": 2,
-            "spec": {"kind": "allreduce", "steps": steps, "warmup": warmup, "overrides": {}}}
+    return {"processes": 2, "spec": {"name": "allreduce_2_workers", "kind": "allreduce", "steps": steps,
+                                     "warmup": warmup, "overrides": {}}}
+
+
+def jobs_for(rows: list[dict], repeats: int) -> list[dict]:
+    """The processes to launch: one per group (its rows ``repeats`` times, interleaved), else one per run.
+
+    Rows marked ``once`` (scaling: a time per epoch, not a ratio) run once, after the group's repeats.
+    """
+    jobs, groups, once = [], {}, {}
+    for row in rows:
+        if "group" in row:
+            if row["group"] not in groups:
+                groups[row["group"]], once[row["group"]] = {"processes": 1, "rows": []}, []
+                jobs.append(groups[row["group"]])
+            target = once[row["group"]] if row.get("once") else groups[row["group"]]["rows"]
+            target.append(row["spec"])
+        else:
+            jobs += [{"processes": row["processes"], "rows": [row["spec"]]} for _ in range(repeats)]
+    for name, job in groups.items():
+        job["rows"] = job["rows"] * repeats + once[name]
+    return jobs
 
 
 def run_benchmark(*, quick: bool, steps: int = 0, repeats: int = 0, only=(), scaling: bool = True,
                   log=print) -> dict:
     """Measure every row; returns the JSON-ready results (see the module docstring)."""
-    steps = steps or (24 if quick else 60)
+    steps = steps or (16 if quick else 64)
     repeats = repeats or (1 if quick else 3)
     warmup = 4
-    rows = [r for r in rows_for(steps, warmup) if not only or r["name"] in only]
-    if not rows:
+    known = rows_for(steps, warmup)
+    rows = [r for r in known if not only or r["spec"]["name"] in only]
+    if not rows or any(name not in {r["spec"]["name"] for r in known} for name in only):
         raise UserError(f"Invalid value for `--only`. Received: {','.join(only)}. "
-                        f"Expected names among: {', '.join(r['name'] for r in rows_for(1, 1))}.")
-    measured = {}
-    for row in rows:
-        log(f"bench: {row['name']} ...")
-        measured[row["name"]] = _median_of(row, repeats)
-        log(f"bench: {row['name']}: {measured[row['name']].get('images_per_second', 0):.1f} images/s")
-    baseline = measured.get("keras_fit") or _median_of(rows_for(steps, warmup)[0], repeats)
+                        f"Expected names among: {', '.join(r['spec']['name'] for r in known)}.")
+    if "keras_fit" not in {r["spec"]["name"] for r in rows}:
+        rows.insert(0, known[0])  # every ratio needs the baseline
+    extra = []
+    if not only or "multi_worker_mirrored_2" in only:
+        extra.append(_allreduce_row(steps, warmup))
+    if scaling and not only:
+        extra += scaling_rows(8 if quick else 32)
+    runs: dict[str, list[dict]] = {}
+    for job in jobs_for(rows + extra, repeats):
+        log(f"bench: {', '.join(dict.fromkeys(r['name'] for r in job['rows']))} ...")
+        for result in _launch(job):
+            runs.setdefault(result["name"], []).append(result)
+            if "images_per_second" in result:
+                log(f"bench: {result['name']}: {result['images_per_second']:.1f} images/s "
+                    f"({result['row_seconds']:.0f} s)")
+    measured = {r["spec"]["name"]: _median(runs[r["spec"]["name"]]) for r in rows}
+    baseline = measured["keras_fit"]
     out_rows = []
     for name, result in measured.items():
         ips = result.get("images_per_second")
@@ -340,22 +426,22 @@ def run_benchmark(*, quick: bool, steps: int = 0, repeats: int = 0, only=(), sca
                          **{k: v for k, v in result.items() if k != "images_per_second"}})
     results = {"baseline": {"name": "keras_fit", **baseline}, "rows": out_rows,
                "settings": {"quick": quick, "steps": steps, "warmup": warmup, "repeats": repeats, **BASE}}
-    if not only or "allreduce_2_workers" in only or "multi_worker_mirrored_2" in only:
-        log("bench: allreduce_2_workers ...")
-        allreduce = _median_of(_allreduce_row(steps, warmup), repeats)
+    if "allreduce_2_workers" in runs:
+        allreduce = _median(runs["allreduce_2_workers"])
         mwm = measured.get("multi_worker_mirrored_2")
         if mwm:
             step_seconds = BASE["global_batch_size"] / mwm["images_per_second"]
             allreduce["share_of_step"] = allreduce["allreduce_seconds"] / step_seconds
         results["allreduce"] = allreduce
-    if scaling and not only:
+    scaled = [row for row in extra if row["spec"]["name"].startswith("epoch_")]
+    if scaled:
         results["scaling"] = []
-        for row in scaling_rows(steps // 2 if quick else steps):
-            log(f"bench: {row['name']} ...")
-            r = _median_of(row, 1)
+        for row in scaled:
+            r = _median(runs[row["spec"]["name"]])
             epoch_seconds = row["spec"]["steps"] * BASE["global_batch_size"] / r["images_per_second"]
-            results["scaling"].append({"name": row["name"], "image_size": row["size"], "factor": row["factor"],
-                                       "epoch_seconds": epoch_seconds, "peak_rss_mb": r["peak_rss_mb"]})
+            results["scaling"].append({"name": row["spec"]["name"], "image_size": row["size"],
+                                       "factor": row["factor"], "epoch_seconds": epoch_seconds,
+                                       "peak_rss_mb": r["peak_rss_mb"], "rss_growth_mb": r.get("rss_growth_mb")})
     results["goals"] = goals(results)
     return results
 
@@ -397,10 +483,12 @@ def markdown(results: dict) -> str:
                       f"{a['allreduce_seconds'] * 1000:.1f} ms"
                       + ("" if share is None else f", {share:.0%} of a multi_worker_mirrored_2 step") + "."]
     if results.get("scaling"):
-        lines += ["", "| scaling | image size | data | epoch seconds | peak RSS MB |", "|---|---:|---:|---:|---:|"]
+        lines += ["", "| scaling | image size | data | epoch seconds | peak RSS MB | RSS growth in the row MB |",
+                  "|---|---:|---:|---:|---:|---:|"]
         for s in results["scaling"]:
+            growth = s.get("rss_growth_mb")
             lines.append(f"| {s['name']} | {s['image_size']} | {s['factor']}x | {s['epoch_seconds']:.1f} | "
-                         f"{s['peak_rss_mb']:.0f} |")
+                         f"{s['peak_rss_mb']:.0f} | {'' if growth is None else f'{growth:.0f}'} |")
     lines += ["", "| goal | value | met |", "|---|---:|---|"]
     for g in results["goals"]:
         value = "" if g["value"] is None else f"{g['value']:.3f}"
@@ -428,8 +516,7 @@ def chart(results: dict, path: str) -> None:
 
 def main(argv: list[str]) -> int:
     if FLAGS.child:
-        spec = json.loads(FLAGS.child)
-        _CHILDREN[spec["kind"]](spec)
+        _child(json.loads(FLAGS.child))
         return 0
     if len(argv) > 1:
         raise UserError(f"Unexpected arguments. Received: {' '.join(argv[1:])}. Expected only --flags.")

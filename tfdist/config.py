@@ -31,6 +31,11 @@ LR_SCALINGS = ("none", "linear")
 LR_DECAYS = ("cosine", "none")
 COMMUNICATIONS = ("auto", "ring", "nccl")
 
+#: Closures the parameter-server chief schedules before it waits for them (``steps_per_loop`` 0).
+#: With one closure per wait only one worker is ever busy; 16 keeps several busy
+#: and still reports every ``log_every`` (16) steps.
+PS_STEPS_PER_LOOP = 16
+
 #: Classes of each dataset when ``num_classes`` is left at 0.
 DATASET_NUM_CLASSES = {"shapes": 4, "oxford_iiit_pet": 3}
 
@@ -99,10 +104,11 @@ class TrainConfig:
     lr_decay: str = "cosine"  # cosine: decay to 0 over the run after warmup; none: constant
     seed: int = 0
     model_dir: str = ""  # empty: runs/<strategy>
-    steps_per_loop: int = 1
+    steps_per_loop: int = 0  # 0: 1 for synchronous strategies, PS_STEPS_PER_LOOP for parameter_server
     log_every: int = 16
     checkpoint_every: int = 100
     deterministic: bool = False  # enable TF op determinism; turns augmentation off
+    export: bool = True  # write export/ (model.keras, SavedModel) at the end; --noexport for throwaway runs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -237,7 +243,7 @@ def validate(config: Config) -> Config:
         ("ps_shards", 0), ("ps_min_shard_bytes", 1), ("image_size", 8), ("num_classes", 0),
         ("train_examples", 1), ("eval_examples", 1), ("shuffle_buffer", 1), ("base_filters", 1),
         ("depth", 1), ("dropout", 0), ("global_batch_size", 1), ("epochs", 1), ("steps_per_epoch", 0),
-        ("eval_steps", 0), ("reference_batch_size", 1), ("warmup_steps", 0), ("steps_per_loop", 1),
+        ("eval_steps", 0), ("reference_batch_size", 1), ("warmup_steps", 0), ("steps_per_loop", 0),
         ("log_every", 1), ("checkpoint_every", 1),
     ):
         _at_least(name, getattr(getattr(config, FIELD_SECTION[name]), name), low)
@@ -268,7 +274,10 @@ def validate(config: Config) -> Config:
         raise UserError(f"Missing `--cluster` for --task={rt.task}. Received: cluster=''. Expected a cluster spec file.")
     data = dataclasses.replace(data, num_classes=num_classes, augment=data.augment and not train.deterministic)
     model_dir = train.model_dir or str(Path("runs") / rt.strategy)
-    return dataclasses.replace(config, data=data, train=dataclasses.replace(train, model_dir=model_dir))
+    steps_per_loop = train.steps_per_loop or (PS_STEPS_PER_LOOP if rt.strategy == "parameter_server" else 1)
+    return dataclasses.replace(
+        config, data=data, train=dataclasses.replace(train, model_dir=model_dir, steps_per_loop=steps_per_loop)
+    )
 
 
 def build_config(experiment: str | None = None, overrides: Mapping[str, Any] | None = None) -> Config:

@@ -52,7 +52,10 @@ def main(argv: list[str]) -> int:
     from tfdist.training.experiment import run
 
     summary = run(config_from_flags())
-    if "eval" in summary:
+    if "eval" in summary and not summary.get("is_chief", True):
+        print(f"final eval: mean_iou {summary['eval']['mean_iou']:.4f} "
+              f"(this worker writes nothing; the chief's outputs are in {summary['model_dir']})", flush=True)
+    elif "eval" in summary:
         ev = summary["eval"]
         print(f"final eval: mean_iou {ev['mean_iou']:.4f}  pixel_accuracy {ev['pixel_accuracy']:.4f}  "
               f"loss {ev['loss']:.4f}  ({summary['images_per_second']:.1f} images/s, "

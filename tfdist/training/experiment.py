@@ -74,9 +74,12 @@ class Task:
     def is_chief(self) -> bool:
         return self.spec is None or self.spec.is_leader(self.type, self.index)
 
-    @property
-    def num_workers(self) -> int:
-        return len(self.spec.tasks.get("worker", ())) if self.spec else 1
+    def num_workers(self, strategy: str) -> int:
+        """Tasks that compute steps: the workers, and the chief too unless it coordinates (parameter_server)."""
+        if self.spec is None:
+            return 1
+        workers = len(self.spec.tasks.get("worker", ()))
+        return workers if strategy == "parameter_server" else workers + len(self.spec.tasks.get("chief", ()))
 
 
 def resolve_cluster(config) -> Task:
@@ -353,14 +356,15 @@ def _train(config, task: Task, strategy, *, verbose: bool, wall_start: float) ->
         checkpoints.close()
         outputs.close()
     _dump_weights_for_debugging(task, model)
-    if is_chief:
+    if is_chief and train_cfg.export:
         plain = build_from_config(config.model, config.data)
         plain.set_weights(model.get_weights())
         outputs.export(plain)
     summary = {
         "strategy": config.runtime.strategy,
         "num_replicas": int(strategy.num_replicas_in_sync),
-        "num_workers": task.num_workers,
+        "num_workers": task.num_workers(config.runtime.strategy),
+        "is_chief": is_chief,
         "global_batch_size": train_cfg.global_batch_size,
         "steps": int(step_counter.numpy()),
         "start_step": start_step,
