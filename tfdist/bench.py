@@ -66,7 +66,7 @@ PS_CHUNK = 16
 
 
 def define_flags() -> None:
-    flags.DEFINE_bool("quick", False, "Fewer steps and one run of each row: about 3 minutes on 2 cores.")
+    flags.DEFINE_bool("quick", False, "Fewer steps and one run of each row: about 4.5 minutes on 2 cores.")
     flags.DEFINE_integer("steps", 0, "Timed steps per row (0: 16 with --quick, else 64).")
     flags.DEFINE_integer("repeats", 0, "Runs of each row; the median is reported (0: 1 with --quick, else 3).")
     flags.DEFINE_string("output", "bench.json", "Where to write the JSON results.")
