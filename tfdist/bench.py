@@ -61,10 +61,6 @@ BASE = {"image_size": 32, "train_examples": 256, "eval_examples": 32, "global_ba
         "base_filters": 16, "depth": 3, "log_every": 1000, "checkpoint_every": 100000, "eval_steps": 1,
         "deterministic": False, "augment": False, "export": False}
 
-#: Closures per wait for the parameter-server rows (tfdist's default, config.PS_STEPS_PER_LOOP).
-PS_CHUNK = 16
-
-
 def define_flags() -> None:
     flags.DEFINE_bool("quick", False, "Fewer steps and one run of each row: about 4.5 minutes on 2 cores.")
     flags.DEFINE_integer("steps", 0, "Timed steps per row (0: 16 with --quick, else 64).")
@@ -128,6 +124,7 @@ def _measure_keras_fit(spec: dict) -> dict:
     model.compile(optimizer=keras.optimizers.Adam(2e-3),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     times: list[float] = []
+    first_step: list[float] = []
 
     class Clock(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
@@ -135,7 +132,6 @@ def _measure_keras_fit(spec: dict) -> dict:
             if len(times) == 1:
                 first_step.append(time.time())
 
-    first_step: list[float] = []
     model.fit(x, y, batch_size=batch, epochs=2, callbacks=[Clock()], verbose=0, shuffle=True)
     timed = times[per_epoch:]  # from the end of the second epoch's first step: `steps` steps
     return {"images_per_second": (len(timed) - 1) * batch / (timed[-1] - timed[0]), "first_step_at": first_step[0]}
@@ -163,10 +159,10 @@ def _measure_tfdist(spec: dict, cluster_resolver=None) -> dict:
 
 def _measure_parameter_server(spec: dict) -> dict:
     """parameter_server over an in-process cluster of real gRPC servers (1 ps, N workers)."""
-    os.environ["GRPC_FAIL_FAST"] = "use_caller"
     from tfdist.local_cluster import in_process_cluster
-    from tfdist.strategies import setup_host
+    from tfdist.strategies import grpc_fail_fast_for_parameter_server, setup_host
 
+    grpc_fail_fast_for_parameter_server()  # before the servers start
     setup_host(inter_op_threads=spec["workers"] + 2)
     return _measure_tfdist(spec, in_process_cluster(num_workers=spec["workers"], num_ps=1))
 
@@ -254,7 +250,7 @@ def _child(job: dict) -> None:
     startup = time.time() - job["spawned_at"]
     for spec in job["rows"]:
         _reset_peak_rss()
-        start_rss = _proc_status_mb("VmRSS") or 0.0
+        start_rss = _proc_status_mb("VmRSS")
         row_start = time.time()
         result = _MEASURES[spec["kind"]](spec)
         first = result.pop("first_step_at", None)
@@ -262,7 +258,7 @@ def _child(job: dict) -> None:
             result["seconds_to_first_step"] = startup + first - row_start
         peak = _peak_rss_mb()
         # The growth is the row's own: earlier rows of the process leave ~25 MB each of TensorFlow caches.
-        result.update(name=spec["name"], peak_rss_mb=peak, rss_growth_mb=peak - start_rss if start_rss else None,
+        result.update(name=spec["name"], peak_rss_mb=peak, rss_growth_mb=None if start_rss is None else peak - start_rss,
                       row_seconds=time.time() - row_start)
         print("BENCH " + json.dumps(result), flush=True)
 
@@ -337,9 +333,11 @@ def rows_for(steps: int, warmup: int) -> list[dict]:
                 "overrides": {"cpu_devices": cpu_devices}, **extra}
 
     def parameter_server(name, workers):
-        # One chunk of closures warms up (it traces); the timed steps are whole chunks.
+        # One chunk of closures (tfdist's default per wait) warms up, as it traces; the timed steps are whole chunks.
+        from tfdist.config import PS_STEPS_PER_LOOP as chunk
+
         return {**tfdist(name, "parameter_server"), "kind": "parameter_server", "workers": workers,
-                "warmup": PS_CHUNK, "steps": PS_CHUNK * max(1, -(-steps // PS_CHUNK))}
+                "warmup": chunk, "steps": chunk * max(1, -(-steps // chunk))}
 
     return [
         {"group": "cpu1", "spec": {"name": "keras_fit", "kind": "keras_fit", "steps": steps, "overrides": {}}},
@@ -400,10 +398,11 @@ def run_benchmark(*, quick: bool, steps: int = 0, repeats: int = 0, only=(), sca
     repeats = repeats or (1 if quick else 3)
     warmup = 4
     known = rows_for(steps, warmup)
-    rows = [r for r in known if not only or r["spec"]["name"] in only]
-    if not rows or any(name not in {r["spec"]["name"] for r in known} for name in only):
+    names = [r["spec"]["name"] for r in known]
+    if any(name not in names for name in only):
         raise UserError(f"Invalid value for `--only`. Received: {','.join(only)}. "
-                        f"Expected names among: {', '.join(r['spec']['name'] for r in known)}.")
+                        f"Expected names among: {', '.join(names)}.")
+    rows = [r for r in known if not only or r["spec"]["name"] in only]
     if "keras_fit" not in {r["spec"]["name"] for r in rows}:
         rows.insert(0, known[0])  # every ratio needs the baseline
     extra = []
@@ -436,7 +435,7 @@ def run_benchmark(*, quick: bool, steps: int = 0, repeats: int = 0, only=(), sca
             step_seconds = BASE["global_batch_size"] / mwm["images_per_second"]
             allreduce["share_of_step"] = allreduce["allreduce_seconds"] / step_seconds
         results["allreduce"] = allreduce
-    scaled = [row for row in extra if row["spec"]["name"].startswith("epoch_")]
+    scaled = [row for row in extra if "factor" in row]
     if scaled:
         results["scaling"] = []
         for row in scaled:

@@ -62,6 +62,7 @@ def run_main(main: Callable[[list[str]], int | None], define_flags: Callable[[],
 
     if define_flags is not None:
         define_flags()
+
     def guarded(argv: list[str]) -> int | None:
         try:
             return main(argv)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from tfdist.training.step import Steps, stats_size
+from tfdist.training.step import Steps, counted_train_step, stats_size
 
 
 class CoordinatorLoop:
@@ -46,9 +46,7 @@ class CoordinatorLoop:
         self._eval_fn = tf.function(self._eval_pass)
 
     def _worker_step(self, iterator):
-        per_replica = self.strategy.run(self.steps.train, args=(next(iterator),))
-        self.step_counter.assign_add(1)
-        return self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+        return counted_train_step(self.strategy, self.steps, self.step_counter, iterator)
 
     def _eval_pass(self, dataset):
         total = tf.zeros([self._size], tf.float32)

@@ -80,3 +80,14 @@ class Steps:
         images, masks = batch
         logits = self.model(images, training=False)
         return step_stats(masks, logits, per_image_loss(masks, logits), self.num_classes)
+
+
+def counted_train_step(strategy, steps: Steps, step_counter, iterator):
+    """One train step on every replica of ``strategy``: counted, its stats vectors summed over replicas.
+
+    The step both loops run (inside their ``tf.function``): the synchronous
+    loop once per step of its loop, the parameter-server loop as one closure.
+    """
+    per_replica = strategy.run(steps.train, args=(next(iterator),))
+    step_counter.assign_add(1)
+    return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)

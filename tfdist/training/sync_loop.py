@@ -14,7 +14,7 @@ import warnings
 
 import tensorflow as tf
 
-from tfdist.training.step import Steps, stats_size
+from tfdist.training.step import Steps, counted_train_step, stats_size
 
 
 def input_context(strategy) -> tf.distribute.InputContext:
@@ -69,9 +69,7 @@ class SyncLoop:
         self._eval_fn = tf.function(self._eval_pass)
 
     def _train_step(self, iterator):
-        per_replica = self.strategy.run(self.steps.train, args=(next(iterator),))
-        self.step_counter.assign_add(1)
-        return self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+        return counted_train_step(self.strategy, self.steps, self.step_counter, iterator)
 
     def _train_steps(self, iterator, num_steps):
         total = tf.zeros([self._size], tf.float32)
