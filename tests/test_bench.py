@@ -71,3 +71,26 @@ def test_unknown_rows_are_refused_by_name():
 
     with pytest.raises(UserError, match=r"--only.*Received: one_devise.*Expected names among: keras_fit"):
         bench.run_benchmark(quick=True, only=["one_devise"])
+
+
+def _python(code: str):
+    return bench._start([sys.executable, "-c", code], env={})
+
+
+def test_children_that_write_much_to_stderr_do_not_block():
+    # 256 KB on stderr from each of two children: more than a pipe holds while the other is waited on.
+    code = "import sys; sys.stderr.write('x' * (1 << 18)); print('BENCH {\"ok\": %d}')"
+    results = bench._collect([_python(code % 0), _python(code % 1)], timeout=60)
+    assert results == [[{"ok": 0}], [{"ok": 1}]]
+
+
+def test_a_failed_child_ends_its_peers_at_once():
+    import time
+
+    import pytest
+
+    peer = _python("import time; time.sleep(60)")
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"benchmark child failed \(3\): boom"):
+        bench._collect([peer, _python("import sys; sys.stderr.write('boom'); sys.exit(3)")], timeout=120)
+    assert time.monotonic() - started < 30  # the peer was killed, not waited for (it sleeps 60 s)

@@ -274,30 +274,52 @@ def _parse_child_output(stdout: str) -> list[dict]:
 
 
 def _spawn(rows: list[dict], env: dict | None = None) -> subprocess.Popen:
+    """Start a benchmark child on ``rows`` (``env``: a cluster task's TF_CONFIG, else none)."""
     child_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}
     if env is None:
         child_env.pop("TF_CONFIG", None)
     job = json.dumps({"rows": rows, "spawned_at": time.time()})
-    return subprocess.Popen([sys.executable, "-m", "tfdist.bench", "--child", job],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env)
+    return _start([sys.executable, "-m", "tfdist.bench", "--child", job], child_env)
+
+
+def _start(argv: list[str], env: dict) -> subprocess.Popen:
+    """Start ``argv`` with its stdout and stderr in temporary files (``proc.outputs``).
+
+    Files, not pipes: a child that filled a pipe (64 KB) nobody was reading
+    yet would block, and its cluster peers with it.
+    """
+    outputs = (tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+"))
+    proc = subprocess.Popen(argv, stdout=outputs[0], stderr=outputs[1], text=True, env=env)
+    proc.outputs = outputs
+    return proc
+
+
+def _read(file) -> str:
+    file.seek(0)
+    return file.read()
 
 
 def _collect(processes: list[subprocess.Popen], timeout: float = 900) -> list[list[dict]]:
     """Each process's results (bounded wait); on a failure or time-out kill all and raise."""
     deadline = time.time() + timeout
-    results = []
     try:
-        for proc in processes:
-            stdout, stderr = proc.communicate(timeout=max(1.0, deadline - time.time()))
-            if proc.returncode != 0:
+        # Until all are done, one has failed (its peers would wait for it) or the time is up.
+        while any(p.poll() is None for p in processes) and not any(p.poll() for p in processes):
+            if time.time() > deadline:
+                raise RuntimeError(f"benchmark children still running after {timeout:g} s")
+            time.sleep(0.2)
+        outputs = [tuple(_read(f) for f in proc.outputs) for proc in processes]
+        for proc, (_, stderr) in zip(processes, outputs):
+            if proc.returncode:
                 raise RuntimeError(f"benchmark child failed ({proc.returncode}): {stderr.strip()[-1500:]}")
-            results.append(_parse_child_output(stdout))
+        return [_parse_child_output(stdout) for stdout, _ in outputs]
     finally:
         for proc in processes:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(timeout=30)
-    return results
+            for f in proc.outputs:
+                f.close()
 
 
 def _launch(job: dict) -> list[dict]:
