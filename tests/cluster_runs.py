@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+import pytest
 
 from tfdist.local_cluster import free_ports
 
@@ -195,6 +196,11 @@ def launch_multi_worker(root, flags, **counts) -> dict:
                            TFDIST_DEBUG_WEIGHTS_DIR=str(weights))
         status = proc.wait(300)
     return {"status": status, "text": proc.text(), "model_dir": model_dir, "weights": weights}
+
+
+#: The mark of every test that reads ``launched_multi_worker``: under ``pytest -n`` (xdist's
+#: ``--dist loadgroup``) they all run in one worker, so that the shared run is made once.
+SHARED_RUN = pytest.mark.xdist_group("launched_multi_worker")
 
 
 def launched_multi_worker(tmp_path_factory) -> dict:

@@ -1,6 +1,8 @@
-"""The embedded shapes dataset: deterministic, valid, learnable-looking, any size, fast."""
+"""The embedded shapes dataset: deterministic, valid, learnable-looking, any size.
 
-import time
+How fast it generates is part of the default run's time, not asserted here
+(speed is measured by benchmarks, never by a timed unit test).
+"""
 
 import numpy as np
 import pytest
@@ -50,11 +52,3 @@ def test_any_image_size(size):
     assert images.shape == (5, size, size, 3) and images.dtype == np.uint8
     assert masks.shape == (5, size, size, 1) and masks.dtype == np.uint8
     assert masks.max() < NUM_CLASSES
-
-
-def test_default_splits_generate_fast():
-    start = time.perf_counter()
-    generate_shapes(1024, 64, seed=0)
-    generate_shapes(256, 64, seed=1)
-    # About 1 s on 2 busy cores; the bound leaves room for a loaded machine.
-    assert time.perf_counter() - start < 5.0

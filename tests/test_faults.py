@@ -30,7 +30,7 @@ import time
 import pytest
 
 from cluster_runs import (
-    EXPERIMENT, MWM, REPO, Processes, env, latest_checkpoint_step, launched_multi_worker, launcher,
+    EXPERIMENT, SHARED_RUN, MWM, REPO, Processes, env, latest_checkpoint_step, launched_multi_worker, launcher,
     loopback_cluster, max_difference, npz_weights, started_pids, train_command,
 )
 
@@ -86,6 +86,7 @@ def commands(cluster, model_dir) -> list[str]:
     return lines
 
 
+@SHARED_RUN
 def test_a_lost_worker_ends_the_other_with_one_line_and_a_relaunch_resumes_to_the_same_weights(
         tmp_path, tmp_path_factory):
     cluster = loopback_cluster(tmp_path / "cluster.yaml", worker=2)
@@ -149,6 +150,7 @@ def test_a_frozen_peer_ends_the_other_within_collective_timeout_with_one_line(tm
     assert noticed_after < LOST_PEER_BOUND_S, noticed_after
 
 
+@SHARED_RUN
 def test_the_launcher_restarts_a_failed_multi_worker_cluster_which_resumes(tmp_path, tmp_path_factory):
     cluster = loopback_cluster(tmp_path / "cluster.yaml", worker=2)
     weights = tmp_path / "weights"

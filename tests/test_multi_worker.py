@@ -20,8 +20,8 @@ import json
 import re
 
 from cluster_runs import (
-    EXPERIMENT, SHORT, Processes, exported_weights, launched_multi_worker, launcher, loopback_cluster,
-    max_difference, npz_weights, train_command,
+    EXPERIMENT, SHARED_RUN, SHORT, Processes, exported_weights, launched_multi_worker, launcher,
+    loopback_cluster, max_difference, npz_weights, train_command,
 )
 
 
@@ -45,6 +45,7 @@ def test_two_workers_match_each_other_and_one_process_with_the_global_batch(tmp_
     assert max_difference(w0, exported_weights(single)) < 5e-5  # measured 8e-6 (largest weight 1.2)
 
 
+@SHARED_RUN
 def test_over_the_long_run_too_both_workers_end_with_the_same_weights(tmp_path_factory):
     run = launched_multi_worker(tmp_path_factory)
     assert run["status"] == 0, run["text"][-4000:]
@@ -53,6 +54,7 @@ def test_over_the_long_run_too_both_workers_end_with_the_same_weights(tmp_path_f
     assert not (run["weights"] / "evaluator-0.npz").exists()  # the evaluator trains nothing
 
 
+@SHARED_RUN
 def test_worker_0_alone_writes_the_outputs_and_every_line_names_its_task(tmp_path_factory):
     run = launched_multi_worker(tmp_path_factory)
     text, model_dir = run["text"], run["model_dir"]
@@ -65,6 +67,7 @@ def test_worker_0_alone_writes_the_outputs_and_every_line_names_its_task(tmp_pat
         assert f"[launch] {name} exited with status 0" in text
 
 
+@SHARED_RUN
 def test_the_evaluator_evaluates_each_checkpoint_into_its_own_files(tmp_path_factory):
     run = launched_multi_worker(tmp_path_factory)
     model_dir = run["model_dir"]
