@@ -94,3 +94,12 @@ def test_a_failed_child_ends_its_peers_at_once():
     with pytest.raises(RuntimeError, match=r"benchmark child failed \(3\): boom"):
         bench._collect([peer, _python("import sys; sys.stderr.write('boom'); sys.exit(3)")], timeout=120)
     assert time.monotonic() - started < 30  # the peer was killed, not waited for (it sleeps 60 s)
+
+
+def test_the_train_step_profile_runs_and_prints_each_step_against_keras():
+    result = subprocess.run([sys.executable, "examples/profile_train_step.py", "--blocks=3", "--steps=1"],
+                            capture_output=True, text=True, timeout=400, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [line.split() for line in result.stdout.splitlines()]
+    assert [line[0].rstrip(":") for line in lines] == ["tfdist", "tfdist_no_stats", "keras"]
+    assert all(float(line[1]) > 0 for line in lines) and lines[-1][3] == "(1.000x"
