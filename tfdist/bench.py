@@ -33,10 +33,11 @@ A row's peak memory is the process's high-water mark reset at the row's start
 Throughput is images per second after warm-up: Keras within its second
 epoch, after that epoch's first step (Keras' array adapter spends about 1 s
 at each epoch boundary here, which the baseline leaves out: the strictest
-baseline for tfdist), tfdist after its first loop call (which traces). ``--repeats N`` runs each row N times and
-reports the median. Output: ``--output FILE.json`` with ``{"baseline": {...},
-"rows": [{"name", "images_per_second", "ratio", ...}]}``, a Markdown table
-(``--markdown``, default beside the JSON) and a PNG chart (``--chart``).
+baseline for tfdist), tfdist after its first loop call (which traces).
+``--repeats N`` runs each row N times and reports the median. Output:
+``--output FILE.json`` with ``{"baseline": {...}, "rows": [{"name",
+"images_per_second", "ratio", ...}]}``, a Markdown table (``--markdown``,
+default beside the JSON) and a PNG chart (``--chart``).
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ FLAGS = flags.FLAGS
 BASE = {"image_size": 32, "train_examples": 256, "eval_examples": 32, "global_batch_size": 16,
         "base_filters": 16, "depth": 3, "log_every": 1000, "checkpoint_every": 100000, "eval_steps": 1,
         "deterministic": False, "augment": False, "export": False}
+
 
 def define_flags() -> None:
     flags.DEFINE_bool("quick", False, "Fewer steps and one run of each row: about 4.5 minutes on 2 cores.")
@@ -258,8 +260,8 @@ def _child(job: dict) -> None:
             result["seconds_to_first_step"] = startup + first - row_start
         peak = _peak_rss_mb()
         # The growth is the row's own: earlier rows of the process leave ~25 MB each of TensorFlow caches.
-        result.update(name=spec["name"], peak_rss_mb=peak, rss_growth_mb=None if start_rss is None else peak - start_rss,
-                      row_seconds=time.time() - row_start)
+        result.update(name=spec["name"], peak_rss_mb=peak, row_seconds=time.time() - row_start,
+                      rss_growth_mb=None if start_rss is None else peak - start_rss)
         print("BENCH " + json.dumps(result), flush=True)
 
 
@@ -304,10 +306,12 @@ def _collect(processes: list[subprocess.Popen], timeout: float = 900) -> list[li
     deadline = time.time() + timeout
     try:
         # Until all are done, one has failed (its peers would wait for it) or the time is up.
-        while any(p.poll() is None for p in processes) and not any(p.poll() for p in processes):
+        statuses = [p.poll() for p in processes]
+        while None in statuses and not any(statuses):
             if time.time() > deadline:
                 raise RuntimeError(f"benchmark children still running after {timeout:g} s")
             time.sleep(0.2)
+            statuses = [p.poll() for p in processes]
         outputs = [tuple(_read(f) for f in proc.outputs) for proc in processes]
         for proc, (_, stderr) in zip(processes, outputs):
             if proc.returncode:
@@ -350,9 +354,9 @@ def _median(runs: list[dict]) -> dict:
 def rows_for(steps: int, warmup: int) -> list[dict]:
     """Every throughput row: its name, and ``group`` (rows that share a process) or ``processes``."""
 
-    def tfdist(name, strategy, cpu_devices=1, **extra):
+    def tfdist(name, strategy, cpu_devices=1):
         return {"name": name, "kind": "tfdist", "strategy": strategy, "steps": steps, "warmup": warmup,
-                "overrides": {"cpu_devices": cpu_devices}, **extra}
+                "overrides": {"cpu_devices": cpu_devices}}
 
     def parameter_server(name, workers):
         # One chunk of closures (tfdist's default per wait) warms up, as it traces; the timed steps are whole chunks.
