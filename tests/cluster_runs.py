@@ -24,7 +24,7 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from tfdist.local_cluster import free_ports
+from tfdist.cluster.network import free_ports
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -167,7 +167,7 @@ def latest_checkpoint_step(model_dir: Path) -> int:
 
 
 def npz_weights(path: Path) -> list[np.ndarray]:
-    """The arrays of a ``TFDIST_DEBUG_WEIGHTS_DIR`` file, in model order."""
+    """The arrays of a ``--dump_weights`` file, in model order."""
     with np.load(path) as data:
         return [data[f"arr_{i}"] for i in range(len(data.files))]
 
@@ -192,8 +192,8 @@ def launch_multi_worker(root, flags, **counts) -> dict:
     cluster = loopback_cluster(root / "cluster.yaml", **counts)
     model_dir, weights = root / "run", root / "weights"
     with Processes(root) as procs:
-        proc = procs.start("launch", launcher(cluster, *train_command(*flags, f"--model_dir={model_dir}")),
-                           TFDIST_DEBUG_WEIGHTS_DIR=str(weights))
+        proc = procs.start("launch", launcher(cluster, *train_command(
+            *flags, f"--model_dir={model_dir}", f"--dump_weights={weights}")))
         status = proc.wait(300)
     return {"status": status, "text": proc.text(), "model_dir": model_dir, "weights": weights}
 

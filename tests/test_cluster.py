@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from tfdist import cluster
-from tfdist.cluster import ClusterSpec
+from tfdist.cluster import ClusterSpec, Task
+from tfdist.strategies import check_strategy
 from tfdist.errors import UserError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -52,12 +53,13 @@ def test_tf_config_round_trips_through_tensorflow(name, tf_resolver, monkeypatch
     spec = cluster.load_cluster_spec(CLUSTERS / name) if name.endswith(".yaml") else spec_of(name)
     assert spec.num_tasks == len(spec.task_list()) >= 1
     for task_type, index in spec.task_list():
-        monkeypatch.setenv("TF_CONFIG", cluster.tf_config_json(spec, task_type, index))
+        monkeypatch.setenv("TF_CONFIG", Task(spec=spec, type=task_type, index=index).tf_config_json())
         resolver = tf_resolver()
         assert resolver.cluster_spec().as_dict() == spec.as_dict()
         assert (resolver.task_type, resolver.task_id) == (task_type, index)
         # and tfdist reads back what it wrote
-        assert cluster.from_environment() == (dataclasses.replace(spec, source="TF_CONFIG"), task_type, index)
+        assert cluster.from_environment() == Task(spec=dataclasses.replace(spec, source="TF_CONFIG"), type=task_type,
+                                                  index=index)
 
 
 # --------------------------------------------------------------------------- ClusterSpec
@@ -86,6 +88,25 @@ def test_spec_without_chief_leader_is_worker_0():
     assert spec.leader() == ("worker", 0)
     assert spec.is_leader("worker", 0) and not spec.is_leader("worker", 1)
     assert spec.count("chief") == 0
+
+
+def test_a_task_knows_its_place_and_its_training_cluster():
+    spec = spec_of("full")
+    worker = Task(spec=spec, type="worker", index=1)
+    assert (worker.name, worker.address, worker.is_leader) == ("worker:1", "10.0.0.3:2222", False)
+    assert Task(spec=spec, type="chief", index=0).is_leader
+    assert Task(spec=spec_of("workers_only"), type="worker", index=0).is_leader
+    assert "evaluator" not in worker.training_spec.tasks and worker.training_spec.num_tasks == 6
+    assert worker.training_spec.source == spec.source and worker.spec is spec  # the whole cluster is kept
+    assert worker.leader == Task(spec=worker.training_spec, type="chief", index=0)
+    assert [p.name for p in worker.peers()] == ["chief:0", "worker:0", "worker:2", "ps:0", "ps:1"]
+    assert "evaluator" in worker.tf_config()["cluster"]
+    assert worker.tf_config(training=True) == {"cluster": worker.training_spec.as_dict(),
+                                               "task": {"type": "worker", "index": 1}}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        worker.index = 0
+    with pytest.raises(TypeError):
+        Task(spec, "worker", 1)  # keyword-only, as every value of the house
 
 
 def test_spec_is_immutable_hashable_and_compares_by_value():
@@ -189,7 +210,8 @@ def test_long_values_are_cut_in_messages():
 
 @pytest.mark.parametrize("text, expected", [("chief:0", ("chief", 0)), ("worker:2", ("worker", 2)), ("ps:1", ("ps", 1)), ("evaluator:0", ("evaluator", 0))])
 def test_parse_task(text, expected):
-    assert cluster.parse_task(text, spec_of("full")) == expected
+    task = cluster.parse_task(text, spec_of("full"))
+    assert (task.type, task.index) == expected and task.spec == spec_of("full") and task.name == text
 
 
 @pytest.mark.parametrize(
@@ -216,18 +238,19 @@ def test_parse_task_rejects(text, match):
 
 def test_tf_config_dict_and_json():
     spec = spec_of("workers_only")
-    assert cluster.tf_config(spec, "worker", 1) == {
+    task = Task(spec=spec, type="worker", index=1)
+    assert task.tf_config() == {
         "cluster": {"worker": ["127.0.0.1:23456", "127.0.0.1:23457"]},
         "task": {"type": "worker", "index": 1},
     }
-    text = cluster.tf_config_json(spec, "worker", 1)
-    assert " " not in text and json.loads(text) == cluster.tf_config(spec, "worker", 1)
+    text = task.tf_config_json()
+    assert " " not in text and json.loads(text) == task.tf_config()
 
 
 @pytest.mark.parametrize("task_type, index", [("worker", 2), ("ps", 0), ("worker", -1), ("worker", True), ("worker", "0"), ("boss", 0)])
 def test_tf_config_rejects_tasks_not_in_cluster(task_type, index):
     with pytest.raises(UserError, match="Invalid task"):
-        cluster.tf_config(spec_of("workers_only"), task_type, index)
+        Task(spec=spec_of("workers_only"), type=task_type, index=index)
 
 
 # --------------------------------------------------------------------------- the environment
@@ -242,16 +265,16 @@ def test_from_environment_none(environ):
 
 
 def test_from_environment_good():
-    spec, task_type, index = cluster.from_environment({"TF_CONFIG": GOOD_ENV})
-    assert spec.source == "TF_CONFIG" and spec.as_dict() == {"chief": ["c:1"], "worker": ["a:1", "b:1"]}
-    assert (task_type, index) == ("worker", 1)
+    task = cluster.from_environment({"TF_CONFIG": GOOD_ENV})
+    assert task.spec.source == "TF_CONFIG" and task.spec.as_dict() == {"chief": ["c:1"], "worker": ["a:1", "b:1"]}
+    assert (task.type, task.index, task.address) == ("worker", 1, "b:1")
 
 
 def test_from_environment_reads_os_environ_and_extra_keys(monkeypatch):
     tf_config = json.loads(GOOD_ENV) | {"environment": "cloud", "rpc_layer": "grpc"}
     tf_config["task"]["index"] = "1"  # TensorFlow's resolver int()s the index too
     monkeypatch.setenv("TF_CONFIG", json.dumps(tf_config))
-    assert cluster.from_environment()[1:] == ("worker", 1)
+    assert cluster.from_environment().name == "worker:1"
     monkeypatch.delenv("TF_CONFIG")
     assert cluster.from_environment() is None
 
@@ -287,10 +310,10 @@ def test_resolve_task(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("worker: [127.0.0.1:1, 127.0.0.1:2]\n")
     env = {"TF_CONFIG": GOOD_ENV}
-    spec, task_type, index = cluster.resolve_task(str(path), "worker:0", environ=env)  # flags win
-    assert (spec.source, task_type, index) == (str(path), "worker", 0)
-    spec, task_type, index = cluster.resolve_task(None, None, environ=env)
-    assert (spec.source, task_type, index) == ("TF_CONFIG", "worker", 1)
+    task = cluster.resolve_task(str(path), "worker:0", environ=env)  # flags win
+    assert (task.spec.source, task.type, task.index) == (str(path), "worker", 0)
+    task = cluster.resolve_task(None, None, environ=env)
+    assert (task.spec.source, task.type, task.index) == ("TF_CONFIG", "worker", 1)
     assert cluster.resolve_task("", "", environ={}) is None
     with pytest.raises(UserError, match=r"Missing `--task` .*Expected type:index, one of: worker:0, worker:1"):
         cluster.resolve_task(str(path), None, environ=env)
@@ -317,7 +340,7 @@ def test_resolve_task(tmp_path):
     ],
 )
 def test_check_strategy_accepts(obj, strategy):
-    cluster.check_strategy(cluster.parse_cluster_spec(obj, source="s"), strategy)
+    check_strategy(cluster.parse_cluster_spec(obj, source="s"), strategy)
 
 
 @pytest.mark.parametrize(
@@ -335,16 +358,16 @@ def test_check_strategy_accepts(obj, strategy):
 )
 def test_check_strategy_rejects(obj, strategy, match):
     with pytest.raises(UserError, match=match):
-        cluster.check_strategy(cluster.parse_cluster_spec(obj, source="s"), strategy)
+        check_strategy(cluster.parse_cluster_spec(obj, source="s"), strategy)
 
 
 def test_check_strategy_needs_a_worker():
     # parse_cluster_spec already refuses a cluster without workers; a ClusterSpec built directly is checked too.
     spec = ClusterSpec(tasks={"chief": ("c:1",), "ps": ("p:1",)}, source="s")
     with pytest.raises(UserError, match="no worker"):
-        cluster.check_strategy(spec, "multi_worker_mirrored")
+        check_strategy(spec, "multi_worker_mirrored")
     with pytest.raises(UserError, match="missing a worker"):
-        cluster.check_strategy(spec, "parameter_server")
+        check_strategy(spec, "parameter_server")
 
 
 # --------------------------------------------------------------------------- addresses

@@ -3,6 +3,7 @@
 import pytest
 
 from tfdist import config as config_lib
+from tfdist import strategies
 from tfdist.errors import UserError
 
 
@@ -16,7 +17,7 @@ def test_defaults_validate_and_fill_derived_fields():
 def test_steps_per_loop_zero_picks_one_for_sync_and_a_chunk_for_parameter_server():
     assert config_lib.build_config(overrides={"strategy": "mirrored"}).train.steps_per_loop == 1
     ps = config_lib.build_config(overrides={"strategy": "parameter_server"})
-    assert ps.train.steps_per_loop == config_lib.PS_STEPS_PER_LOOP > 1
+    assert ps.train.steps_per_loop == strategies.PS_STEPS_PER_LOOP > 1
     assert config_lib.build_config(overrides={"strategy": "parameter_server", "steps_per_loop": 3}).train.steps_per_loop == 3
 
 

@@ -47,12 +47,12 @@ def until_checkpoint(model_dir, at_least: int):
     return lambda _text: latest_checkpoint_step(model_dir) >= at_least
 
 
-def launch_and_kill_worker_1(tmp_path, cluster, flags, *, options=(), **env_vars) -> tuple[int, str]:
+def launch_and_kill_worker_1(tmp_path, cluster, flags, *, options=()) -> tuple[int, str]:
     """Launch ``tfdist.train flags`` on ``cluster``; ``kill -9`` worker 1 once a checkpoint at step 10 exists."""
     model_dir = tmp_path / "run"
     with Processes(tmp_path) as procs:
         proc = procs.start("launch", launcher(cluster, *train_command(*flags, f"--model_dir={model_dir}"),
-                                              options=options), **env_vars)
+                                              options=options))
         proc.wait_for(until_checkpoint(model_dir, 10), 240, "a checkpoint at step 10")
         os.kill(started_pids(proc.text())["worker:1"], signal.SIGKILL)
         status = proc.wait(300)
@@ -100,7 +100,7 @@ def test_a_lost_worker_ends_the_other_with_one_line_and_a_relaunch_resumes_to_th
         assert first[0].wait(LOST_PEER_BOUND_S + 30) == 4, first[0].text()[-3000:]
         noticed_after = time.monotonic() - killed_at
         resume_from = latest_checkpoint_step(model_dir)
-        second = [procs.start(f"second-{i}", ["bash", "-c", line], TFDIST_DEBUG_WEIGHTS_DIR=str(weights))
+        second = [procs.start(f"second-{i}", ["bash", "-c", f"{line} --dump_weights={weights}"])
                   for i, line in enumerate(lines)]
         statuses = [proc.wait(300) for proc in second]
     survivor = first[0].text()
@@ -154,8 +154,8 @@ def test_a_frozen_peer_ends_the_other_within_collective_timeout_with_one_line(tm
 def test_the_launcher_restarts_a_failed_multi_worker_cluster_which_resumes(tmp_path, tmp_path_factory):
     cluster = loopback_cluster(tmp_path / "cluster.yaml", worker=2)
     weights = tmp_path / "weights"
-    status, text = launch_and_kill_worker_1(tmp_path, cluster, MWM, options=("--max_restarts=1",),
-                                            TFDIST_DEBUG_WEIGHTS_DIR=str(weights))
+    status, text = launch_and_kill_worker_1(tmp_path, cluster, [*MWM, f"--dump_weights={weights}"],
+                                            options=("--max_restarts=1",))
     assert status == 0, text[-4000:]
     assert "[launch] worker:1 exited with status 137" in text
     assert "[launch] restarting every task (restart 1 of 1) after worker:1 failed with status 137" in text

@@ -5,7 +5,7 @@ Kubeflow training SDK's ``KubeflowOrgV1TFJob`` for the TFJob) and serialized
 again: the client drops fields it does not know, so getting the same document
 back proves every field is a field of the model, spelled and typed as the
 API server expects. Then each task's TF_CONFIG is read from its Job and
-compared with ``tfdist.cluster.tf_config`` on the DNS-renamed spec, and with
+compared with ``tfdist.cluster.Task.tf_config`` on the DNS-renamed spec, and with
 what TensorFlow's own resolver makes of it.
 """
 
@@ -95,7 +95,7 @@ def test_manifests_read_back_into_the_same_tf_configs(emitted, spec_file, monkey
         (env,) = [e for e in container.env if e.name == "TF_CONFIG"]
         tf_config = json.loads(env.value)
         task_type, index = tf_config["task"]["type"], tf_config["task"]["index"]
-        assert tf_config == cluster.tf_config(renamed, task_type, index)
+        assert tf_config == cluster.Task(spec=renamed, type=task_type, index=index).tf_config()
         # the task's own address is the DNS name its pod gets from hostname + subdomain (the Service)
         assert renamed.address(task_type, index) == f"{pod.hostname}.{pod.subdomain}:{container.ports[0].container_port}"
         assert pod.subdomain == service.metadata.name == "unet" and job.metadata.name == pod.hostname
@@ -118,7 +118,7 @@ def test_manifests_read_back_into_the_same_tf_configs(emitted, spec_file, monkey
 
 
 def test_jobs_fail_at_once_on_tfdists_own_verdicts(emitted):
-    from tfdist.training.controller import TrainingDiverged
+    from tfdist.errors import TrainingDiverged
 
     rules = load_model(emitted[1]).spec.pod_failure_policy.rules
     fail = [r for r in rules if r.action == "FailJob"]

@@ -19,6 +19,7 @@ import pytest
 from cluster_runs import REPO, Processes, launcher, loopback_cluster
 from tfdist import cluster as cluster_lib
 from tfdist import launch
+from tfdist.errors import UserError
 
 SPEC = cluster_lib.parse_cluster_spec(
     {"chief": "127.0.0.1:2222", "worker": ["127.0.0.1:2223", "127.0.0.1:2224"], "ps": ["localhost:2225"]},
@@ -83,12 +84,12 @@ def assert_none_left(pids):
 
 def test_child_env_is_the_base_environment_plus_the_tasks_tf_config():
     base = {"PATH": "/usr/bin", "TF_CONFIG": "stale", "KEEP": "1"}
-    env = launch.child_env(base, SPEC, "worker", 1)
+    env = launch.child_env(base, cluster_lib.Task(spec=SPEC, type="worker", index=1))
     assert json.loads(env["TF_CONFIG"]) == {"cluster": SPEC.as_dict(), "task": {"type": "worker", "index": 1}}
     assert env["KEEP"] == "1" and env["PATH"] == "/usr/bin" and env["PYTHONUNBUFFERED"] == "1"
     assert base["TF_CONFIG"] == "stale"  # the input is not changed
-    with pytest.raises(cluster_lib.UserError, match="worker:5"):
-        launch.child_env(base, SPEC, "worker", 5)
+    with pytest.raises(UserError, match="worker:5"):
+        launch.child_env(base, cluster_lib.Task(spec=SPEC, type="worker", index=5))
 
 
 def test_localize_gives_every_task_its_own_free_port_on_127_0_0_1():

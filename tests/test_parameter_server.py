@@ -12,7 +12,7 @@ os.environ["GRPC_FAIL_FAST"] = "use_caller"
 from tfdist.strategies import setup_host
 setup_host(inter_op_threads=4)
 from tfdist import config as config_lib
-from tfdist.local_cluster import in_process_cluster
+from tfdist.cluster.local import in_process_cluster
 from tfdist.training import run
 resolver = in_process_cluster(num_workers=2, num_ps=1)
 config = config_lib.build_config(overrides={

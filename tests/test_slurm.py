@@ -1,7 +1,7 @@
 """``--cluster slurm``: the cluster of a faked 2-node Slurm step, every task's TF_CONFIG, errors, the sbatch script.
 
 A Slurm step is faked the way ``srun`` starts its tasks: the ``SLURM_*``
-variables that ``tfdist.slurm`` and TensorFlow's ``SlurmClusterResolver``
+variables that ``tfdist.cluster.slurm`` and TensorFlow's ``SlurmClusterResolver``
 read (``SLURM_PROCID``, ``SLURM_LOCALID``, ``SLURMD_NODENAME``,
 ``SLURM_STEP_NODELIST``, ``SLURM_STEP_TASKS_PER_NODE``, ``SLURM_STEP_NUM_TASKS``,
 ``SLURM_STEP_NUM_NODES``; or the job's, outside ``srun``) and a stand-in
@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 from test_tfconfig import assert_user_error
-from tfdist import cluster, config, slurm
+from tfdist import cluster, config
+from tfdist.cluster import slurm
 from tfdist.errors import UserError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -146,11 +147,12 @@ def test_every_task_of_a_two_node_step(case, bin_dir):
     step, slurm_tasks, expected = CASES[case]
     seen = []
     for rank, (node, local_id) in enumerate(step.placement()):
-        spec, task_type, index = cluster.resolve_task(
+        task = cluster.resolve_task(
             slurm.SLURM, None, environ=step.environ(rank, bin_dir), slurm_tasks=slurm_tasks
         )
+        spec, task_type, index = task.spec, task.type, task.index
         assert spec.as_dict() == expected and spec.source == "slurm"
-        tf_config = cluster.tf_config(spec, task_type, index)
+        tf_config = task.tf_config()
         assert tf_config == {"cluster": expected, "task": {"type": task_type, "index": index}}
         # every task is told the address of the node it runs on, at a port of its own there
         assert spec.address(task_type, index) == f"{node}:{slurm.PORT_BASE + local_id}"
@@ -159,16 +161,18 @@ def test_every_task_of_a_two_node_step(case, bin_dir):
 
 
 def test_types_take_ranks_alphabetically_as_the_resolver_does(bin_dir):
-    spec, task_type, index = cluster.resolve_task(
+    task = cluster.resolve_task(
         "slurm", "", environ=TWO_BY_TWO.environ(0, bin_dir), slurm_tasks="worker=2,ps=1,chief=1"
     )
+    spec, task_type, index = task.spec, task.type, task.index
     assert (task_type, index) == ("chief", 0) and spec.task_types == ("chief", "worker", "ps")
 
 
 def test_default_is_every_task_a_worker_and_gpus_are_left_alone(bin_dir):
     env = TWO_BY_TWO.environ(3, bin_dir, CUDA_VISIBLE_DEVICES="1")
     before = dict(env)
-    spec, task_type, index = cluster.resolve_task("slurm", None, environ=env)
+    task = cluster.resolve_task("slurm", None, environ=env)
+    spec, task_type, index = task.spec, task.type, task.index
     assert spec.as_dict() == {"worker": ["node1:8888", "node1:8889", "node2:8888", "node2:8889"]}
     assert (task_type, index) == ("worker", 3)
     assert env == before  # nothing written, CUDA_VISIBLE_DEVICES as Slurm bound it
@@ -180,7 +184,8 @@ def test_batch_script_context_reads_the_jobs_variables(bin_dir):
         0, bin_dir, SLURM_STEP_NODELIST=None, SLURM_STEP_NUM_NODES=None, SLURM_STEP_NUM_TASKS=None,
         SLURM_STEP_TASKS_PER_NODE=None, SLURM_LOCALID=None, SLURM_NTASKS="3", SLURM_TASKS_PER_NODE="2,1",
     )
-    spec, task_type, index = slurm.resolve("worker=2,ps=1", env)
+    task = slurm.resolve("worker=2,ps=1", env)
+    spec, task_type, index = task.spec, task.type, task.index
     assert spec.as_dict() == {"worker": ["node1:8889", "node2:8888"], "ps": ["node1:8888"]}
     assert (task_type, index) == ("ps", 0)
 
@@ -188,7 +193,8 @@ def test_batch_script_context_reads_the_jobs_variables(bin_dir):
 def test_without_scontrol_the_resolvers_expansion_is_used(tmp_path):
     env = TWO_BY_TWO.environ(2, tmp_path)  # tmp_path has no scontrol
     env["PATH"] = str(tmp_path)
-    spec, task_type, index = slurm.resolve("", env)
+    task = slurm.resolve("", env)
+    spec, task_type, index = task.spec, task.type, task.index
     assert spec.address(task_type, index) == "node2:8888"
 
 
@@ -267,7 +273,7 @@ def test_resolve_task_flag_combinations(tmp_path):
         cluster.resolve_task("slurm", "worker:0", environ={})
     with pytest.raises(UserError, match=r"Unexpected `--slurm_tasks` without --cluster=slurm"):
         cluster.resolve_task(str(path), "worker:0", environ={}, slurm_tasks="worker=1")
-    assert cluster.resolve_task(str(path), "worker:0", environ={}, slurm_tasks="")[1:] == ("worker", 0)
+    assert cluster.resolve_task(str(path), "worker:0", environ={}, slurm_tasks="").name == "worker:0"
 
 
 # --------------------------------------------------------------------------- the CLI inside a faked step
@@ -297,8 +303,7 @@ def test_tfconfig_prints_every_tasks_tf_config(bin_dir):
         {"type": "ps", "index": 0}, {"type": "worker", "index": 0}, {"type": "worker", "index": 1}
     ]
     for rank, p in enumerate(printed):  # the same as the library's answer for that rank
-        spec, task_type, index = slurm.resolve(slurm_tasks, step.environ(rank, bin_dir))
-        assert p == cluster.tf_config(spec, task_type, index)
+        assert p == slurm.resolve(slurm_tasks, step.environ(rank, bin_dir)).tf_config()
 
 
 # --------------------------------------------------------------------------- the sbatch script

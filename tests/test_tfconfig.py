@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tfdist import cluster
+from tfdist import cluster, strategies
 from tfdist.errors import UserError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -175,7 +175,7 @@ def test_json_output_is_tf_config():
     spec = cluster.load_cluster_spec(path)
     out = tfconfig("--cluster", str(path), "--task", "worker:1", check=True).stdout
     assert out.count("\n") == 1 and " " not in out.strip()  # compact, one line
-    assert json.loads(out) == cluster.tf_config(spec, "worker", 1)
+    assert json.loads(out) == cluster.Task(spec=spec, type="worker", index=1).tf_config()
     assert json.loads(out) == {
         "cluster": {
             "chief": ["10.0.0.1:2222"],
@@ -202,8 +202,8 @@ def test_export_evaluates_in_bash(tmp_path):
     script = f'eval "$({shlex.join(cmd)})"; printf %s "$TF_CONFIG"'
     proc = subprocess.run(["bash", "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout) == cluster.tf_config(spec, "ps", 0)
-    assert proc.stdout == cluster.tf_config_json(spec, "ps", 0)
+    assert json.loads(proc.stdout) == cluster.Task(spec=spec, type="ps", index=0).tf_config()
+    assert proc.stdout == cluster.Task(spec=spec, type="ps", index=0).tf_config_json()
     exported = tfconfig("--cluster", str(path), "--task", "ps:0", "--export", check=True).stdout
     assert exported.startswith("export TF_CONFIG='")
 
@@ -249,10 +249,10 @@ def test_example_configs_load():
     assert {"example.yaml", "local_mwm.yaml", "local_ps.yaml"} <= set(names)
     mwm = cluster.load_cluster_spec(CLUSTERS / "local_mwm.yaml")
     assert mwm.as_dict().keys() == {"worker"} and mwm.count("worker") == 2
-    cluster.check_strategy(mwm, "multi_worker_mirrored")
+    strategies.check_strategy(mwm, "multi_worker_mirrored")
     ps = cluster.load_cluster_spec(CLUSTERS / "local_ps.yaml")
     assert [ps.count(t) for t in cluster.TASK_TYPES] == [1, 2, 1, 0]
-    cluster.check_strategy(ps, "parameter_server")
+    strategies.check_strategy(ps, "parameter_server")
     for spec in (mwm, ps):
         assert all(a.startswith("127.0.0.1:") for a in spec.addresses())
         assert cluster.public_addresses(spec) == []

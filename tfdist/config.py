@@ -19,10 +19,13 @@ from typing import Any, Mapping
 
 import yaml
 
-from tfdist import slurm
+from tfdist import strategies
+from tfdist.cluster import sources
+from tfdist.cluster.spec import SLURM
 from tfdist.errors import UserError
 
-STRATEGIES = ("one_device", "mirrored", "multi_worker_mirrored", "central_storage", "parameter_server")
+#: The ``--strategy`` names: the strategy registry's.
+STRATEGIES = strategies.NAMES
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 DATASETS = ("shapes", "oxford_iiit_pet", "folder")
 ENCODERS = ("unet", "mobilenetv2")
@@ -31,15 +34,27 @@ LR_SCALINGS = ("none", "linear")
 LR_DECAYS = ("cosine", "none")
 COMMUNICATIONS = ("auto", "ring", "nccl")
 
-#: Closures the parameter-server chief schedules before it waits for them (``steps_per_loop`` 0).
-#: With one closure per wait only one worker is ever busy; 16 keeps several busy
-#: and still reports every ``log_every`` (16) steps.
-PS_STEPS_PER_LOOP = 16
-
 #: Classes of each dataset when ``num_classes`` is left at 0.
 DATASET_NUM_CLASSES = {"shapes": 4, "oxford_iiit_pet": 3}
 
-EXPERIMENTS_DIR = Path(__file__).resolve().parent.parent / "configs" / "experiments"
+
+def _experiments_dir() -> Path:
+    """The folder of the named experiments (``--config quick``): ``configs/experiments/``.
+
+    setup.py ships that folder as the package data of ``tfdist.experiments``, so an
+    installed wheel has it as ``tfdist/experiments/``, found with ``importlib.resources``.
+    A checkout (``pip install -e .``, or tfdist on ``PYTHONPATH``) has no such folder
+    beside its modules and uses the checkout's ``configs/experiments/`` itself.
+    """
+    import importlib.resources  # here, not at the top: only this function reads package data
+
+    packaged = importlib.resources.files("tfdist").joinpath("experiments")
+    if isinstance(packaged, Path) and packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parent.parent / "configs" / "experiments"
+
+
+EXPERIMENTS_DIR = _experiments_dir()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,7 +119,7 @@ class TrainConfig:
     lr_decay: str = "cosine"  # cosine: decay to 0 over the run after warmup; none: constant
     seed: int = 0
     model_dir: str = ""  # empty: runs/<strategy>
-    steps_per_loop: int = 0  # 0: 1 for synchronous strategies, PS_STEPS_PER_LOOP for parameter_server
+    steps_per_loop: int = 0  # 0: the strategy's default (1; strategies.PS_STEPS_PER_LOOP for parameter_server)
     log_every: int = 16
     checkpoint_every: int = 100
     deterministic: bool = False  # enable TF op determinism; turns augmentation off
@@ -267,14 +282,14 @@ def validate(config: Config) -> Config:
             f"Invalid value for `--image_size`. Received: image_size={data.image_size} with depth={model.depth}. "
             f"Expected a multiple of 2**depth={2**model.depth}."
         )
-    slurm.check_flags(rt.cluster, rt.task, rt.slurm_tasks)
-    if rt.cluster and rt.cluster != slurm.SLURM and not rt.task:
+    sources.check_flags(rt.cluster, rt.task, rt.slurm_tasks)
+    if rt.cluster and rt.cluster != SLURM and not rt.task:
         raise UserError(f"Missing `--task` for --cluster={rt.cluster}. Received: task=''. Expected type:index, e.g. worker:0.")
     if rt.task and not rt.cluster:
         raise UserError(f"Missing `--cluster` for --task={rt.task}. Received: cluster=''. Expected a cluster spec file.")
     data = dataclasses.replace(data, num_classes=num_classes, augment=data.augment and not train.deterministic)
     model_dir = train.model_dir or str(Path("runs") / rt.strategy)
-    steps_per_loop = train.steps_per_loop or (PS_STEPS_PER_LOOP if rt.strategy == "parameter_server" else 1)
+    steps_per_loop = train.steps_per_loop or strategies.traits(rt.strategy).default_steps_per_loop
     return dataclasses.replace(
         config, data=data, train=dataclasses.replace(train, model_dir=model_dir, steps_per_loop=steps_per_loop)
     )

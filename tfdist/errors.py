@@ -1,17 +1,42 @@
-"""User errors and the one way every tfdist CLI reports them.
+"""Every error that has an exit status, the one table of those statuses, and how CLIs report them.
 
 A mistake the user made (a bad flag, a bad cluster file, a bad dataset) is a
 ``UserError``: its message is one line that says what was wrong, what was
 received and what is expected. CLIs turn it into exit status 2 and that line
-on stderr, never a traceback.
+on stderr, never a traceback. A run that started well and cannot go on is a
+``RunFailed`` with a status of its own (3 diverged, 4 lost peer, 42
+preempted). The launcher, the Slurm script and the Kubernetes manifests read
+the statuses from ``EXIT_CODES`` here, never as literals of their own.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import Callable, NoReturn, Sequence
+from typing import Any, Callable, NoReturn, Sequence
 
+#: A run that finished.
+DONE_EXIT_CODE = 0
+#: A user error: a bad flag, config, cluster file, dataset or task. Retrying cannot help.
 USAGE_EXIT_CODE = 2
+#: The loss became NaN or Inf; the last good checkpoint is kept. Retrying ends the same way.
+DIVERGED_EXIT_CODE = 3
+#: A peer of the cluster was lost or made no progress; relaunching resumes from the last checkpoint.
+PEER_LOST_EXIT_CODE = 4
+#: Preempted: a checkpoint of the step reached was written; run the same command again.
+#: TensorFlow's own ``PreemptionCheckpointHandler`` restart code, so schedulers set up for it work unchanged.
+PREEMPTED_EXIT_CODE = 42
+
+#: Every exit status tfdist ends with, and what it means.
+EXIT_CODES = {
+    DONE_EXIT_CODE: "done",
+    USAGE_EXIT_CODE: "a user error",
+    DIVERGED_EXIT_CODE: "a diverged loss",
+    PEER_LOST_EXIT_CODE: "a lost peer or no progress",
+    PREEMPTED_EXIT_CODE: "preempted (restart to resume)",
+}
+
+#: Statuses after which a restart would end the same way (the launcher and Kubernetes do not retry them).
+PERMANENT_EXIT_CODES = (USAGE_EXIT_CODE, DIVERGED_EXIT_CODE)
 
 
 class UserError(ValueError):
@@ -29,6 +54,35 @@ class RunFailed(RuntimeError):
 
     def __init__(self, message: str):
         super().__init__(" ".join(str(message).split()))
+
+
+class TrainingDiverged(RunFailed):
+    """The loss became NaN or Inf; the last good checkpoint is kept (exit status 3)."""
+
+    exit_code = DIVERGED_EXIT_CODE
+
+
+class PeerLost(RunFailed):
+    """A task of the cluster was lost mid-run; relaunching the cluster resumes from the last checkpoint (exit 4)."""
+
+    exit_code = PEER_LOST_EXIT_CODE
+
+
+class Preempted(RunFailed):
+    """The run was asked to stop (SIGTERM) and saved the step it reached; run it again to resume (exit 42)."""
+
+    exit_code = PREEMPTED_EXIT_CODE
+
+
+def short(value: Any, limit: int = 80) -> str:
+    """``repr`` of a received value, cut so that an error stays one readable line."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def article(noun: str) -> str:
+    """``noun`` with its indefinite article, for messages: "an int", "a list"."""
+    return f"{'an' if noun[:1] in 'aeiou' else 'a'} {noun}"
 
 
 def fail(message: str, exit_code: int = USAGE_EXIT_CODE) -> NoReturn:

@@ -41,14 +41,13 @@ limit) and ``--gpus`` GPUs (``nvidia.com/gpu``) for every task but ps.
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from typing import Any, Sequence
 
 import yaml
 
-from tfdist import cluster
-from tfdist.errors import USAGE_EXIT_CODE, UserError
+from tfdist import cluster, strategies
+from tfdist.errors import PERMANENT_EXIT_CODES, UserError
 
 #: ``--emit`` values.
 EMITS = ("kubernetes", "tfjob")
@@ -58,9 +57,6 @@ CONTAINER = "tensorflow"
 
 #: The port name the training operator reads for TF_CONFIG.
 TFJOB_PORT_NAME = "tfjob-port"
-
-#: Exit statuses after which a new pod would fail the same way: a user error, a diverged loss.
-PERMANENT_EXIT_CODES = (USAGE_EXIT_CODE, 3)
 
 #: Pods a task's Job may start before it fails (evictions and preemptions not counted).
 BACKOFF_LIMIT = 3
@@ -213,7 +209,7 @@ class Deployment:
         check_name(self.name, spec)
         check_namespace(self.namespace)
         check_resources(self.cpu, self.memory, self.gpus)
-        cluster.check_strategy(spec, self.strategy_for(spec))
+        strategies.check_strategy(spec, self.strategy_for(spec))
 
     def container(
         self, spec: cluster.ClusterSpec, task_type: str, port: int, port_name: str, env: Sequence[dict[str, str]] = ()
@@ -274,7 +270,7 @@ def manifests(spec: cluster.ClusterSpec, deployment: Deployment) -> list[dict[st
     for task_type, index in renamed.task_list():
         hostname = task_hostname(name, task_type, index)
         labels = _task_labels(name, task_type, index)
-        tf_config = json.dumps(cluster.tf_config(renamed, task_type, index), separators=(",", ":"))
+        tf_config = cluster.Task(spec=renamed, type=task_type, index=index).tf_config_json()
         container = deployment.container(
             spec, task_type, cluster.split_address(renamed.address(task_type, index))[1], "grpc",
             env=[{"name": "TF_CONFIG", "value": tf_config}],

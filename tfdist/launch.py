@@ -45,7 +45,6 @@ not retried: a restart would end the same way.
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import os
 import signal
 import subprocess
@@ -57,16 +56,13 @@ from typing import BinaryIO, Callable, Mapping, Sequence
 from absl import flags
 
 from tfdist import cluster as cluster_lib
-from tfdist import local_cluster
-from tfdist.errors import USAGE_EXIT_CODE, UserError, run_main
+from tfdist.cluster.network import free_ports, is_loopback, port_in_use
+from tfdist.errors import EXIT_CODES, PERMANENT_EXIT_CODES, UserError, run_main
 
 FLAGS = flags.FLAGS
 
-#: Host names that always mean this machine.
-LOOPBACK_NAMES = ("localhost", "ip6-localhost", "ip6-loopback")
-
 #: Exit statuses of tfdist that ``--max_restarts`` does not retry: a restart would fail the same way.
-NOT_RESTARTED = {USAGE_EXIT_CODE: "a user error", 3: "a diverged loss"}
+NOT_RESTARTED = {code: EXIT_CODES[code] for code in PERMANENT_EXIT_CODES}
 
 
 def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
@@ -84,19 +80,9 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
 # --------------------------------------------------------------------------- addresses and environments
 
 
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` (an IP literal or a name) is this machine's loopback, without a DNS lookup."""
-    if host.lower() in LOOPBACK_NAMES or host.lower().endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def localize(spec: cluster_lib.ClusterSpec) -> cluster_lib.ClusterSpec:
     """The same tasks on 127.0.0.1, each on a port that is free right now."""
-    ports = iter(local_cluster.free_ports(spec.num_tasks))
+    ports = iter(free_ports(spec.num_tasks))
     tasks = {t: tuple(f"127.0.0.1:{next(ports)}" for _ in addresses) for t, addresses in spec.tasks.items()}
     return cluster_lib.ClusterSpec(tasks=tasks, source=f"{spec.source} (--local)")
 
@@ -117,7 +103,7 @@ def check_local(spec: cluster_lib.ClusterSpec) -> None:
                 "to rewrite every address to 127.0.0.1; start tasks on other hosts with python -m tfdist.tfconfig "
                 "--commands."
             )
-        if local_cluster.port_in_use(port):
+        if port_in_use(port):
             raise UserError(
                 f"Address already in use: {address}, the address of {task_type}:{index} in cluster spec "
                 f"{spec.source}. Received: port {port} taken by another process. Expected a free port, or --local "
@@ -125,13 +111,13 @@ def check_local(spec: cluster_lib.ClusterSpec) -> None:
             )
 
 
-def child_env(base: Mapping[str, str], spec: cluster_lib.ClusterSpec, task_type: str, index: int) -> dict[str, str]:
+def child_env(base: Mapping[str, str], task: cluster_lib.Task) -> dict[str, str]:
     """The environment of one task: ``base`` plus its TF_CONFIG, and unbuffered Python output.
 
     ``PYTHONUNBUFFERED=1`` makes a Python task's lines reach the launcher (and
     its prefix) as they are printed, not when a buffer fills.
     """
-    return {**base, "TF_CONFIG": cluster_lib.tf_config_json(spec, task_type, index), "PYTHONUNBUFFERED": "1"}
+    return {**base, "TF_CONFIG": task.tf_config_json(), "PYTHONUNBUFFERED": "1"}
 
 
 def exit_status(returncode: int) -> int:
@@ -196,10 +182,11 @@ class LocalCluster:
     def start(self) -> None:
         """Start every task, each in its own process group (so that stopping it stops its children too)."""
         for task_type, index in self.spec.task_list():
-            name = f"{task_type}:{index}"
+            task = cluster_lib.Task(spec=self.spec, type=task_type, index=index)
+            name = task.name
             try:
                 popen = subprocess.Popen(
-                    self.command, env=child_env(self.env, self.spec, task_type, index), stdin=subprocess.DEVNULL,
+                    self.command, env=child_env(self.env, task), stdin=subprocess.DEVNULL,
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                 )
             except OSError as e:

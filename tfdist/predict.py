@@ -14,7 +14,6 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from pathlib import Path  # noqa: E402
 
 from absl import flags  # noqa: E402
 
@@ -44,7 +43,9 @@ def read_image(path: str):
 
 def load_exported_model(model_dir: str):
     """The run's exported Keras model, or a UserError saying what is missing."""
-    path = Path(model_dir) / "export" / "model.keras"
+    from tfdist.training.rundir import RunDir
+
+    path = RunDir(model_dir).exported_model
     if not path.is_file():
         raise UserError(
             f"Invalid --model_dir {model_dir}. Received a directory without export/model.keras. "

@@ -30,7 +30,9 @@ from typing import Callable
 
 from absl import flags
 
-from tfdist import cluster, kubernetes, slurm
+from tfdist import cluster, kubernetes, strategies
+from tfdist.cluster import sources
+from tfdist.cluster.spec import SLURM
 from tfdist.errors import UserError, run_main
 
 FLAGS = flags.FLAGS
@@ -90,16 +92,16 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
 _EMIT_FLAGS = ("image", "name", "namespace", "cpu", "memory", "gpus")
 
 
-def _print_json(spec: cluster.ClusterSpec, tasks: list[tuple[str, int]], extra: list[str]) -> list[str]:
-    return [cluster.tf_config_json(spec, t, i) for t, i in tasks]
+def _print_json(spec: cluster.ClusterSpec, tasks: list[cluster.Task], extra: list[str]) -> list[str]:
+    return [task.tf_config_json() for task in tasks]
 
 
-def _print_export(spec: cluster.ClusterSpec, tasks: list[tuple[str, int]], extra: list[str]) -> list[str]:
-    return [f"export TF_CONFIG={shlex.quote(cluster.tf_config_json(spec, t, i))}" for t, i in tasks]
+def _print_export(spec: cluster.ClusterSpec, tasks: list[cluster.Task], extra: list[str]) -> list[str]:
+    return [f"export TF_CONFIG={shlex.quote(task.tf_config_json())}" for task in tasks]
 
 
-def _print_commands(spec: cluster.ClusterSpec, tasks: list[tuple[str, int]], extra: list[str]) -> list[str]:
-    wanted = set(tasks)
+def _print_commands(spec: cluster.ClusterSpec, tasks: list[cluster.Task], extra: list[str]) -> list[str]:
+    wanted = {(task.type, task.index) for task in tasks}
     lines = []
     for task_type, index, command in cluster.task_commands(spec, FLAGS.cluster, extra):
         if (task_type, index) in wanted:
@@ -121,18 +123,18 @@ def _deployment(extra: list[str]) -> kubernetes.Deployment:
     )
 
 
-def _print_kubernetes(spec: cluster.ClusterSpec, tasks: list[tuple[str, int]], extra: list[str]) -> list[str]:
+def _print_kubernetes(spec: cluster.ClusterSpec, tasks: list[cluster.Task], extra: list[str]) -> list[str]:
     """--emit kubernetes: the Service and the Jobs, as one YAML stream."""
     return [kubernetes.to_yaml(kubernetes.manifests(spec, _deployment(extra))).rstrip("\n")]
 
 
-def _print_tfjob(spec: cluster.ClusterSpec, tasks: list[tuple[str, int]], extra: list[str]) -> list[str]:
+def _print_tfjob(spec: cluster.ClusterSpec, tasks: list[cluster.Task], extra: list[str]) -> list[str]:
     """--emit tfjob: the TFJob, as YAML."""
     return [kubernetes.to_yaml([kubernetes.tfjob(spec, _deployment(extra))]).rstrip("\n")]
 
 
 #: Output mode -> function (spec, tasks, extra args) -> lines to print.
-_OUTPUTS: dict[str, Callable[[cluster.ClusterSpec, list[tuple[str, int]], list[str]], list[str]]] = {
+_OUTPUTS: dict[str, Callable[[cluster.ClusterSpec, list[cluster.Task], list[str]], list[str]]] = {
     "json": _print_json,
     "export": _print_export,
     "commands": _print_commands,
@@ -166,18 +168,18 @@ def _output_mode() -> str:
     return FLAGS.emit or ("commands" if FLAGS.commands else "export" if FLAGS.export else "json")
 
 
-def _tasks(mode: str) -> tuple[cluster.ClusterSpec, list[tuple[str, int]]]:
+def _tasks(mode: str) -> tuple[cluster.ClusterSpec, list[cluster.Task]]:
     """The cluster and the tasks to print for ``mode``."""
-    slurm.check_flags(FLAGS.cluster, FLAGS.task, FLAGS.slurm_tasks)
-    if FLAGS.cluster == slurm.SLURM:
+    sources.check_flags(FLAGS.cluster, FLAGS.task, FLAGS.slurm_tasks)
+    if FLAGS.cluster == SLURM:
         if mode in _ALL_TASK_MODES:
             raise UserError(
-                f"Invalid flags: --{'commands' if mode == 'commands' else 'emit'} with --cluster={slurm.SLURM}. "
-                f"Received: cluster={slurm.SLURM!r}. Expected a cluster spec file: under Slurm, srun starts every "
+                f"Invalid flags: --{'commands' if mode == 'commands' else 'emit'} with --cluster={SLURM}. "
+                f"Received: cluster={SLURM!r}. Expected a cluster spec file: under Slurm, srun starts every "
                 f"task (see configs/slurm/train.sbatch) and each one prints its own TF_CONFIG."
             )
-        spec, task_type, index = cluster.resolve_task(slurm.SLURM, None, slurm_tasks=FLAGS.slurm_tasks)
-        return spec, [(task_type, index)]
+        task = sources.resolve_task(SLURM, None, slurm_tasks=FLAGS.slurm_tasks)
+        return task.spec, [task]
     spec = cluster.load_cluster_spec(FLAGS.cluster)
     if FLAGS.task:
         if mode in kubernetes.EMITS:
@@ -187,7 +189,7 @@ def _tasks(mode: str) -> tuple[cluster.ClusterSpec, list[tuple[str, int]]]:
             )
         return spec, [cluster.parse_task(FLAGS.task, spec)]
     if mode in _ALL_TASK_MODES:
-        return spec, spec.task_list()
+        return spec, [cluster.Task(spec=spec, type=t, index=i) for t, i in spec.task_list()]
     raise UserError(
         f"Missing `--task` for --cluster={FLAGS.cluster}. Received: task={FLAGS.task!r}. "
         f"Expected type:index, one of: {', '.join(f'{t}:{i}' for t, i in spec.task_list())} (or --commands)."
@@ -216,7 +218,7 @@ def main(argv: list[str]) -> int:
         raise UserError(
             f"Missing `--cluster`. Received: cluster={FLAGS.cluster!r}. "
             f"Expected a cluster spec file (YAML or JSON), e.g. --cluster configs/clusters/local_mwm.yaml, "
-            f"or {slurm.SLURM} inside a Slurm job step."
+            f"or {SLURM} inside a Slurm job step."
         )
     if extra and mode not in _ALL_TASK_MODES:
         raise UserError(
@@ -225,7 +227,7 @@ def main(argv: list[str]) -> int:
         )
     spec, tasks = _tasks(mode)
     if FLAGS.strategy is not None:
-        cluster.check_strategy(spec, FLAGS.strategy)
+        strategies.check_strategy(spec, FLAGS.strategy)
     if mode == "commands" and FLAGS.strategy is not None:
         extra = ["--strategy", FLAGS.strategy, *extra]
     _write("".join(line + "\n" for line in _OUTPUTS[mode](spec, tasks, extra)))

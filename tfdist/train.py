@@ -28,6 +28,9 @@ _DEFINE = {bool: flags.DEFINE_boolean, int: flags.DEFINE_integer, float: flags.D
 def define_flags() -> None:
     """``--config`` and one flag per config field, typed and defaulted as the field is."""
     flags.DEFINE_string("config", None, "A YAML experiment: a path, or a name in configs/experiments/.")
+    flags.DEFINE_string("dump_weights", None, "Every training task writes its final weights to "
+                        "DIR/<type>-<index>.npz (local.npz without a cluster): to compare workers that write no "
+                        "outputs. Not part of the config.")
     for section in dataclasses.fields(config_lib.Config):
         defaults = section.default_factory()
         for field in dataclasses.fields(defaults):
@@ -51,7 +54,7 @@ def main(argv: list[str]) -> int:
         raise UserError(f"Unexpected arguments. Received: {' '.join(argv[1:])}. Expected only --flags.")
     from tfdist.training.experiment import run
 
-    summary = run(config_from_flags())
+    summary = run(config_from_flags(), weights_dir=FLAGS.dump_weights)
     if "eval" in summary and not summary.get("is_chief", True):
         print(f"final eval: mean_iou {summary['eval']['mean_iou']:.4f} "
               f"(this worker writes nothing; the chief's outputs are in {summary['model_dir']})", flush=True)

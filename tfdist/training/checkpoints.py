@@ -10,27 +10,17 @@ system). ``CheckpointManager`` writes its ``checkpoint`` index only after the
 data files, so a run killed while saving resumes from the previous one.
 
 A worker's temporary directory is named after the run and the task
-(``scratch_dir``), so that a worker killed mid-run leaves one directory that
-its restart clears, not a new one per kill.
+(``RunDir.scratch``), so that a worker killed mid-run leaves one directory
+that its restart clears, not a new one per kill.
 """
 
 from __future__ import annotations
 
-import hashlib
 import shutil
-import tempfile
-from pathlib import Path
 
 import tensorflow as tf
 
-
-def scratch_dir(model_dir: str, task: str) -> str:
-    """A fresh temporary directory for ``task``'s checkpoints of the run in ``model_dir`` (emptied if it exists)."""
-    digest = hashlib.sha1(str(Path(model_dir).resolve()).encode()).hexdigest()[:12]
-    path = Path(tempfile.gettempdir()) / f"tfdist-worker-ckpt-{digest}-{task.replace(':', '-')}"
-    shutil.rmtree(path, ignore_errors=True)  # what a killed run of this task left
-    path.mkdir(parents=True)
-    return str(path)
+from tfdist.training.rundir import RunDir
 
 
 class Checkpoints:
@@ -38,17 +28,17 @@ class Checkpoints:
 
     Args:
       checkpoint: the ``tf.train.Checkpoint`` (model, optimizer, step).
-      model_dir: the run's directory.
+      run_dir: the run's directory.
       is_chief: whether this process writes the run's outputs.
       max_to_keep: checkpoints kept by the chief.
       task: this task, e.g. ``"worker:1"`` (names a worker's temporary directory).
     """
 
-    def __init__(self, *, checkpoint: tf.train.Checkpoint, model_dir: str, is_chief: bool, max_to_keep: int = 3,
+    def __init__(self, *, checkpoint: tf.train.Checkpoint, run_dir: RunDir, is_chief: bool, max_to_keep: int = 3,
                  task: str = "worker"):
         self.checkpoint = checkpoint
-        self.directory = str(Path(model_dir) / "checkpoints")
-        self._scratch = None if is_chief else scratch_dir(model_dir, task)
+        self.directory = str(run_dir.checkpoints)
+        self._scratch = None if is_chief else str(run_dir.scratch(task))
         self.manager = tf.train.CheckpointManager(checkpoint, self._scratch or self.directory, max_to_keep=max_to_keep)
 
     def latest(self) -> str | None:

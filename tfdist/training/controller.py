@@ -12,14 +12,8 @@ import math
 import sys
 import time
 
-from tfdist.errors import RunFailed
+from tfdist.errors import TrainingDiverged
 from tfdist.training.metrics import StatsAccumulator, metrics_from_stats
-
-
-class TrainingDiverged(RunFailed):
-    """The loss became NaN or Inf; the last good checkpoint is kept (exit status 3)."""
-
-    exit_code = 3
 
 
 def next_boundary(step: int, every: int) -> int:
@@ -31,7 +25,7 @@ class Controller:
     """Drives ``loop`` from ``start_step`` to ``total_steps``.
 
     Args:
-      loop: has ``train(n) -> stats``, ``evaluate() -> stats`` and ``predict(images)``.
+      loop: a ``training.loop.Loop`` (``train(n) -> stats``, ``evaluate() -> stats``, ``predict(images)``).
       checkpoints: a ``Checkpoints`` (or None to never save).
       outputs: a ``RunOutputs``.
       num_classes: classes per pixel (to read stats vectors).

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
 
 from tfdist import config as config_lib
+from tfdist.training.rundir import RunDir
 from tfdist.visualize import side_by_side
 
 
@@ -35,35 +35,35 @@ class RunOutputs:
     """The chief's writer for one run directory.
 
     Args:
-      model_dir: the run's directory.
+      run_dir: the run's directory.
       is_chief: only the chief writes; elsewhere every call does nothing.
-      metrics_file: the JSON-lines file ``log`` appends to (the evaluator
-        task keeps its own, ``evaluator.jsonl``).
+      evaluator: rows go to the evaluator side-car's own file
+        (``RunDir.evaluator_metrics``) instead of ``metrics.jsonl``.
     """
 
-    def __init__(self, *, model_dir: str, is_chief: bool, metrics_file: str = "metrics.jsonl"):
-        self.model_dir = Path(model_dir)
+    def __init__(self, *, run_dir: RunDir, is_chief: bool, evaluator: bool = False):
+        self.run_dir = run_dir
         self.is_chief = is_chief
-        self.metrics_file = metrics_file
+        self.metrics_file = run_dir.evaluator_metrics if evaluator else run_dir.metrics
         self._writers = {}
         if is_chief:
-            self.model_dir.mkdir(parents=True, exist_ok=True)
+            run_dir.path.mkdir(parents=True, exist_ok=True)
 
     def _writer(self, split: str):
         if split not in self._writers:
-            self._writers[split] = tf.summary.create_file_writer(str(self.model_dir / "tensorboard" / split))
+            self._writers[split] = tf.summary.create_file_writer(str(self.run_dir.tensorboard(split)))
         return self._writers[split]
 
     def write_params(self, config) -> None:
         if self.is_chief:
-            (self.model_dir / "params.yaml").write_text(config_lib.to_yaml(config))
+            self.run_dir.params.write_text(config_lib.to_yaml(config))
 
     def log(self, split: str, step: int, values: dict) -> None:
         """Append one row to metrics.jsonl and write its scalars to TensorBoard."""
         if not self.is_chief:
             return
         row = {"step": int(step), "split": split, **{k: _finite(v) for k, v in values.items()}}
-        with open(self.model_dir / self.metrics_file, "a") as f:
+        with open(self.metrics_file, "a") as f:
             f.write(json.dumps(row) + "\n")
         with self._writer(split).as_default(step=int(step)):
             for name, value in values.items():
@@ -82,16 +82,15 @@ class RunOutputs:
     def write_summary(self, summary: dict) -> None:
         if self.is_chief:
             text = json.dumps(_finite(summary), indent=2)
-            (self.model_dir / "summary.json").write_text(text + "\n")
+            self.run_dir.summary.write_text(text + "\n")
 
     def export(self, model) -> None:
         """``export/model.keras`` and ``export/saved_model`` (serving signature) from a plain copy."""
         if not self.is_chief:
             return
-        export_dir = self.model_dir / "export"
-        export_dir.mkdir(parents=True, exist_ok=True)
-        model.save(export_dir / "model.keras")
-        model.export(str(export_dir / "saved_model"), format="tf_saved_model", verbose=False)
+        self.run_dir.export.mkdir(parents=True, exist_ok=True)
+        model.save(self.run_dir.exported_model)
+        model.export(str(self.run_dir.saved_model), format="tf_saved_model", verbose=False)
 
     def close(self) -> None:
         for writer in self._writers.values():

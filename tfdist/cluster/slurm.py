@@ -52,11 +52,10 @@ import shutil
 import subprocess
 from typing import Mapping
 
-from tfdist import cluster
+from tfdist.cluster.address import split_address
+from tfdist.cluster.spec import SINGLE_TASK_TYPES, SLURM, TASK_TYPES, parse_cluster_spec
+from tfdist.cluster.task import Task
 from tfdist.errors import UserError
-
-#: The ``--cluster`` value that takes the cluster from the Slurm allocation.
-SLURM = cluster.SLURM
 
 #: The port of the first task on each node; the node's next tasks take the next ports.
 PORT_BASE = 8888
@@ -83,7 +82,8 @@ _SCONTROL_TIMEOUT_S = 60
 def parse_slurm_tasks(text: str) -> dict[str, int]:
     """Parse ``--slurm_tasks``: ``"worker=2,ps=1"`` -> ``{"worker": 2, "ps": 1}``; ``""`` -> ``{}``.
 
-    Checked here (and by ``tfdist.config.validate``) rather than when the
+    Checked here (and by ``tfdist.config.validate``, through
+    ``cluster.sources.check_flags``) rather than when the
     resolver runs, so that a typo is one line at start-up on every task.
 
     Raises:
@@ -100,13 +100,13 @@ def parse_slurm_tasks(text: str) -> dict[str, int]:
         problem = None
         if not sep:
             problem = f"{item.strip()!r} is not type=count"
-        elif task_type not in cluster.TASK_TYPES:
+        elif task_type not in TASK_TYPES:
             problem = f"unknown task type {task_type!r}"
         elif task_type in tasks:
             problem = f"{task_type!r} is given twice"
         elif not count.isdigit() or int(count) < 1:
             problem = f"the count of {task_type!r} is {count!r}, not an integer >= 1"
-        elif task_type in cluster.SINGLE_TASK_TYPES and int(count) > 1:
+        elif task_type in SINGLE_TASK_TYPES and int(count) > 1:
             problem = f"there can be only one {task_type}"
         if problem:
             raise UserError(
@@ -120,30 +120,6 @@ def parse_slurm_tasks(text: str) -> dict[str, int]:
         )
     return tasks
 
-
-def check_flags(cluster_value: str | None, task: str | None, slurm_tasks: str | None) -> None:
-    """Check that ``--task`` and ``--slurm_tasks`` fit ``--cluster``; one place for both CLIs and the config.
-
-    With ``--cluster slurm`` each task finds its own place in the allocation,
-    so ``--task`` would contradict it; ``--slurm_tasks`` means nothing without
-    ``--cluster slurm``.
-
-    Raises:
-        UserError: ``--task`` with ``--cluster slurm``, ``--slurm_tasks``
-            without it, or a malformed ``--slurm_tasks``.
-    """
-    if cluster_value == SLURM:
-        if task:
-            raise UserError(
-                f"Unexpected `--task` with --cluster={SLURM}. Received: task={task!r}. "
-                f"Expected no --task: each Slurm task takes its own from the allocation (its node and SLURM_LOCALID)."
-            )
-        parse_slurm_tasks(slurm_tasks or "")
-    elif slurm_tasks:
-        raise UserError(
-            f"Unexpected `--slurm_tasks` without --cluster={SLURM}. Received: slurm_tasks={slurm_tasks!r}, "
-            f"cluster={cluster_value!r}. Expected --cluster={SLURM} with it, or no --slurm_tasks."
-        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -351,7 +327,7 @@ def _make_resolver(allocation: Allocation, jobs: Mapping[str, int], port_base: i
 
 def resolve(
     slurm_tasks: str = "", environ: Mapping[str, str] | None = None, *, port_base: int = PORT_BASE
-) -> tuple[cluster.ClusterSpec, str, int]:
+) -> Task:
     """The cluster of this Slurm job step and this process's task in it.
 
     Args:
@@ -362,8 +338,8 @@ def resolve(
         port_base: the port of the first task on each node.
 
     Returns:
-        ``(spec, task_type, index)`` as ``tfdist.cluster.resolve_task`` returns
-        them; ``spec.source`` is ``"slurm"``.
+        This process's ``Task``, as ``cluster.sources.resolve_task`` returns
+        it; its ``spec.source`` is ``"slurm"``.
 
     Raises:
         UserError: ``slurm_tasks`` is malformed or does not add up to the
@@ -382,15 +358,15 @@ def resolve(
             f"Expected counts that add up to the step's tasks (srun/sbatch --ntasks)."
         )
     resolver = _make_resolver(allocation, jobs, port_base)
-    spec = cluster.parse_cluster_spec(resolver.cluster_spec().as_dict(), source=SLURM)
+    spec = parse_cluster_spec(resolver.cluster_spec().as_dict(), source=SLURM)
     task_type, index = resolver.get_task_info()
-    host, port = cluster.split_address(spec.address(task_type, index))
+    host, port = split_address(spec.address(task_type, index))
     if allocation.node is not None and allocation.local_id is not None and (host, port) != (
         allocation.node, port_base + allocation.local_id
     ):
         raise RuntimeError(
             f"SlurmClusterResolver placed task {task_type}:{index} at {host}:{port}, but it runs on "
             f"{allocation.node} as local task {allocation.local_id}: this TensorFlow's resolver orders tasks "
-            f"differently from what tfdist.slurm expects."
+            f"differently from what tfdist.cluster.slurm expects."
         )
-    return spec, task_type, index
+    return Task(spec=spec, type=task_type, index=index)

@@ -1,0 +1,101 @@
+"""The grammar of one task address, ``host:port``: parse, check, split, compare.
+
+Every address of a cluster (in a spec file, TF_CONFIG or built from a Slurm
+allocation) goes through ``parse_address`` once, so that a malformed one is
+one ``UserError`` line before TensorFlow starts rather than a gRPC error
+minutes later on another host. Accepted: a host name (letters, digits, ``-``,
+``_``, ``.``), an IPv4 address or a bracketed IPv6 address, then ``:port``
+with a port in 1..65535.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Any
+
+from tfdist.errors import UserError, article, short
+
+#: What an address looks like, for messages.
+EXPECTED_ADDRESS = 'host:port, e.g. 10.0.0.2:2222, worker-0:2222 or "[::1]:2222"'
+
+_HOSTNAME_RE = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?")
+_DIGITS_RE = re.compile(r"[0-9]+")
+
+
+def is_digits(text: str) -> bool:
+    """Whether ``text`` is a non-empty string of ASCII digits (a port, an index written as text)."""
+    return bool(_DIGITS_RE.fullmatch(text))
+
+
+def _address_error(where: str, key: str, value: Any, problem: str) -> UserError:
+    return UserError(
+        f"Invalid address for `{key}` in {where}: {problem}. "
+        f"Received: {short(value)}. Expected {EXPECTED_ADDRESS}."
+    )
+
+
+def parse_address(value: Any, *, key: str, where: str) -> tuple[str, int]:
+    """Validate one ``host:port`` and return ``(host, port)``, the host without IPv6 brackets.
+
+    Args:
+        value: the address as received (any type: it may come from YAML).
+        key: how the address is named in errors, e.g. ``worker[1]``.
+        where: where it came from, for errors, e.g. ``cluster spec c.yaml``.
+
+    Raises:
+        UserError: not a string, whitespace, a URL scheme, no ``:port``, an
+            empty or malformed host, an IPv6 host without brackets, or a port
+            outside 1..65535.
+    """
+    if not isinstance(value, str):
+        raise _address_error(where, key, value, f"{article(type(value).__name__)} is not a string")
+    if any(c.isspace() for c in value):
+        raise _address_error(where, key, value, "it contains whitespace")
+    if "://" in value:
+        raise _address_error(where, key, value, "a URL scheme is not part of an address")
+    if value.startswith("["):
+        host, sep, port = value[1:].partition("]:")
+        if not sep:
+            raise _address_error(where, key, value, "a bracketed IPv6 host must be followed by :port")
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise _address_error(where, key, value, f"{host!r} is not an IPv6 address") from None
+    else:
+        if ":" not in value:
+            raise _address_error(where, key, value, "no :port")
+        host, _, port = value.rpartition(":")
+        if ":" in host:
+            raise _address_error(where, key, value, "an IPv6 host must be written in brackets, [host]:port")
+        if not host:
+            raise _address_error(where, key, value, "the host is empty")
+        if not _HOSTNAME_RE.fullmatch(host):
+            raise _address_error(
+                where, key, value, f"{host!r} is not a host name (letters, digits, '-', '_', '.') or an IP address"
+            )
+        if re.fullmatch(r"[0-9.]+", host):
+            try:
+                ipaddress.IPv4Address(host)
+            except ValueError:
+                raise _address_error(where, key, value, f"{host!r} is not an IPv4 address") from None
+    if not is_digits(port) or not 1 <= int(port) <= 65535:
+        raise _address_error(where, key, value, f"the port {port!r} is not an integer in 1..65535")
+    return host, int(port)
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """Split a *valid* ``host:port`` into host (without IPv6 brackets) and port.
+
+    Raises:
+        UserError: ``address`` is not ``host:port``.
+    """
+    return parse_address(address, key="address", where="cluster spec <address>")
+
+
+def address_identity(host: str, port: int) -> tuple[str, int]:
+    """A comparable form of an address, so that ``[::1]`` and ``[0::1]`` (or ``Host.`` and ``host``) are the same."""
+    try:
+        return ipaddress.ip_address(host).compressed, port
+    except ValueError:
+        return host.lower().rstrip("."), port

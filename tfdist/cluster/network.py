@@ -1,0 +1,126 @@
+"""The network as tfdist sees it: free ports, "does this task answer", loopback and public addresses.
+
+Small probes that need no TensorFlow and no DNS lookup unless they say so:
+tests and ``tfdist.launch --local`` take ``free_ports`` on 127.0.0.1, peers
+learn that a task is up from ``answers`` (a TCP connect to its gRPC port),
+``port_in_use`` catches a port another process holds before TensorFlow would
+fail on it, and ``public_addresses`` warns of a cluster that may be reachable
+from outside (TensorFlow's gRPC server has no authentication).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import ipaddress
+import socket
+
+from tfdist.cluster.address import split_address
+from tfdist.cluster.spec import ClusterSpec
+
+#: Host names that always mean this machine.
+LOOPBACK_NAMES = ("localhost", "ip6-localhost", "ip6-loopback")
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports that are free on 127.0.0.1 right now."""
+    with contextlib.ExitStack() as stack:
+        sockets = []
+        for _ in range(count):
+            s = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+
+
+def answers(address: str, timeout: float = 2.0) -> bool:
+    """Whether something accepts TCP connections at ``host:port`` (a cheap "is the task up")."""
+    host, port = split_address(address)
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def port_in_use(port: int) -> bool:
+    """Whether a TCP port is already bound for listening on this machine.
+
+    TensorFlow's gRPC server listens on *every* interface (``0.0.0.0``,
+    hard-coded in its ``grpc_server_lib.cc``) whatever host the cluster spec
+    names, so the port is tried on the wildcard address. ``SO_REUSEADDR``
+    keeps connections in TIME_WAIT (a task of an earlier run on that port)
+    from counting: only a listening socket makes the port busy, as for gRPC.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("0.0.0.0", port))
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                return True
+            raise
+    return False
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an IP literal or a name) is this machine's loopback, without a DNS lookup."""
+    if host.lower() in LOOPBACK_NAMES or host.lower().endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def is_local_hostname(host: str) -> bool:
+    """Whether ``host`` is ``localhost`` or a ``*.localhost`` name (RFC 6761: always this machine)."""
+    host = host.lower().rstrip(".")
+    return host == "localhost" or host.endswith(".localhost")
+
+
+def public_addresses(spec: ClusterSpec, *, include_hostnames: bool = True) -> list[str]:
+    """The addresses that may be reachable from outside this machine's private networks.
+
+    TensorFlow's gRPC servers have no authentication, so a caller warns when a
+    cluster listens on such an address. An IP literal counts as public when
+    ``ipaddress`` calls it global: loopback, private (10/8, 172.16/12,
+    192.168/16, fc00::/7), link-local, shared (100.64/10), unspecified and
+    reserved ranges are not. A host name cannot be classified without a DNS
+    lookup, which this function never does (it must be fast and work offline),
+    so every name except ``localhost`` and ``*.localhost`` counts as possibly
+    public unless ``include_hostnames`` is false.
+
+    Args:
+        spec: a validated cluster.
+        include_hostnames: whether to return addresses given by host name
+            (other than localhost) as well as public IP literals.
+
+    Returns:
+        The matching addresses as written in the spec, in ``task_list`` order.
+    """
+    found = []
+    for address in spec.addresses():
+        host, _ = split_address(address)
+        try:
+            ip = ipaddress.ip_address(host)
+        except ValueError:
+            if include_hostnames and not is_local_hostname(host):
+                found.append(address)
+            continue
+        if ip.is_global and not ip.is_multicast:
+            found.append(address)
+    return found
+
+
+def listen(address: str) -> socket.socket:
+    """A plain listening socket on this task's port, so that peers see it up before TensorFlow binds."""
+    host, port = split_address(address)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # Probes only connect: the kernel accepts them into the backlog, nothing reads. SO_REUSEADDR is set.
+    try:
+        return socket.create_server((host, port), family=family, backlog=64)
+    except OSError:  # a host name this machine does not resolve to itself: every interface, as gRPC does
+        if socket.has_dualstack_ipv6():
+            return socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True, backlog=64)
+        return socket.create_server(("", port), backlog=64)

@@ -1,0 +1,126 @@
+"""A run directory (``--model_dir``): its layout, in one place, and whether a new run may resume it.
+
+Every file a run leaves is named here and nowhere else::
+
+    model_dir/
+      params.yaml          the resolved config (the chief)
+      metrics.jsonl        one JSON object per logged step and per eval (the chief)
+      evaluator.jsonl      the evaluator side-car's rows
+      summary.json         the run's summary, written last (the chief)
+      checkpoints/         the chief's checkpoints; every worker restores from them
+      tensorboard/<split>  scalars and predicted masks (train, eval, evaluator)
+      export/              model.keras and saved_model/ (the chief, at the end)
+
+Workers other than the chief write their checkpoints into a scratch directory
+outside ``model_dir`` (``scratch``), named after the run and the task so that
+a killed worker's restart clears what it left. This module does not import
+TensorFlow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import shutil
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from tfdist import config as config_lib
+from tfdist.errors import UserError
+
+#: Settings that must not change between a run and its resumption.
+RESUME_KEYS = {
+    "data": ("dataset", "image_size", "num_classes"),
+    "model": tuple(f.name for f in dataclasses.fields(config_lib.ModelConfig)),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class RunDir:
+    """The layout of one run directory.
+
+    Attributes:
+        path: the directory (``--model_dir``); nothing is created by making a ``RunDir``.
+    """
+
+    path: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", Path(self.path))
+
+    @property
+    def params(self) -> Path:
+        return self.path / "params.yaml"
+
+    @property
+    def metrics(self) -> Path:
+        return self.path / "metrics.jsonl"
+
+    @property
+    def evaluator_metrics(self) -> Path:
+        return self.path / "evaluator.jsonl"
+
+    @property
+    def summary(self) -> Path:
+        return self.path / "summary.json"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / "checkpoints"
+
+    def tensorboard(self, split: str) -> Path:
+        """The TensorBoard log directory of ``split`` (``train``, ``eval``, ``evaluator``)."""
+        return self.path / "tensorboard" / split
+
+    @property
+    def export(self) -> Path:
+        return self.path / "export"
+
+    @property
+    def exported_model(self) -> Path:
+        """``export/model.keras``: what ``tfdist.predict`` loads."""
+        return self.export / "model.keras"
+
+    @property
+    def saved_model(self) -> Path:
+        """``export/saved_model``: a SavedModel with a serving signature."""
+        return self.export / "saved_model"
+
+    def latest_checkpoint(self) -> str | None:
+        """The path of the chief's latest checkpoint, or None."""
+        import tensorflow as tf
+
+        return tf.train.latest_checkpoint(str(self.checkpoints))
+
+    def scratch(self, task: str) -> Path:
+        """A fresh temporary directory for ``task``'s checkpoints (``"worker:1"``), emptied if it exists."""
+        digest = hashlib.sha1(str(self.path.resolve()).encode()).hexdigest()[:12]
+        path = Path(tempfile.gettempdir()) / f"tfdist-worker-ckpt-{digest}-{task.replace(':', '-')}"
+        shutil.rmtree(path, ignore_errors=True)  # what a killed run of this task left
+        path.mkdir(parents=True)
+        return path
+
+    def check_resume(self, config) -> None:
+        """Refuse a run directory whose model or data differ from ``config`` (``RESUME_KEYS``).
+
+        Raises:
+            UserError: ``params.yaml`` cannot be read, or holds another value
+                of a setting that must not change.
+        """
+        if not self.params.is_file():
+            return
+        try:
+            old = yaml.safe_load(self.params.read_text()) or {}
+        except (OSError, yaml.YAMLError) as e:
+            raise UserError(f"Cannot read {self.params}: {e}. Expected the params.yaml of an earlier tfdist run.") from None
+        new = config_lib.to_dict(config)
+        for section, keys in RESUME_KEYS.items():
+            for key in keys:
+                before = (old.get(section) or {}).get(key)
+                if before is not None and before != new[section][key]:
+                    raise UserError(
+                        f"Invalid --model_dir {config.train.model_dir}: it holds a run with {section}.{key}={before!r}. "
+                        f"Received: {key}={new[section][key]!r}. Expected the same value to resume, or a new --model_dir."
+                    )
