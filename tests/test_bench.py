@@ -11,6 +11,8 @@ import sys
 from conftest import REPO
 
 from tfdist import bench
+from tfdist.bench import children
+from tfdist.bench.rows import Measured
 
 
 def test_a_small_benchmark_writes_json_markdown_and_chart(tmp_path):
@@ -32,7 +34,7 @@ def test_a_small_benchmark_writes_json_markdown_and_chart(tmp_path):
 
 
 def test_every_row_of_the_issue_is_in_the_benchmark():
-    names = {r["spec"]["name"] for r in bench.rows_for(1, 1)}
+    names = {r.spec.name for r in bench.rows_for(1, 1)}
     assert names == {"keras_fit", "one_device", "mirrored_1", "mirrored_2", "central_storage_2",
                      "multi_worker_mirrored_1", "multi_worker_mirrored_2", "parameter_server_1",
                      "parameter_server_2", "input_pipeline"}
@@ -54,14 +56,14 @@ def test_goals_are_read_off_the_results():
 def test_rows_with_the_same_set_up_share_a_process_and_repeats_interleave():
     rows = bench.rows_for(8, 2) + bench.scaling_rows(4)
     jobs = bench.jobs_for(rows, repeats=2)
-    names = [[r["name"] for r in job["rows"]] for job in jobs]
-    scaling = [r["spec"]["name"] for r in bench.scaling_rows(4)]
+    names = [[r.name for r in job.rows] for job in jobs]
+    scaling = [r.spec.name for r in bench.scaling_rows(4)]
     assert names[0] == ["keras_fit", "one_device", "mirrored_1", "input_pipeline"] * 2 + scaling  # scaling once
     assert names[1] == ["mirrored_2", "central_storage_2"] * 2
     # A cluster cannot be torn down: each run of a cluster row is a fresh process (or two).
     assert names[2:] == [[n] for n in ("multi_worker_mirrored_1",) * 2 + ("multi_worker_mirrored_2",) * 2
                          + ("parameter_server_1",) * 2 + ("parameter_server_2",) * 2]
-    assert [job["processes"] for job in jobs[4:6]] == [2, 2]
+    assert [job.processes for job in jobs] == [1, 1] + [1, 1, 2, 2, 1, 1, 1, 1]
 
 
 def test_unknown_rows_are_refused_by_name():
@@ -74,14 +76,14 @@ def test_unknown_rows_are_refused_by_name():
 
 
 def _python(code: str):
-    return bench._start([sys.executable, "-c", code], env={})
+    return children._start([sys.executable, "-c", code], env={})
 
 
 def test_children_that_write_much_to_stderr_do_not_block():
     # 256 KB on stderr from each of two children: more than a pipe holds while the other is waited on.
-    code = "import sys; sys.stderr.write('x' * (1 << 18)); print('BENCH {\"ok\": %d}')"
-    results = bench._collect([_python(code % 0), _python(code % 1)], timeout=60)
-    assert results == [[{"ok": 0}], [{"ok": 1}]]
+    code = "import sys; sys.stderr.write('x' * (1 << 18)); print('BENCH {\"name\": \"child%d\"}')"
+    results = children._collect([_python(code % 0), _python(code % 1)], timeout=60)
+    assert results == [[Measured(name="child0")], [Measured(name="child1")]]
 
 
 def test_a_failed_child_ends_its_peers_at_once():
@@ -92,7 +94,7 @@ def test_a_failed_child_ends_its_peers_at_once():
     peer = _python("import time; time.sleep(60)")
     started = time.monotonic()
     with pytest.raises(RuntimeError, match=r"benchmark child failed \(3\): boom"):
-        bench._collect([peer, _python("import sys; sys.stderr.write('boom'); sys.exit(3)")], timeout=120)
+        children._collect([peer, _python("import sys; sys.stderr.write('boom'); sys.exit(3)")], timeout=120)
     assert time.monotonic() - started < 30  # the peer was killed, not waited for (it sleeps 60 s)
 
 
@@ -103,3 +105,43 @@ def test_the_train_step_profile_runs_and_prints_each_step_against_keras():
     lines = [line.split() for line in result.stdout.splitlines()]
     assert [line[0].rstrip(":") for line in lines] == ["tfdist", "tfdist_no_stats", "keras"]
     assert all(float(line[1]) > 0 for line in lines) and lines[-1][3] == "(1.000x"
+
+
+def test_a_child_job_and_its_results_cross_the_process_boundary_unchanged():
+    from tfdist.bench.rows import ChildJob
+
+    job = ChildJob(rows=tuple(r.spec for r in bench.rows_for(4, 2)), spawned_at=12.5)
+    assert ChildJob.from_json(job.to_json()) == job
+    measured = Measured(name="one_device", images_per_second=90.0, num_replicas=1, peak_rss_mb=800.0)
+    assert measured.to_line().startswith("BENCH ") and Measured.from_line(measured.to_line()) == measured
+    assert "cached_images_per_second" not in measured.to_dict()  # not measured: not in the JSON
+
+
+def test_the_report_writes_medians_ratios_and_the_json_keys_of_each_part():
+    from tfdist.bench.plan import plan
+    from tfdist.bench.report import markdown, results
+
+    rows = plan(steps=8, warmup=2, scaling_steps=4)
+    runs = {}
+    for row in rows.every_row:
+        numbers = ({"allreduce_seconds": 0.01, "gradient_mb": 2.0} if row.spec.kind == "allreduce"
+                   else {"images_per_second": 100.0, "seconds_to_first_step": 9.0})
+        runs[row.spec.name] = [Measured(name=row.spec.name, peak_rss_mb=700.0, row_seconds=3.0, rss_growth_mb=50.0,
+                                        **{k: v * f for k, v in numbers.items()}) for f in (1.0, 1.5, 2.0)]
+    runs["one_device"] = [Measured(name="one_device", images_per_second=v, num_replicas=1, peak_rss_mb=700.0)
+                          for v in (120.0, 180.0, 150.0)]
+    out = json.loads(json.dumps(results(rows, runs, {"steps": 8})))  # as written
+    assert out["baseline"] == {"name": "keras_fit", "images_per_second": 150.0, "seconds_to_first_step": 13.5,
+                               "peak_rss_mb": 700.0, "row_seconds": 3.0, "rss_growth_mb": 50.0,
+                               "runs": [100.0, 150.0, 200.0]}
+    one_device = out["rows"][1]
+    assert list(one_device) == ["name", "images_per_second", "ratio", "num_replicas", "peak_rss_mb", "runs"]
+    assert one_device["ratio"] == 1.0 and one_device["runs"] == [120.0, 180.0, 150.0]
+    assert list(out["allreduce"]) == ["allreduce_seconds", "gradient_mb", "peak_rss_mb", "row_seconds",
+                                      "rss_growth_mb", "runs", "share_of_step"]
+    assert out["allreduce"]["share_of_step"] == 0.015 / (16 / 150.0)
+    assert [s["name"] for s in out["scaling"]] == [r.spec.name for r in bench.scaling_rows(4)]
+    assert out["scaling"][0] == {"name": "epoch_32px_1x", "image_size": 32, "factor": 1,
+                                 "epoch_seconds": 4 * 16 / 150.0, "peak_rss_mb": 700.0, "rss_growth_mb": 50.0}
+    assert [g["met"] for g in out["goals"]][:2] == [True, True]
+    assert markdown(out).startswith("| row |")

@@ -49,9 +49,11 @@ class Traits:
             a host without GPUs is split into logical CPUs.
         ends_with_barrier: every worker waits for all the others at the end.
         default_steps_per_loop: ``steps_per_loop`` when it is left at 0.
+        build: makes the ``tf.distribute.Strategy`` (``make_strategy``'s keyword arguments).
     """
 
     name: str
+    build: Callable[..., Any] = dataclasses.field(repr=False, compare=False)
     multi_process: bool = False
     coordinator: bool = False
     listens_while_joining: bool = False
@@ -114,49 +116,6 @@ class Traits:
                 f"Invalid cluster for strategy={self.name!r} in {source_name(spec.source)}: {problem}. "
                 f"Received: {counts}. Expected {expected}."
             )
-
-
-_TRAITS = {
-    t.name: t
-    for t in (
-        Traits(name="one_device"),
-        Traits(name="mirrored", local_devices=True),
-        Traits(name="multi_worker_mirrored", multi_process=True, listens_while_joining=True, ends_with_barrier=True),
-        Traits(name="central_storage", local_devices=True),
-        Traits(name="parameter_server", multi_process=True, coordinator=True,
-               default_steps_per_loop=PS_STEPS_PER_LOOP),
-    )
-}
-
-#: Every strategy name, in the order the CLI and the docs list them.
-NAMES = tuple(_TRAITS)
-
-
-def _names(**trait: bool) -> str:
-    """The strategies with the given trait values, for messages: ``"multi_worker_mirrored or parameter_server"``."""
-    return " or ".join(t.name for t in _TRAITS.values() if all(getattr(t, k) == v for k, v in trait.items()))
-
-
-def traits(name: str) -> Traits:
-    """The traits of strategy ``name``.
-
-    Raises:
-        UserError: ``name`` is not a strategy.
-    """
-    if name not in _TRAITS:
-        raise UserError(
-            f"Invalid value for `--strategy`. Received: strategy={name!r}. Expected one of: {', '.join(NAMES)}."
-        )
-    return _TRAITS[name]
-
-
-def check_strategy(spec: ClusterSpec, strategy: str) -> None:
-    """Check that the cluster has the tasks ``strategy`` needs (``Traits.check_cluster``).
-
-    Raises:
-        UserError: the strategy is unknown, or the cluster does not fit it.
-    """
-    traits(strategy).check_cluster(spec)
 
 
 def has_gpu() -> bool:
@@ -309,13 +268,48 @@ def _parameter_server(*, cluster_resolver=None, ps_shards: int = 0, ps_min_shard
     return tf.distribute.ParameterServerStrategy(cluster_resolver, variable_partitioner=partitioner)
 
 
-_BUILDERS: dict[str, Callable[..., Any]] = {
-    "one_device": _one_device,
-    "mirrored": _mirrored,
-    "multi_worker_mirrored": _multi_worker_mirrored,
-    "central_storage": _central_storage,
-    "parameter_server": _parameter_server,
+_TRAITS = {
+    t.name: t
+    for t in (
+        Traits(name="one_device", build=_one_device),
+        Traits(name="mirrored", build=_mirrored, local_devices=True),
+        Traits(name="multi_worker_mirrored", build=_multi_worker_mirrored, multi_process=True,
+               listens_while_joining=True, ends_with_barrier=True),
+        Traits(name="central_storage", build=_central_storage, local_devices=True),
+        Traits(name="parameter_server", build=_parameter_server, multi_process=True, coordinator=True,
+               default_steps_per_loop=PS_STEPS_PER_LOOP),
+    )
 }
+
+#: Every strategy name, in the order the CLI and the docs list them.
+NAMES = tuple(_TRAITS)
+
+
+def _names(**trait: bool) -> str:
+    """The strategies with the given trait values, for messages: ``"multi_worker_mirrored or parameter_server"``."""
+    return " or ".join(t.name for t in _TRAITS.values() if all(getattr(t, k) == v for k, v in trait.items()))
+
+
+def traits(name: str) -> Traits:
+    """The traits of strategy ``name``.
+
+    Raises:
+        UserError: ``name`` is not a strategy.
+    """
+    if name not in _TRAITS:
+        raise UserError(
+            f"Invalid value for `--strategy`. Received: strategy={name!r}. Expected one of: {', '.join(NAMES)}."
+        )
+    return _TRAITS[name]
+
+
+def check_strategy(spec: ClusterSpec, strategy: str) -> None:
+    """Check that the cluster has the tasks ``strategy`` needs (``Traits.check_cluster``).
+
+    Raises:
+        UserError: the strategy is unknown, or the cluster does not fit it.
+    """
+    traits(strategy).check_cluster(spec)
 
 
 def make_strategy(
@@ -347,12 +341,12 @@ def make_strategy(
       UserError: unknown name, or devices that cannot be set up.
     """
     key = str(name).strip().lower()
-    if key not in _BUILDERS:
+    if key not in _TRAITS:
         raise UserError(f"Invalid value for `strategy`. Received: strategy={name!r}. Expected one of: {', '.join(NAMES)}.")
     cpu_devices = cpu_devices or default_cpu_devices(key)
     if _TRAITS[key].local_devices:
         setup_host(cpu_devices=cpu_devices)
-    return _BUILDERS[key](
+    return _TRAITS[key].build(
         cpu_devices=cpu_devices,
         cluster_resolver=cluster_resolver,
         communication=communication,

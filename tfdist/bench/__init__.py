@@ -1,0 +1,15 @@
+"""tfdist's benchmark, ``python -m tfdist.bench``: what it measures and how is in ``__main__``'s docstring.
+
+The package, by idea: ``rows`` (the typed rows, jobs and results),
+``plan`` (which rows, in which processes), ``children`` (starting and
+reading the measuring processes), ``measure`` (what a child runs),
+``report`` (medians, ratios, goals, JSON, Markdown, PNG), ``runner``
+(``run_benchmark``: plan, children and report in order) and ``__main__``
+(the thin absl CLI; ``--child JOB`` is how the parent starts each child).
+"""
+
+from tfdist.bench.plan import jobs_for, rows_for, scaling_rows
+from tfdist.bench.report import chart, goals, markdown
+from tfdist.bench.runner import run_benchmark
+
+__all__ = ["chart", "goals", "jobs_for", "markdown", "rows_for", "run_benchmark", "scaling_rows"]
