@@ -39,6 +39,68 @@ def test_the_import_contract_is_kept():
     assert "2 kept, 0 broken" in result.stdout
 
 
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """tfdist module -> the tfdist modules it imports, anywhere in it (inside functions too).
+
+    ``from a.b import c`` is an import of ``a.b.c`` when that is a module, else of ``a.b``.
+    """
+    names = {_module_name(p) for p in modules()}
+    graph: dict[str, set[str]] = {}
+    for path in modules():
+        module = _module_name(path)
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative: from the package, up level - 1
+                    base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                targets |= {f"{base}.{a.name}" if f"{base}.{a.name}" in names else base for a in node.names}
+        graph[module] = {t for t in targets if t in names and t != module}
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One import cycle of ``graph`` (as a path that ends where it starts), or []."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str]:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        state[node] = 2
+        path.pop()
+        return []
+
+    for start in sorted(graph):
+        if start not in state and (found := visit(start)):
+            return found
+    return []
+
+
+def test_no_import_cycle_in_tfdist_even_inside_functions():
+    graph = import_graph()
+    assert "tfdist.cluster.task" in graph["tfdist.cluster.sources"]  # the graph sees imports at all
+    assert "tfdist.training.evaluator" in graph["tfdist.training.experiment"]  # ... and inside functions
+    assert _cycle(graph) == []
+
+
+def test_the_cycle_check_finds_a_cycle():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+
+
 @pytest.mark.parametrize("path", modules(), ids=lambda p: str(p.relative_to(REPO)))
 def test_no_module_is_over_400_lines(path):
     assert len(path.read_text().splitlines()) <= MAX_LINES

@@ -49,7 +49,7 @@ from pathlib import Path
 
 from absl import flags
 
-from tfdist.bench import report
+import tfdist.bench.report as report
 from tfdist.bench.measure import run_child
 from tfdist.bench.runner import run_benchmark
 from tfdist.errors import UserError, run_main

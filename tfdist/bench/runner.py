@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from tfdist.bench import report
+import tfdist.bench.report as report
 from tfdist.bench.children import launch
 from tfdist.bench.plan import jobs_for, plan
 from tfdist.bench.rows import BASE, Measured

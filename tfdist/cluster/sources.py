@@ -15,7 +15,8 @@ import json
 import os
 from typing import Mapping
 
-from tfdist.cluster import slurm
+from tfdist.cluster.slurm import parse_slurm_tasks
+from tfdist.cluster.slurm import resolve as resolve_slurm
 from tfdist.cluster.address import is_digits
 from tfdist.cluster.files import json_unique_object, load_cluster_spec
 from tfdist.cluster.spec import SLURM, TF_CONFIG, check_task, parse_cluster_spec
@@ -40,7 +41,7 @@ def check_flags(cluster_value: str | None, task: str | None, slurm_tasks: str | 
                 f"Unexpected `--task` with --cluster={SLURM}. Received: task={task!r}. "
                 f"Expected no --task: each Slurm task takes its own from the allocation (its node and SLURM_LOCALID)."
             )
-        slurm.parse_slurm_tasks(slurm_tasks or "")
+        parse_slurm_tasks(slurm_tasks or "")
     elif slurm_tasks:
         raise UserError(
             f"Unexpected `--slurm_tasks` without --cluster={SLURM}. Received: slurm_tasks={slurm_tasks!r}, "
@@ -150,7 +151,7 @@ def resolve_task(
     """
     check_flags(cluster_file, task, slurm_tasks)
     if cluster_file == SLURM:
-        return slurm.resolve(slurm_tasks, environ)
+        return resolve_slurm(slurm_tasks, environ)
     if cluster_file and not task:
         spec = load_cluster_spec(cluster_file)
         raise UserError(
