@@ -8,6 +8,14 @@ is lost (at-least-once), so steps are counted by a variable that every
 closure increments, never in Python and never with the Keras optimizer's
 ``iterations`` (which lost updates here, DESIGN.md). Evaluation runs on the
 chief, over the eval split, with the current variables.
+
+Which worker ran each closure is counted too (``closures_per_worker``, in
+``summary.json``): every closure also returns the index of the worker that
+ran it (``tf.distribute.coordinator.experimental_get_current_worker_index``),
+and the chief counts the results it fetched. So the counts add up to the
+closures scheduled, exactly, while the step variable counts executions (a
+closure re-run after a lost worker counts twice there, once here, for the
+worker whose result came back).
 """
 
 from __future__ import annotations
@@ -44,9 +52,11 @@ class CoordinatorLoop:
         self._size = stats_size(steps.num_classes)
         self._worker_fn = tf.function(self._worker_step)
         self._eval_fn = tf.function(self._eval_pass)
+        self._closures: dict[int, int] = {}
 
     def _worker_step(self, iterator):
-        return counted_train_step(self.strategy, self.steps, self.step_counter, iterator)
+        stats = counted_train_step(self.strategy, self.steps, self.step_counter, iterator)
+        return stats, tf.distribute.coordinator.experimental_get_current_worker_index()
 
     def _eval_pass(self, dataset):
         total = tf.zeros([self._size], tf.float32)
@@ -58,7 +68,15 @@ class CoordinatorLoop:
         """Schedule ``num_steps`` closures, wait for all; returns their summed stats (numpy)."""
         remote = [self.coordinator.schedule(self._worker_fn, args=(self._train_iterator,)) for _ in range(num_steps)]
         self.coordinator.join()
-        return np.sum([r.fetch() for r in remote], axis=0)
+        results = [r.fetch() for r in remote]
+        for _, worker in results:
+            self._closures[int(worker)] = self._closures.get(int(worker), 0) + 1
+        return np.sum([stats for stats, _ in results], axis=0)
+
+    @property
+    def closures_per_worker(self) -> dict[str, int]:
+        """``{"worker:0": n, ...}``: the closures of this run whose result came from each worker."""
+        return {f"worker:{index}": count for index, count in sorted(self._closures.items())}
 
     def evaluate(self):
         """One pass over the eval split on the chief; returns the summed stats vector (numpy)."""

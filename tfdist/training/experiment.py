@@ -280,6 +280,8 @@ def _train(config, task: Task | None, run_dir: RunDir, strategy, *, verbose: boo
         "precision": config.runtime.precision,
         "model_dir": str(train_cfg.model_dir),
         "variable_devices": sorted({v.value.device for v in model.variables}),
+        # Under a coordinator: the closures of this run whose result each worker returned (CoordinatorLoop).
+        **({"closures_per_worker": loop.closures_per_worker} if traits.coordinator else {}),
     }
     outputs.write_summary(summary)
     return summary, model
