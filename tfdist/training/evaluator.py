@@ -1,4 +1,4 @@
-"""The evaluator side-car: it follows the chief's checkpoints and evaluates each new one.
+"""The evaluator side-car: it follows the chief's checkpoints and evaluates each one.
 
 An ``evaluator`` task (under either cluster strategy) never joins the
 training cluster: the training tasks get a TF_CONFIG without it
@@ -11,6 +11,7 @@ files of its own (``evaluator.jsonl``, ``tensorboard/evaluator``).
 
 from __future__ import annotations
 
+import json
 import time
 
 import numpy as np
@@ -26,7 +27,13 @@ from tfdist.training.step import Steps, stats_size
 
 
 def evaluate_checkpoints(task: Task, config, *, model, eval_dataset, verbose: bool = True) -> dict:
-    """The evaluator side-car: evaluate each new checkpoint of ``model_dir/checkpoints``.
+    """The evaluator side-car: evaluate each checkpoint of ``model_dir/checkpoints``, oldest first.
+
+    Every checkpoint the chief keeps (``CheckpointManager``'s list, not only
+    the latest) is evaluated once; steps that ``evaluator.jsonl`` already
+    has (an earlier evaluator of the run) are skipped. A checkpoint that the
+    chief rotated away (it keeps the last 3) before the evaluator read it is
+    skipped too: the evaluator cannot keep it.
 
     Rows go to ``model_dir/evaluator.jsonl`` (``split: "evaluator"``) and
     scalars to ``tensorboard/evaluator``, never into the chief's files. It
@@ -59,36 +66,42 @@ def evaluate_checkpoints(task: Task, config, *, model, eval_dataset, verbose: bo
     leader = PeerWatch.of(task.leader)
     leader.wait_up(config.runtime.connect_timeout, why="the evaluator follows its checkpoints")
     evaluated: list[int] = []
-    last_path, last = None, None
+    done = _steps_in(run_dir.evaluator_metrics)
+    last = None
 
     def summary_written() -> bool:
         return summary.exists() and summary.stat().st_mtime >= started
 
+    def pending() -> list[tuple[int, str]]:
+        """``(step, path)`` of the kept checkpoints not evaluated yet, oldest first."""
+        state = tf.train.get_checkpoint_state(directory)
+        listed = [(int(path.rsplit("-", 1)[1]), path) for path in (state.all_model_checkpoint_paths if state else [])]
+        return sorted(item for item in listed if item[0] not in done)
+
     try:
         while True:
-            path = tf.train.latest_checkpoint(directory)
-            if path and path != last_path:
+            finished = summary_written()  # before the list: the final checkpoint is listed before the summary
+            waiting = pending()
+            if waiting:
+                step, path = waiting[0]
                 try:
                     checkpoint.restore(path).expect_partial()
                 except (tf.errors.NotFoundError, tf.errors.DataLossError):
-                    time.sleep(POLL_SECONDS)  # rotated away or not complete yet: read the index again
+                    time.sleep(POLL_SECONDS)  # rotated away meanwhile (then no longer listed): read the list again
                     continue
-                step = int(path.rsplit("-", 1)[1])
                 total = np.zeros([stats_size(num_classes)], np.float32)
                 for batch in eval_dataset:
                     total += eval_batch(batch).numpy()
                 last = metrics_from_stats(total, num_classes)
                 outputs.log("evaluator", step, last)
                 evaluated.append(step)
-                last_path = path
+                done.add(step)
                 if verbose:
                     print(f"evaluator step {step}: loss {last['loss']:.4f}  pixel_accuracy "
                           f"{last['pixel_accuracy']:.4f}  mean_iou {last['mean_iou']:.4f}", flush=True)
                 continue
-            if summary_written():
-                if tf.train.latest_checkpoint(directory) == last_path:
-                    break
-                continue
+            if finished:
+                break
             if leader.gone():
                 raise RunFailed(
                     f"The leader {leader.name} at {leader.address} stopped answering before it wrote {summary}. "
@@ -99,3 +112,15 @@ def evaluate_checkpoints(task: Task, config, *, model, eval_dataset, verbose: bo
     finally:
         outputs.close()
     return {"role": "evaluator", "evaluated": evaluated, "last": last, "model_dir": str(run_dir.path)}
+
+
+def _steps_in(rows) -> set[int]:
+    """The steps of the rows of ``evaluator.jsonl`` (none if it does not exist; a torn last line is ignored)."""
+    steps = set()
+    if rows.exists():
+        for line in rows.read_text().splitlines():
+            try:
+                steps.add(int(json.loads(line)["step"]))
+            except (ValueError, KeyError, TypeError):
+                pass
+    return steps
