@@ -4,17 +4,45 @@
 batches of one input pipeline, ``dataset_fn`` the same as a function of the
 distribution strategy's input context, and ``validate_data`` checks the user's
 data before anything is built; ``num_examples`` sizes an epoch.
+
+Importing this package does not import TensorFlow: the pipeline's names are
+loaded on first use, so that ``validate_data`` can refuse a bad dataset (one
+line, exit status 2) before TensorFlow starts and prints its start-up lines.
 """
 
-from tfdist.data.pipeline import (
-    dataset_fn,
-    load_split,
-    make_dataset,
-    num_examples,
-    resize_and_normalise,
-    validate_data,
-)
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from tfdist.data.shapes import generate_shapes
+
+if TYPE_CHECKING:
+    from tfdist.config import DataConfig
+    from tfdist.data.pipeline import dataset_fn, load_split, make_dataset, num_examples, resize_and_normalise
+
+#: The names of ``tfdist.data.pipeline`` (which imports TensorFlow), loaded when first used.
+_PIPELINE = ("dataset_fn", "load_split", "make_dataset", "num_examples", "resize_and_normalise")
+
+
+def validate_data(data: DataConfig) -> None:
+    """Every check that can fail on the user's data, before any model or strategy is built (no TensorFlow).
+
+    shapes has nothing to check; oxford_iiit_pet is checked when it is
+    prepared; folder checks every file (pairs, decodability, mask values).
+    """
+    if data.dataset == "folder":
+        from tfdist.data.folder import check_folder
+
+        check_folder(data)
+
+
+def __getattr__(name: str):
+    if name in _PIPELINE:
+        from tfdist.data import pipeline
+
+        return getattr(pipeline, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "dataset_fn",

@@ -102,18 +102,6 @@ def num_examples(data: DataConfig, split: str) -> int:
     return count
 
 
-def validate_data(data: DataConfig) -> None:
-    """Every check that can fail on the user's data, before any model or strategy is built.
-
-    shapes has nothing to check; oxford_iiit_pet is checked when it is
-    prepared; folder checks every file (pairs, decodability, mask values).
-    """
-    if data.dataset == "folder":
-        from tfdist.data.folder import check_folder
-
-        check_folder(data)
-
-
 def _per_replica_batch(global_batch_size: int, input_context: tf.distribute.InputContext | None) -> int:
     """The batch one replica gets; the global batch must split evenly over the replicas."""
     if input_context is None:

@@ -3,8 +3,9 @@
 This is the library behind ``python -m tfdist.train`` and what a notebook
 calls. The order matters and is fixed here:
 
-1. everything the user gave is checked (config, cluster, run directory)
-   before anything is written, so a bad run never damages ``model_dir``;
+1. everything the user gave is checked (config, cluster, run directory,
+   dataset) before anything is written and before TensorFlow starts, so a
+   bad run never damages ``model_dir`` and ends with one line on stderr;
 2. TF_CONFIG, logical CPUs and the inter-op pool are set before TensorFlow
    starts, and MultiWorkerMirroredStrategy is created before any other op
    (collectives must be configured first, DESIGN.md);
@@ -189,6 +190,10 @@ def run(config, *, verbose: bool = True, cluster_resolver=None, weights_dir: str
     kind = traits.role(task.type if task else None)
     if kind == "evaluate":
         return _evaluate(config, task, verbose)
+    if kind == "train":
+        from tfdist import data as data_lib
+
+        data_lib.validate_data(config.data)  # before TensorFlow starts: a bad dataset is one line on stderr
     if task is not None:
         peers.check_port_free(task)
     if kind == "serve":
@@ -206,7 +211,6 @@ def _train(config, task: Task | None, run_dir: RunDir, strategy, *, verbose: boo
     """Build, restore, train, evaluate and write the outputs under ``strategy``; returns the summary and model."""
     import tensorflow as tf
 
-    from tfdist import data as data_lib
     from tfdist.models import build_from_config
     from tfdist.training.checkpoints import Checkpoints
     from tfdist.training.controller import Controller
@@ -215,7 +219,6 @@ def _train(config, task: Task | None, run_dir: RunDir, strategy, *, verbose: boo
     from tfdist.training.outputs import RunOutputs
     from tfdist.training.step import Steps
 
-    data_lib.validate_data(config.data)
     train_cfg = config.train
     epoch_steps = steps_per_epoch(config)
     total_steps = train_cfg.epochs * epoch_steps
