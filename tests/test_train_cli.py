@@ -1,6 +1,10 @@
 """``python -m tfdist.train`` and ``python -m tfdist.predict`` as a user runs them: real processes."""
 
+import contextlib
+import json
 import os
+import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -8,15 +12,24 @@ from pathlib import Path
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
+import yaml
 from PIL import Image
 
 from conftest import REPO
+from tfdist.cluster.network import free_ports
+from tfdist.errors import DIVERGED_EXIT_CODE, USAGE_EXIT_CODE
 
 TINY_FLAGS = [
     "--image_size=32", "--train_examples=64", "--eval_examples=16", "--base_filters=4", "--depth=2",
     "--global_batch_size=8", "--optimizer=sgd", "--learning_rate=0.05", "--lr_decay=none", "--log_every=1",
     "--deterministic",
 ]
+
+#: Lines TensorFlow 2.21 prints once it is imported, whatever TF_CPP_MIN_LOG_LEVEL says (DESIGN.md):
+#: absl's "All log messages before absl::InitializeLog() are written to STDERR" and glog-style lines
+#: (``I0000 00:00:... file.cc:12] oneDNN custom operations are on ...``, cudart's "Could not find cuda drivers").
+TF_STARTUP_LINE = re.compile(r"^(WARNING: All log messages before absl::InitializeLog\(\)|[IWEF]\d{4} \d\d:\d\d:\d\d)")
 
 
 def train(*args, timeout=240):
@@ -30,6 +43,17 @@ def weights(model_dir):
     import tfdist.models  # noqa: F401
 
     return keras.models.load_model(Path(model_dir) / "export" / "model.keras").get_weights()
+
+
+def expected_mask(model, image: np.ndarray) -> np.ndarray:
+    """What tfdist.predict documents, computed here: the image resized (bilinear) to the model's size,
+    the argmax of the logits, and that mask upsampled by nearest neighbour to the image's own size
+    (TensorFlow's rule: source pixel floor((i + 0.5) * in / out))."""
+    size = model.input_shape[1]
+    x = tf.image.resize(image[None].astype(np.float32) / 255.0, (size, size), method="bilinear")
+    classes = np.argmax(np.asarray(model(x, training=False))[0], axis=-1)
+    rows, cols = (np.minimum(((np.arange(n) + 0.5) * size / n).astype(int), size - 1) for n in image.shape[:2])
+    return classes[rows][:, cols].astype(np.uint8)
 
 
 def test_resume_in_a_new_process_equals_training_straight(tmp_path):
@@ -46,53 +70,184 @@ def test_resume_in_a_new_process_equals_training_straight(tmp_path):
     for x, y in zip(weights(tmp_path / "b"), weights(tmp_path / "a")):
         np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-6)
 
-    # predict on the finished run: a coloured overlay at the image's own size.
+
+def test_predict_writes_the_models_own_mask_at_the_images_size(tmp_path):
+    """README: ``tfdist.predict --model_dir D --image X --output Y`` writes the predicted mask of D's exported
+    model. The mask (--mask_output) is the model's own prediction pixel for pixel, at the image's size (40x50
+    from the model's 32x32), and the overlay is exactly that mask over the image.
+
+    The model is an untrained UNet saved where a run exports it: its random logits give a mask of several
+    classes (a model trained for a few steps predicts background everywhere, which would prove little).
+    """
+    from tfdist.data import generate_shapes
+    from tfdist.models import build_unet
+    from tfdist.visualize import overlay
+
+    keras.utils.set_random_seed(1)
+    (tmp_path / "run" / "export").mkdir(parents=True)
+    build_unet(image_size=32, num_classes=4, base_filters=4, depth=2).save(tmp_path / "run" / "export" / "model.keras")
+    pixels = generate_shapes(1, image_size=50, seed=3)[0][0][5:45]
     image = tmp_path / "x.png"
-    Image.fromarray(np.random.default_rng(0).integers(0, 255, (40, 50, 3), dtype=np.uint8)).save(image)
+    Image.fromarray(pixels).save(image)
     out, mask = tmp_path / "y.png", tmp_path / "m.png"
     result = subprocess.run(
-        [sys.executable, "-m", "tfdist.predict", f"--model_dir={tmp_path / 'a'}", f"--image={image}",
+        [sys.executable, "-m", "tfdist.predict", f"--model_dir={tmp_path / 'run'}", f"--image={image}",
          f"--output={out}", f"--mask_output={mask}"], capture_output=True, text=True, timeout=120, cwd=REPO)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert Image.open(out).size == (50, 40) and Image.open(out).mode == "RGB"
-    assert np.asarray(Image.open(mask)).max() < 4
+    expected = expected_mask(keras.models.load_model(tmp_path / "run" / "export" / "model.keras"), pixels)
+    assert expected.shape == (40, 50) and len(np.unique(expected)) > 1
+    np.testing.assert_array_equal(np.asarray(Image.open(mask)), expected)
+    assert Image.open(out).mode == "RGB"
+    np.testing.assert_array_equal(np.asarray(Image.open(out)), overlay(pixels, expected))
 
 
-def test_a_diverging_run_stops_and_keeps_the_last_good_checkpoint(tmp_path):
-    result = train("--strategy=one_device", "--steps_per_epoch=6", "--epochs=1", "--learning_rate=1e12",
-                   "--checkpoint_every=1", f"--model_dir={tmp_path / 'nan'}",
+def checkpoint_values(path: str) -> dict:
+    """Every tensor saved in the checkpoint at ``path``, by its key."""
+    reader = tf.train.load_checkpoint(path)
+    return {key: reader.get_tensor(key) for key in reader.get_variable_to_shape_map()}
+
+
+@pytest.mark.parametrize("strategy", ["one_device", "mirrored"])
+def test_a_diverging_run_stops_and_keeps_the_last_good_checkpoint(tmp_path, strategy):
+    """README: a NaN or Inf loss stops the run (exit 3) and keeps the last good checkpoint.
+
+    With a checkpoint every step, the kept one is that of the step before the one the error names, its
+    weights are finite, and every logged step before it had a finite loss.
+    """
+    model_dir = tmp_path / "nan"
+    result = train(f"--strategy={strategy}", "--cpu_devices=2", "--steps_per_epoch=6", "--epochs=1",
+                   "--learning_rate=1e12", "--checkpoint_every=1", f"--model_dir={model_dir}",
                    *[f for f in TINY_FLAGS if not f.startswith("--learning_rate")])
-    assert result.returncode == 3, (result.returncode, result.stderr[-2000:])
-    last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: Training diverged") and "Traceback" not in result.stderr
-    index = (tmp_path / "nan" / "checkpoints" / "checkpoint").read_text()
-    step = int(index.split('"')[1].rsplit("-", 1)[1])
-    assert f"at step {step + 1}" in last or f"at step" in last
-    assert not (tmp_path / "nan" / "export").exists()
-
-
-@pytest.mark.parametrize(
-    "args, needle",
-    [
-        (["--strategy=horovod"], "strategy='horovod'"),
-        (["--image_size=abc"], "image_size"),
-        (["--no_such_flag=1"], "no_such_flag"),
-        (["--config=nope"], "'nope'"),
-        (["--image_size=60"], "image_size=60"),
-        (["--dataset=folder", "--num_classes=3", "--data_dir=/nonexistent/dir"], "/nonexistent/dir"),
-        (["--cluster=/nonexistent.yaml", "--task=worker:0"], "/nonexistent.yaml"),
-        (["--strategy=parameter_server"], "parameter_server"),
-        (["positional"], "positional"),
-    ],
-)
-def test_bad_input_exits_2_with_one_line_and_leaves_model_dir_alone(tmp_path, args, needle):
-    model_dir = tmp_path / "run"
-    model_dir.mkdir()
-    (model_dir / "metrics.jsonl").write_text('{"step": 1, "loss": 1.0}\n')
-    before = {p: p.read_bytes() for p in model_dir.rglob("*") if p.is_file()}
-    result = train(f"--model_dir={model_dir}", *args, timeout=120)
-    assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
-    lines = [l for l in result.stderr.splitlines() if l.strip()]
+    assert result.returncode == DIVERGED_EXIT_CODE == 3, (result.returncode, result.stderr[-2000:])
     assert "Traceback" not in result.stderr
-    assert lines[-1].startswith("error: ") and needle in lines[-1], lines
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and errors[0].startswith("error: Training diverged"), result.stderr[-2000:]
+    step = int(re.search(r" at step (\d+)\.", errors[0]).group(1))
+    assert step >= 2  # the first step's loss comes from the initial weights: finite
+    kept = tf.train.latest_checkpoint(str(model_dir / "checkpoints"))
+    assert kept == str(model_dir / "checkpoints" / f"ckpt-{step - 1}") and f"is kept: {kept}." in errors[0]
+    saved = checkpoint_values(kept)
+    assert saved["step/.ATTRIBUTES/VARIABLE_VALUE"] == step - 1
+    floats = {k: v for k, v in saved.items() if np.issubdtype(np.asarray(v).dtype, np.floating)}
+    assert len(floats) > 20  # the weights (and the optimizer's state) of the model
+    assert all(np.isfinite(v).all() for v in floats.values()), [k for k, v in floats.items() if not np.isfinite(v).all()]
+    rows = [json.loads(line) for line in (model_dir / "metrics.jsonl").read_text().splitlines()]
+    train_rows = [r for r in rows if r["split"] == "train"]
+    assert [r["step"] for r in train_rows] == list(range(1, step)) and all(np.isfinite(r["loss"]) for r in train_rows)
+    assert not (model_dir / "export").exists()
+
+
+def _cluster(tmp_path: Path, spec: dict) -> Path:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def _bad_folder(tmp_path: Path) -> Path:
+    """A folder dataset of two pairs, where b's mask has a pixel of class 7, for --num_classes=3."""
+    for sub in ("images", "masks"):
+        (tmp_path / "data" / sub).mkdir(parents=True)
+    for stem, largest in (("a", 2), ("b", 7)):
+        Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(tmp_path / "data" / "images" / f"{stem}.png")
+        Image.fromarray(np.full((8, 8), largest, np.uint8)).save(tmp_path / "data" / "masks" / f"{stem}.png")
+    return tmp_path / "data"
+
+
+def _connect_timeout(tmp_path, stack):
+    """worker:1 of a 2-worker cluster on 127.0.0.1 never starts; worker:0 waits --connect_timeout=1 s."""
+    ports = free_ports(2)
+    path = _cluster(tmp_path, {"worker": [f"127.0.0.1:{p}" for p in ports]})
+    return ([f"--cluster={path}", "--task=worker:0", "--strategy=multi_worker_mirrored", "--connect_timeout=1"],
+            f"No answer within --connect_timeout=1s from worker:1 at 127.0.0.1:{ports[1]}")
+
+
+def _address_in_use(tmp_path, stack):
+    """The task's port is held (listening) by this test while the task starts."""
+    (port,) = free_ports(1)
+    holder = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+    holder.bind(("127.0.0.1", port))
+    holder.listen()
+    path = _cluster(tmp_path, {"worker": f"127.0.0.1:{port}"})
+    return [f"--cluster={path}", "--task=worker:0", "--strategy=one_device"], f"Address already in use: 127.0.0.1:{port}"
+
+
+def _bad_mask(tmp_path, stack):
+    data = _bad_folder(tmp_path)
+    return (["--dataset=folder", "--num_classes=3", f"--data_dir={data}"],
+            f"Invalid mask {data}/masks/b.png. Received a pixel value 7")
+
+
+#: Cases whose check runs after TensorFlow has started (and printed its start-up lines): the rendezvous
+#: of the peers runs right before the strategy is built, once TensorFlow's devices are set up.
+AFTER_TENSORFLOW_STARTS = {"connect_timeout"}
+
+
+#: (case, flags or a function (tmp_path, ExitStack) -> (flags, needle), what the line must name)
+BAD_INPUT = [
+    ("strategy", ["--strategy=horovod"], "strategy='horovod'"),
+    ("flag_type", ["--image_size=abc"], "image_size"),
+    ("unknown_flag", ["--no_such_flag=1"], "no_such_flag"),
+    ("config", ["--config=nope"], "'nope'"),
+    ("image_size", ["--image_size=60"], "image_size=60"),
+    ("folder_missing", ["--dataset=folder", "--num_classes=3", "--data_dir=/nonexistent/dir"], "/nonexistent/dir"),
+    ("folder_bad_mask", _bad_mask, None),
+    ("cluster_file", ["--cluster=/nonexistent.yaml", "--task=worker:0"], "/nonexistent.yaml"),
+    ("no_cluster", ["--strategy=parameter_server"], "parameter_server"),
+    ("positional", ["positional"], "positional"),
+    ("connect_timeout", _connect_timeout, None),
+    ("address_in_use", _address_in_use, None),
+]
+
+
+@pytest.mark.parametrize("case, args, needle", BAD_INPUT, ids=[case for case, _, _ in BAD_INPUT])
+def test_bad_input_exits_2_with_one_line_and_leaves_model_dir_alone(tmp_path, case, args, needle):
+    """README: a user error ends with exit status 2 and one line on stderr, and leaves --model_dir untouched.
+
+    The model_dir holds an earlier run's files; they must be byte for byte the same afterwards, and no file
+    may be added. Where the check can only run after TensorFlow has started (``AFTER_TENSORFLOW_STARTS``),
+    TensorFlow's own start-up lines come first: there, tfdist's line is the only other one.
+    """
+    model_dir = tmp_path / "run"
+    (model_dir / "checkpoints").mkdir(parents=True)
+    (model_dir / "metrics.jsonl").write_text('{"step": 1, "split": "train", "loss": 1.0}\n')
+    (model_dir / "checkpoints" / "checkpoint").write_text('model_checkpoint_path: "ckpt-1"\n')
+    before = {p: p.read_bytes() for p in model_dir.rglob("*") if p.is_file()}
+    with contextlib.ExitStack() as stack:
+        if callable(args):
+            args, needle = args(tmp_path, stack)
+        result = train(f"--model_dir={model_dir}", *args, timeout=120)
+    assert result.returncode == USAGE_EXIT_CODE == 2, (result.returncode, result.stderr[-2000:])
+    assert "Traceback" not in result.stderr and result.stdout == ""
+    lines = result.stderr.splitlines()
+    if case in AFTER_TENSORFLOW_STARTS:
+        lines = [line for line in lines if not TF_STARTUP_LINE.match(line)]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], result.stderr
     assert before == {p: p.read_bytes() for p in model_dir.rglob("*") if p.is_file()}
+
+
+def test_a_public_address_in_the_cluster_spec_is_warned_about(tmp_path):
+    """README (Security): tfdist.train warns when a cluster spec has an address that may be public.
+
+    A one-task cluster on 8.8.8.8 (one_device runs on a cluster of one task; nothing connects to it).
+    """
+    (port,) = free_ports(1)
+    path = _cluster(tmp_path, {"worker": f"8.8.8.8:{port}"})
+    result = train(f"--cluster={path}", "--task=worker:0", "--strategy=one_device", "--steps_per_epoch=1",
+                   "--epochs=1", "--noexport", f"--model_dir={tmp_path / 'run'}", *TINY_FLAGS)
+    assert result.returncode == 0, result.stderr[-2000:]
+    warnings = [line for line in result.stderr.splitlines() if "may be reachable from outside" in line]
+    assert len(warnings) == 1 and f"{path} has addresses that may be reachable from outside: 8.8.8.8:{port}." in \
+        warnings[0], result.stderr
+
+
+def test_helpfull_lists_every_config_field():
+    """README: every config field is a flag of the same name, and ``--helpfull`` lists them."""
+    from tfdist.config import FIELD_SECTION
+
+    result = subprocess.run([sys.executable, "-m", "tfdist.train", "--helpfull"], capture_output=True, text=True,
+                            timeout=60, cwd=REPO)
+    listed = dict(re.findall(r"^\s+--(?:\[no\])?(\w+): (.*)$", result.stdout, flags=re.MULTILINE))
+    assert FIELD_SECTION and {name: listed.get(name) for name in FIELD_SECTION} == {
+        name: f"{section}.{name}" for name, section in FIELD_SECTION.items()
+    }
+    assert {"config", "dump_weights"} <= set(listed)
