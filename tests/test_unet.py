@@ -93,3 +93,24 @@ def test_batch_norm_on_two_replicas_equals_one_device(name):
     np.testing.assert_allclose(
         two_layer.moving_variance.numpy(), one_layer.moving_variance.numpy(), rtol=1e-5, atol=1e-6
     )
+
+
+def test_replica_batch_norm_on_one_device_is_keras_batch_normalization():
+    """The reference for the batch norm of N replicas: on one device ReplicaBatchNorm is Keras'
+    BatchNormalization with momentum 0.9 (its documented default): the same training-mode outputs, the same
+    moving statistics after the call, and the same inference outputs from them."""
+    rng = np.random.default_rng(0)
+    x = (rng.normal(size=(8, 4, 4, 3)) * [1.0, 2.0, 0.5] + [3.0, -1.0, 0.0]).astype(np.float32)
+    ours, keras_bn = ReplicaBatchNorm(), keras.layers.BatchNormalization(momentum=0.9)
+    for layer in (ours, keras_bn):
+        layer.build(x.shape)
+    start = [rng.normal(size=w.shape).astype(np.float32) for w in ours.get_weights()]
+    start[3] = np.abs(start[3]) + 0.5  # a moving variance
+    ours.set_weights(start)
+    keras_bn.set_weights(start)
+    assert [w.path.split("/")[-1] for w in ours.weights] == ["gamma", "beta", "moving_mean", "moving_variance"]
+    np.testing.assert_allclose(ours(x, training=True), keras_bn(x, training=True), rtol=1e-5, atol=1e-5)
+    for a, b in zip(ours.get_weights(), keras_bn.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(ours.moving_mean.numpy(), start[2])  # the call did update them
+    np.testing.assert_allclose(ours(x, training=False), keras_bn(x, training=False), rtol=1e-5, atol=1e-5)
