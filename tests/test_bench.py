@@ -5,8 +5,11 @@ ratios, in docs/benchmarks.md); this checks the benchmark's shape.
 """
 
 import json
+import statistics
 import subprocess
 import sys
+
+import pytest
 
 from conftest import REPO
 
@@ -25,11 +28,15 @@ def test_a_small_benchmark_writes_json_markdown_and_chart(tmp_path):
     assert data["baseline"]["name"] == "keras_fit" and data["baseline"]["images_per_second"] > 0
     names = [r["name"] for r in data["rows"]]
     assert names == ["keras_fit", "one_device"]
+    baseline = data["baseline"]["images_per_second"]
+    assert data["rows"][0]["images_per_second"] == baseline
+    table = out.with_suffix(".md").read_text()
+    assert table.startswith("| row |")
     for row in data["rows"]:
-        assert row["images_per_second"] > 0 and row["ratio"] > 0 and row["peak_rss_mb"] > 0
-    assert data["rows"][0]["ratio"] == 1.0
-    assert all(r["seconds_to_first_step"] > 0 for r in data["rows"])
-    assert out.with_suffix(".md").read_text().startswith("| row |")
+        # every ratio is the row's images/s over the baseline's, measured in this run
+        assert row["images_per_second"] > 0 and row["peak_rss_mb"] > 0 and row["seconds_to_first_step"] > 0
+        assert row["ratio"] == pytest.approx(row["images_per_second"] / baseline, rel=1e-12)
+        assert f"| {row['name']} | {row['images_per_second']:.1f} | {row['ratio']:.2f} |" in table
     assert out.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -67,8 +74,6 @@ def test_rows_with_the_same_set_up_share_a_process_and_repeats_interleave():
 
 
 def test_unknown_rows_are_refused_by_name():
-    import pytest
-
     from tfdist.errors import UserError
 
     with pytest.raises(UserError, match=r"--only.*Received: one_devise.*Expected names among: keras_fit"):
@@ -88,8 +93,6 @@ def test_children_that_write_much_to_stderr_do_not_block():
 
 def test_a_failed_child_ends_its_peers_at_once():
     import time
-
-    import pytest
 
     peer = _python("import time; time.sleep(60)")
     started = time.monotonic()
@@ -126,17 +129,21 @@ def test_the_report_writes_medians_ratios_and_the_json_keys_of_each_part():
     for row in rows.every_row:
         numbers = ({"allreduce_seconds": 0.01, "gradient_mb": 2.0} if row.spec.kind == "allreduce"
                    else {"images_per_second": 100.0, "seconds_to_first_step": 9.0})
+        # factors whose median (1.5) is not their mean (1.83): medians, not means, make the report
         runs[row.spec.name] = [Measured(name=row.spec.name, peak_rss_mb=700.0, row_seconds=3.0, rss_growth_mb=50.0,
-                                        **{k: v * f for k, v in numbers.items()}) for f in (1.0, 1.5, 2.0)]
+                                        **{k: v * f for k, v in numbers.items()}) for f in (1.0, 1.5, 3.0)]
     runs["one_device"] = [Measured(name="one_device", images_per_second=v, num_replicas=1, peak_rss_mb=700.0)
-                          for v in (120.0, 180.0, 150.0)]
+                          for v in (120.0, 180.0, 165.0)]
     out = json.loads(json.dumps(results(rows, runs, {"steps": 8})))  # as written
     assert out["baseline"] == {"name": "keras_fit", "images_per_second": 150.0, "seconds_to_first_step": 13.5,
                                "peak_rss_mb": 700.0, "row_seconds": 3.0, "rss_growth_mb": 50.0,
-                               "runs": [100.0, 150.0, 200.0]}
+                               "runs": [100.0, 150.0, 300.0]}
     one_device = out["rows"][1]
     assert list(one_device) == ["name", "images_per_second", "ratio", "num_replicas", "peak_rss_mb", "runs"]
-    assert one_device["ratio"] == 1.0 and one_device["runs"] == [120.0, 180.0, 150.0]
+    assert one_device["images_per_second"] == statistics.median(one_device["runs"]) == 165.0
+    assert one_device["runs"] == [120.0, 180.0, 165.0] and one_device["ratio"] == 165.0 / 150.0
+    for row in out["rows"]:
+        assert row["ratio"] == row["images_per_second"] / out["baseline"]["images_per_second"]
     assert list(out["allreduce"]) == ["allreduce_seconds", "gradient_mb", "peak_rss_mb", "row_seconds",
                                       "rss_growth_mb", "runs", "share_of_step"]
     assert out["allreduce"]["share_of_step"] == 0.015 / (16 / 150.0)
