@@ -163,8 +163,64 @@ def test_cli_rejects(case, cli_results):
     assert line.startswith("error: ")
 
 
-def test_enough_malformed_cases():
-    assert len([b for b in MALFORMED.values() if b.kind == "spec"]) >= 25
+@dataclass(frozen=True)
+class Near:
+    """A valid input next to a malformed case: a file (name, content), the task, and the cluster it holds."""
+
+    name: str
+    content: str
+    cluster: dict
+    task: str = "worker:0"
+
+
+GOOD = {"chief": ["127.0.0.1:2222"], "worker": ["127.0.0.1:2223", "127.0.0.1:2224"], "ps": ["127.0.0.1:2225"]}
+
+#: For a malformed case (by name), its nearest valid input: what the CLI must accept.
+NEAR_MISSES = {
+    "unknown_extension": Near("cluster.yml", GOOD_YAML, GOOD),
+    "invalid_json": Near("c.json", '{"worker": ["127.0.0.1:2222"]}', {"worker": ["127.0.0.1:2222"]}),
+    "only_comments_yaml": Near("comments.yaml", "# a comment\nworker: [127.0.0.1:2222]  # another\n",
+                               {"worker": ["127.0.0.1:2222"]}),
+    "duplicate_key_yaml": Near("twokeys.yaml", "worker: 127.0.0.1:1\nps: 127.0.0.1:2\n",
+                               {"worker": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"]}),
+    "int_value": Near("string.yaml", "worker: 127.0.0.1:2222\n", {"worker": ["127.0.0.1:2222"]}),
+    "port_zero": Near("port1.yaml", "worker: [127.0.0.1:1]\n", {"worker": ["127.0.0.1:1"]}),
+    "port_too_big": Near("port65535.yaml", "worker: [127.0.0.1:65535]\n", {"worker": ["127.0.0.1:65535"]}),
+    "ipv6_no_brackets": Near("v6.yaml", "worker: ['[::1]:2222']\n", {"worker": ["[::1]:2222"]}),
+    "bad_ipv4": Near("v4.yaml", "worker: [255.255.255.254:2222]\n", {"worker": ["255.255.255.254:2222"]}),
+    "bad_host_chars": Near("dns.yaml", "worker: [unet-worker-0.unet.svc.cluster.local:2222]\n",
+                           {"worker": ["unet-worker-0.unet.svc.cluster.local:2222"]}),
+    "duplicate_address": Near("ports.yaml", "worker: [127.0.0.1:2222, 127.0.0.1:2223]\n",
+                              {"worker": ["127.0.0.1:2222", "127.0.0.1:2223"]}),
+    "duplicate_across_types": Near("hosts.yaml", "worker: [127.0.0.1:2222]\nps: [127.0.0.2:2222]\n",
+                                   {"worker": ["127.0.0.1:2222"], "ps": ["127.0.0.2:2222"]}),
+    "two_chiefs": Near("chief.yaml", "chief: [127.0.0.1:1]\nworker: 127.0.0.1:3\n",
+                       {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:3"]}, task="chief:0"),
+    "two_evaluators": Near("evaluator.yaml", "evaluator: 127.0.0.1:1\nworker: 127.0.0.1:3\n",
+                           {"evaluator": ["127.0.0.1:1"], "worker": ["127.0.0.1:3"]}, task="evaluator:0"),
+    "task_out_of_range": Near("last.yaml", GOOD_YAML, GOOD, task="worker:1"),
+    "task_type_absent": Near("ps.yaml", GOOD_YAML, GOOD, task="ps:0"),
+}
+
+
+def test_the_nearest_valid_input_of_a_malformed_case_is_accepted(tmp_path):
+    """The refusals above are about each defect: the CLI accepts the valid input next to it (the boundary
+    port, brackets, one chief, another host, the last index...) and prints its TF_CONFIG."""
+    assert set(NEAR_MISSES) <= set(MALFORMED)
+    procs = {}
+    for case, near in NEAR_MISSES.items():
+        (tmp_path / case).mkdir()
+        path = tmp_path / case / near.name
+        path.write_text(near.content)
+        procs[case] = subprocess.Popen(
+            [sys.executable, "-m", "tfdist.tfconfig", "--cluster", str(path), "--task", near.task],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for case, proc in procs.items():
+        out, err = proc.communicate(timeout=120)
+        near = NEAR_MISSES[case]
+        assert proc.returncode == 0 and err == "", (case, err)
+        task_type, index = near.task.split(":")
+        assert json.loads(out) == {"cluster": near.cluster, "task": {"type": task_type, "index": int(index)}}, case
 
 
 # --------------------------------------------------------------------------- outputs
