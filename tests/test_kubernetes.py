@@ -103,8 +103,8 @@ def test_manifests_read_back_into_the_same_tf_configs(emitted, spec_file, monkey
         assert job.spec.template.metadata.labels["tfdist/task-type"] == task_type
         assert container.command == ["python", "-m", "tfdist.train"]
         assert container.args == ["--strategy", "parameter_server", "--epochs", "2", "--model_dir", "/runs/unet"]
-        assert pod.restart_policy == "Never" and job.spec.backoff_limit == k8s.BACKOFF_LIMIT
-        assert container.resources.requests == {"cpu": "2", "memory": "4Gi"}
+        assert pod.restart_policy == "Never" and job.spec.backoff_limit == 3  # README: "up to 3 times"
+        assert container.resources.requests == {"cpu": "2", "memory": "4Gi"}  # tfconfig --cpu, --memory defaults
         assert container.resources.limits.get("nvidia.com/gpu") == (None if task_type == "ps" else "1")
         # TensorFlow reads the same cluster and task from it
         monkeypatch.setenv("TF_CONFIG", env.value)
@@ -118,13 +118,20 @@ def test_manifests_read_back_into_the_same_tf_configs(emitted, spec_file, monkey
 
 
 def test_jobs_fail_at_once_on_tfdists_own_verdicts(emitted):
-    from tfdist.errors import TrainingDiverged
+    """README: each Job fails at once on exit 2 (a user error) or 3 (a diverged loss), the statuses of
+    tfdist.errors; a pod evicted or preempted (DisruptionTarget) does not count against its 3 restarts."""
+    from tfdist.errors import DIVERGED_EXIT_CODE, TrainingDiverged
 
-    rules = load_model(emitted[1]).spec.pod_failure_policy.rules
-    fail = [r for r in rules if r.action == "FailJob"]
-    assert fail[0].on_exit_codes.values == [USAGE_EXIT_CODE, TrainingDiverged.exit_code]
-    assert fail[0].on_exit_codes.container_name == k8s.CONTAINER
-    assert any(r.action == "Ignore" and r.on_pod_conditions[0].type == "DisruptionTarget" for r in rules)
+    assert (USAGE_EXIT_CODE, DIVERGED_EXIT_CODE, TrainingDiverged.exit_code) == (2, 3, 3)
+    for document in emitted[1:]:
+        job = load_model(document)
+        rules = job.spec.pod_failure_policy.rules
+        fail = [r for r in rules if r.action == "FailJob"]
+        assert len(fail) == 1 and fail[0].on_exit_codes.operator == "In"
+        assert sorted(fail[0].on_exit_codes.values) == [2, 3]
+        (container,) = job.spec.template.spec.containers  # the rule reads the exit code of tfdist's container
+        assert fail[0].on_exit_codes.container_name == container.name
+        assert any(r.action == "Ignore" and r.on_pod_conditions[0].type == "DisruptionTarget" for r in rules)
 
 
 def test_tfjob_has_the_specs_replicas(spec_file):
@@ -135,7 +142,7 @@ def test_tfjob_has_the_specs_replicas(spec_file):
     job = load_model(document)
     assert (job.api_version, job.kind, job.metadata.name) == ("kubeflow.org/v1", "TFJob", "unet")
     assert job.metadata.namespace is None  # no --namespace: kubectl's
-    assert job.spec.run_policy.clean_pod_policy == "Running"
+    assert job.spec.run_policy.clean_pod_policy == "Running" and job.spec.run_policy.backoff_limit == 3
     replicas = job.spec.tf_replica_specs
     assert {t: r.replicas for t, r in replicas.items()} == {"Chief": 1, "Worker": 2, "PS": 1}
     # What the training operator makes of it: hosts <name>-<type>-<i>.<namespace>.svc, the tfjob-port.
@@ -167,7 +174,7 @@ def test_output_file_defaults_and_every_example_cluster(tmp_path):
     mwm = list(yaml.safe_load_all((tmp_path / "local_mwm-kubernetes.yaml").read_text()))
     assert mwm[1]["spec"]["template"]["spec"]["containers"][0]["args"] == ["--strategy", "multi_worker_mirrored"]
     assert mwm[1]["spec"]["template"]["spec"]["containers"][0]["resources"] == {
-        "requests": {"cpu": k8s.DEFAULT_CPU, "memory": k8s.DEFAULT_MEMORY}, "limits": {"memory": k8s.DEFAULT_MEMORY}
+        "requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"memory": "4Gi"}  # the defaults of --cpu and --memory
     }
     assert "namespace" not in mwm[0]["metadata"]
 
