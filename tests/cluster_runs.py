@@ -2,7 +2,10 @@
 
 Every process is started in its own process group, its output goes to a file
 under the test's tmp_path, every wait is bounded, and ``Processes`` kills
-whatever is left (by process group) when a test ends, passed or not.
+whatever is left (by process group) when a test ends, passed or not. Tests
+that check the launcher leaves nothing behind look at its descendants with
+psutil (``descendants``, ``alive``). Ports come from this pytest worker's own
+range, below the ephemeral range (``worker_port_range``, set by conftest).
 
 The 40-step multi-worker experiment below is shared: its uninterrupted run
 (two workers and an evaluator under the launcher, ``launched_multi_worker``)
@@ -22,6 +25,7 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+import psutil
 import pytest
 
 from tfdist.cluster.network import free_ports
@@ -56,6 +60,32 @@ def env(**extra: str) -> dict[str, str]:
     base["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{base.get('PATH', '')}"
     base["TF_CPP_MIN_LOG_LEVEL"] = "2"
     return {**base, **extra}
+
+
+def worker_port_range(worker: str, workers: int, ephemeral_low: int) -> str:
+    """The ports of one pytest worker (``gw0``, ``gw1``, ...; ``master`` without xdist), below the ephemeral range.
+
+    Ports from the system (port 0) come from the ephemeral range, where two
+    pytest workers, and every outgoing connection's source port (gRPC's
+    too), can take a port between ``free_ports`` and TensorFlow's bind. Each
+    worker gets its own slice of 20000..ephemeral_low-1 (at most 5000 ports),
+    gw0 first; "" (let the system pick) where there is no room.
+    """
+    index = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
+    width = min(5000, (ephemeral_low - 20000) // max(1, workers))
+    if width < 100:
+        return ""
+    lo = 20000 + index * width
+    return f"{lo}-{lo + width - 1}"
+
+
+def ephemeral_low() -> int:
+    """The first port of the ephemeral range (``/proc/sys/net/ipv4/ip_local_port_range``)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
 
 
 def loopback_cluster(path: Path, **counts: int) -> Path:
@@ -94,6 +124,15 @@ class Proc:
         finally:
             self._file.close()
 
+    def wait_watching(self, timeout: float) -> tuple[int, set[int]]:
+        """``wait``, sampling this process's descendants meanwhile: (exit status, every pid seen among them)."""
+        seen: set[int] = set()
+        deadline = time.monotonic() + timeout
+        while self.popen.poll() is None and time.monotonic() < deadline:
+            seen |= descendants(self.pid)
+            time.sleep(0.2)
+        return self.wait(max(1.0, deadline - time.monotonic())), seen
+
     def wait_for(self, found: Callable[[str], object], timeout: float, what: str):
         """Poll the output until ``found(text)`` is truthy; returns that value."""
         deadline = time.monotonic() + timeout
@@ -112,6 +151,32 @@ class Proc:
             os.killpg(self.popen.pid, signum)
         except ProcessLookupError:
             pass
+
+
+def descendants(pid: int) -> set[int]:
+    """The pids of every process below ``pid`` (children, grandchildren, ...), alive now."""
+    try:
+        return {child.pid for child in psutil.Process(pid).children(recursive=True)}
+    except psutil.NoSuchProcess:
+        return set()
+
+
+def alive(pids) -> list[int]:
+    """Those of ``pids`` still alive (a zombie, already dead but not yet reaped, counts as gone)."""
+    found = []
+    for pid in sorted(pids):
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                found.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
+def assert_none_left(pids) -> None:
+    """None of ``pids`` is alive."""
+    left = alive(pids)
+    assert not left, f"processes left behind: {left}"
 
 
 class Processes:
@@ -154,6 +219,11 @@ def train_command(*flags: str) -> list[str]:
 def started_pids(text: str) -> dict[str, int]:
     """``task -> pid`` from the launcher's ``[launch] worker:1 started (pid N)`` lines (the latest start)."""
     return {m.group(1): int(m.group(2)) for m in re.finditer(r"\[launch\] (\S+) started \(pid (\d+)\)", text)}
+
+
+def every_started_pid(text: str) -> set[int]:
+    """The pids of every ``[launch] ... started (pid N)`` line, of every start."""
+    return {int(pid) for pid in re.findall(r"\[launch\] \S+ started \(pid (\d+)\)", text)}
 
 
 def latest_checkpoint_step(model_dir: Path) -> int:

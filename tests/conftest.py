@@ -3,7 +3,9 @@
 Keras' own distributed tests split CPU:0 into logical devices the same way,
 so that ``mirrored`` and ``central_storage`` have 2 replicas on a machine
 without GPUs. Tests that need a fresh runtime (clusters, other device
-counts) run in subprocesses.
+counts) run in subprocesses. Each pytest worker picks its ports in a range
+of its own, below the ephemeral range (``TFDIST_PORT_RANGE``, see
+``cluster_runs.worker_port_range``).
 """
 
 import os
@@ -13,6 +15,14 @@ import sys
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from cluster_runs import ephemeral_low, worker_port_range  # noqa: E402
+
+# Every cluster of this pytest worker (its cluster files, tfdist.launch --local, in-process servers) and
+# every process it starts (they inherit the environment) picks ports in this worker's own range.
+os.environ["TFDIST_PORT_RANGE"] = worker_port_range(
+    os.environ.get("PYTEST_XDIST_WORKER", "master"), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")),
+    ephemeral_low())
 
 from tfdist.strategies import setup_host  # noqa: E402
 

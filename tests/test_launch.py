@@ -2,23 +2,31 @@
 
 The pure parts (``child_env``, ``localize``, ``stops_cluster``) are checked
 in-process; everything else runs the real CLI over small Python tasks (no
-TensorFlow, so each test takes seconds), and one test runs a plain
-TensorFlow multi-worker script, written without tfdist, unchanged.
+TensorFlow, so each test takes seconds), ordered by handshakes, never by
+sleeps: a task waits until others are up (a file each writes) or gone (reaped
+by the launcher). Then real ``tfdist.train`` tasks: a diverged run is not
+restarted, Ctrl-C leaves no process behind, a port taken before a task binds
+it is retried on new ports; and a plain TensorFlow multi-worker script,
+written without tfdist, runs unchanged.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import signal
 import sys
 import time
 
-import psutil
 import pytest
 
-from cluster_runs import REPO, Processes, launcher, loopback_cluster
+from cluster_runs import (
+    MWM, REPO, SHORT, Processes, assert_none_left, descendants, ephemeral_low, every_started_pid, launcher,
+    loopback_cluster, train_command, worker_port_range,
+)
 from tfdist import cluster as cluster_lib
 from tfdist import launch
+from tfdist.cluster.network import PORT_RANGE_ENV, port_range
 from tfdist.errors import UserError
 
 SPEC = cluster_lib.parse_cluster_spec(
@@ -26,27 +34,54 @@ SPEC = cluster_lib.parse_cluster_spec(
     source="test",
 )
 
-#: A task that prints its TF_CONFIG task, writes its pid (and a grandchild's) and then does what TF_CONFIG's
-#: task type asks: ``python TASK.py DIR '{"chief": [status, seconds], ...}'``.
+#: A stand-in task: ``python TASK.py DIR PLAN``. It prints its TF_CONFIG task (to stdout and stderr), records
+#: its pid and a grandchild's, writes ``DIR/NAME.up<start>``, waits for the conditions of its plan, then exits
+#: with the plan's status (or runs ``forever``). PLAN maps a task (``worker:1``) or a type (``worker``) to
+#: ``{"exit": N, "after": ["chief:0 up", "worker:1 gone"], "forever": bool}``: "up" means that task has written
+#: its up file, "gone" that it has exited and the launcher has reaped it. Conditions refer to the same start
+#: of the cluster (a task's start counts its starts). ``ignore_sigterm`` and ``fail_first_start`` apply to all.
 TASK = r"""
 import json, os, signal, subprocess, sys, time
 directory, plan = sys.argv[1], json.loads(sys.argv[2])
 task = json.loads(os.environ["TF_CONFIG"])["task"]
 name = f"{task['type']}:{task['index']}"
-status, seconds = plan.get(name, plan.get(task["type"], [0, 0]))
+mine = {"exit": 0, **plan.get(task["type"], {}), **plan.get(name, {})}
 if plan.get("ignore_sigterm"):
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
 with open(os.path.join(directory, f"{name}.{os.getpid()}.pids"), "w") as f:
     f.write(f"{os.getpid()} {child.pid}")
-starts = os.path.join(directory, f"{name}.starts")
-with open(starts, "a") as f:
+with open(os.path.join(directory, f"{name}.starts"), "a") as f:
     f.write("x")
-if plan.get("fail_first_start") == name and open(starts).read() == "x":
-    status = 9
+start = len(open(os.path.join(directory, f"{name}.starts")).read())
+status = 9 if plan.get("fail_first_start") == name and start == 1 else mine["exit"]
 print(f"hello from {name} ({task['type']} {task['index']})", flush=True)
 print(f"to stderr from {name}", file=sys.stderr, flush=True)
-time.sleep(seconds)
+open(os.path.join(directory, f"{name}.up{start}"), "w").close()
+
+def met(condition):
+    other, state = condition.split()
+    if state == "up":
+        return os.path.exists(os.path.join(directory, f"{other}.up{start}"))
+    try:
+        os.kill(int(open(os.path.join(directory, f"{other}.exiting{start}")).read()), 0)
+        return False  # still running, or exited but not reaped by the launcher yet
+    except (FileNotFoundError, ValueError):
+        return False
+    except ProcessLookupError:
+        return True
+
+deadline = time.monotonic() + 60
+for condition in mine.get("after", []):
+    while not met(condition):
+        if time.monotonic() > deadline:
+            print(f"{name}: still waiting for {condition} after 60 s", flush=True)
+            sys.exit(99)
+        time.sleep(0.02)
+if mine.get("forever"):
+    time.sleep(300)
+with open(os.path.join(directory, f"{name}.exiting{start}"), "w") as f:
+    f.write(str(os.getpid()))
 child.kill()
 sys.exit(status)
 """
@@ -69,17 +104,6 @@ def run_launcher(tmp_path, cluster, plan, *options, local=True, timeout=60):
 
 def recorded_pids(tmp_path) -> list[int]:
     return [int(p) for path in tmp_path.glob("*.pids") for p in path.read_text().split()]
-
-
-def assert_none_left(pids):
-    alive = []
-    for pid in pids:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                alive.append(pid)
-        except psutil.NoSuchProcess:
-            pass
-    assert not alive, f"processes left behind: {alive}"
 
 
 def test_child_env_is_the_base_environment_plus_the_tasks_tf_config():
@@ -112,7 +136,7 @@ def test_which_failures_stop_the_cluster():
 
 def test_every_line_is_prefixed_and_the_status_is_the_chiefs(tmp_path):
     cluster = loopback_cluster(tmp_path / "c.yaml", chief=1, worker=2)
-    status, text, _ = run_launcher(tmp_path, cluster, {"chief": [5, 0.5], "worker": [0, 0]})
+    status, text, _ = run_launcher(tmp_path, cluster, {"chief": {"exit": 5, "after": ["worker:0 up", "worker:1 up"]}})
     assert status == 5, text
     for name in ("chief:0", "worker:0", "worker:1"):
         kind, index = name.split(":")
@@ -123,26 +147,32 @@ def test_every_line_is_prefixed_and_the_status_is_the_chiefs(tmp_path):
 
 
 def test_without_a_chief_worker_0_decides_the_status(tmp_path):
+    """Worker 0 leads: once it is done, worker 1 (still serving) is stopped after the shutdown timeout."""
     cluster = loopback_cluster(tmp_path / "c.yaml", worker=2)
-    status, text, _ = run_launcher(tmp_path, cluster, {"worker:0": [0, 1.0], "worker:1": [0, 0]})
+    plan = {"worker:0": {"exit": 0, "after": ["worker:1 up"]}, "worker:1": {"forever": True}}
+    status, text, _ = run_launcher(tmp_path, cluster, plan, "--shutdown_timeout=1")
     assert status == 0, text
-    assert "[launch] worker:1 exited with status 0" in text and "[launch] worker:0 exited with status 0" in text
+    assert "[launch] worker:0 exited with status 0" in text
+    assert "[launch] worker:1 still running 1s after worker:0 finished; stopping them" in text
+    assert_none_left(recorded_pids(tmp_path))
 
 
 def test_a_failure_stops_every_task_with_sigkill_after_the_grace_period(tmp_path):
     cluster = loopback_cluster(tmp_path / "c.yaml", chief=1, worker=2)
-    plan = {"chief": [0, 300], "worker:0": [0, 300], "worker:1": [7, 1.0], "ignore_sigterm": True}
+    plan = {"chief": {"forever": True}, "worker:0": {"forever": True},
+            "worker:1": {"exit": 7, "after": ["chief:0 up", "worker:0 up"]}, "ignore_sigterm": True}
     status, text, seconds = run_launcher(tmp_path, cluster, plan)
     assert status == 7, text
     assert "[launch] worker:1 failed; stopping every task" in text
-    assert seconds < 30, seconds  # 1 s, then 3 s of grace before SIGKILL: far from the tasks' 300 s
+    assert "[launch] chief:0, worker:0 still running 3s after SIGTERM: SIGKILL" in text
+    assert seconds < 30, seconds  # 3 s of grace before SIGKILL: far from the tasks' 300 s
     assert len(recorded_pids(tmp_path)) == 6  # three tasks and a grandchild each
     assert_none_left(recorded_pids(tmp_path))
 
 
 def test_sigterm_to_the_launcher_stops_every_task_and_grandchild(tmp_path):
     cluster = loopback_cluster(tmp_path / "c.yaml", worker=2)
-    command = [sys.executable, str(task_script(tmp_path)), str(tmp_path), json.dumps({"worker": [0, 300]})]
+    command = [sys.executable, str(task_script(tmp_path)), str(tmp_path), json.dumps({"worker": {"forever": True}})]
     with Processes(tmp_path) as procs:
         proc = procs.start("launch", launcher(cluster, *command))
         proc.wait_for(lambda text: text.count("hello from") == 2, 30, "both tasks up")
@@ -154,7 +184,8 @@ def test_sigterm_to_the_launcher_stops_every_task_and_grandchild(tmp_path):
 
 def test_a_lost_parameter_server_worker_or_evaluator_does_not_stop_the_cluster(tmp_path):
     cluster = loopback_cluster(tmp_path / "c.yaml", chief=1, worker=2, ps=1, evaluator=1)
-    plan = {"chief": [0, 2.0], "worker:1": [137, 0], "evaluator": [1, 0], "worker:0": [0, 1.0], "ps": [0, 1.0]}
+    plan = {"chief": {"exit": 0, "after": ["worker:1 gone", "evaluator:0 gone"]}, "worker:1": {"exit": 137},
+            "evaluator": {"exit": 1}}
     status, text, _ = run_launcher(tmp_path, cluster, plan)
     assert status == 0, text
     assert "[launch] worker:1 failed; the others go on without it" in text
@@ -163,7 +194,8 @@ def test_a_lost_parameter_server_worker_or_evaluator_does_not_stop_the_cluster(t
 
 def test_tasks_still_running_after_the_leader_are_stopped_after_the_shutdown_timeout(tmp_path):
     cluster = loopback_cluster(tmp_path / "c.yaml", chief=1, worker=1, ps=1)
-    plan = {"chief": [0, 0.5], "ps": [0, 300], "worker": [0, 300]}
+    plan = {"chief": {"exit": 0, "after": ["ps:0 up", "worker:0 up"]}, "ps": {"forever": True},
+            "worker": {"forever": True}}
     status, text, seconds = run_launcher(tmp_path, cluster, plan, "--shutdown_timeout=2")
     assert status == 0, text
     assert "still running 2s after chief:0 finished; stopping them" in text and seconds < 30
@@ -172,7 +204,8 @@ def test_tasks_still_running_after_the_leader_are_stopped_after_the_shutdown_tim
 
 def test_max_restarts_starts_every_task_again_after_a_failure(tmp_path):
     cluster = loopback_cluster(tmp_path / "c.yaml", worker=2)
-    plan = {"worker:0": [0, 1.0], "worker:1": [0, 0.2], "fail_first_start": "worker:1"}
+    plan = {"worker:0": {"exit": 0, "after": ["worker:1 gone"]}, "worker:1": {"exit": 0, "after": ["worker:0 up"]},
+            "fail_first_start": "worker:1"}
     status, text, _ = run_launcher(tmp_path, cluster, plan, "--max_restarts=2")
     assert status == 0, text
     assert "[launch] restarting every task (restart 1 of 2) after worker:1 failed with status 9" in text
@@ -182,14 +215,16 @@ def test_max_restarts_starts_every_task_again_after_a_failure(tmp_path):
 
 def test_user_errors_are_not_restarted(tmp_path):
     cluster = loopback_cluster(tmp_path / "c.yaml", worker=2)
-    plan = {"worker:0": [0, 1.0], "worker:1": [2, 0.2]}
+    plan = {"worker:0": {"exit": 0, "after": ["worker:1 gone"]}, "worker:1": {"exit": 2, "after": ["worker:0 up"]}}
     status, text, _ = run_launcher(tmp_path, cluster, plan, "--max_restarts=2")
     assert status == 2 and "not restarting: status 2 is a user error" in text and "restarting every" not in text
 
 
 def test_losing_the_last_parameter_server_worker_stops_the_cluster(tmp_path):
     cluster = loopback_cluster(tmp_path / "c.yaml", chief=1, worker=2, ps=1)
-    plan = {"chief": [0, 300], "ps": [0, 300], "worker:0": [1, 0.2], "worker:1": [1, 0.5], "ignore_sigterm": True}
+    plan = {"chief": {"forever": True}, "ps": {"forever": True},
+            "worker:0": {"exit": 1, "after": ["chief:0 up", "ps:0 up", "worker:1 up"]},
+            "worker:1": {"exit": 1, "after": ["worker:0 gone"]}, "ignore_sigterm": True}
     status, text, seconds = run_launcher(tmp_path, cluster, plan)
     assert status == 1 and seconds < 30, text
     assert "[launch] worker:0 failed; the others go on without it" in text
@@ -199,7 +234,8 @@ def test_losing_the_last_parameter_server_worker_stops_the_cluster(tmp_path):
 
 def test_without_restarts_the_first_failure_is_the_status(tmp_path):
     cluster = loopback_cluster(tmp_path / "c.yaml", worker=2)
-    plan = {"worker:0": [0, 1.0], "worker:1": [0, 0.2], "fail_first_start": "worker:1"}
+    plan = {"worker:0": {"exit": 0, "after": ["worker:1 gone"]}, "worker:1": {"exit": 0, "after": ["worker:0 up"]},
+            "fail_first_start": "worker:1"}
     status, text, _ = run_launcher(tmp_path, cluster, plan)
     assert status == 9 and "restarting" not in text
 
@@ -251,3 +287,106 @@ def test_a_plain_tensorflow_multi_worker_script_runs_unchanged(tmp_path):
         finals[name] = json.loads(line.split("final weights ", 1)[1])
     assert finals["worker:0"] == finals["worker:1"]
     assert finals["worker:0"] == pytest.approx([2.0, -3.0, 0.5, 1.0], abs=0.05)
+
+
+# --------------------------------------------------------------------------- ports
+
+
+def test_each_pytest_worker_has_its_own_ports_below_the_ephemeral_range(monkeypatch):
+    assert worker_port_range("gw0", 2, 32768) == "20000-24999"
+    assert worker_port_range("gw1", 2, 32768) == "25000-29999"
+    assert worker_port_range("master", 1, 32768) == "20000-24999"
+    assert worker_port_range("gw3", 4, 32768) == "29576-32767"  # narrower slices, all below 32768
+    assert worker_port_range("gw0", 2, 20100) == ""  # no room: let the system pick
+    lo, hi = port_range()  # this worker's, set by conftest and inherited by every process it starts
+    assert 20000 <= lo <= hi < ephemeral_low()
+    monkeypatch.setenv(PORT_RANGE_ENV, "21000-21009")
+    ports = [cluster_lib.split_address(a)[1] for a in launch.localize(SPEC).addresses()]
+    ports += [cluster_lib.split_address(a)[1] for a in launch.localize(SPEC).addresses()]
+    assert len(set(ports)) == 8 and all(21000 <= p <= 21009 for p in ports), ports  # no port twice in a row
+    monkeypatch.setenv(PORT_RANGE_ENV, "9-8")
+    with pytest.raises(UserError, match="Invalid TFDIST_PORT_RANGE. Received: '9-8'"):
+        launch.localize(SPEC)
+
+
+#: ``python TAKE.py MARKER -- COMMAND...``. The first start runs COMMAND, but as worker:1 it first takes that
+#: task's port (listening on it), as another process could between the launcher's pick and the task's bind.
+#: Once MARKER exists (a later start), each task only binds its own port and says so.
+TAKE_PORT = r"""
+import json, os, socket, subprocess, sys
+marker, command = sys.argv[1], sys.argv[3:]
+config = json.loads(os.environ["TF_CONFIG"])
+task = config["task"]
+address = config["cluster"][task["type"]][task["index"]]
+host, port = address.rsplit(":", 1)
+with socket.socket() as sock:
+    sock.bind((host, int(port)))
+    sock.listen()
+    if os.path.exists(marker):
+        print(f"bound {address}", flush=True)
+        sys.exit(0)
+    if task != {"type": "worker", "index": 1}:
+        sock.close()  # not this one: run COMMAND on a free port
+    else:
+        open(marker, "w").write(address)
+    sys.exit(subprocess.run(command).returncode)
+"""
+
+
+def test_a_port_taken_before_the_task_binds_it_starts_every_task_again_on_new_ports(tmp_path):
+    """A real tfdist.train finds its port taken (one line, status 2): --local starts every task again, on new ports."""
+    take = tmp_path / "take.py"
+    take.write_text(TAKE_PORT)
+    marker = tmp_path / "taken"
+    cluster = loopback_cluster(tmp_path / "c.yaml", worker=2)
+    command = [sys.executable, str(take), str(marker), "--",
+               *train_command("--strategy=multi_worker_mirrored", *SHORT, f"--model_dir={tmp_path / 'run'}")]
+    with Processes(tmp_path) as procs:
+        proc = procs.start("launch", launcher(cluster, *command))
+        status = proc.wait(120)
+    text, taken = proc.text(), marker.read_text()
+    assert status == 0, text[-4000:]
+    assert f"[worker:1] error: Address already in use: {taken}, the address of worker:1" in text
+    assert "[launch] worker:1 found its address in use; stopping every task" in text
+    assert "[launch] starting every task again on new ports (retry 1 of 3): worker:1's port was taken" in text
+    assert "restarting every task" not in text  # not one of --max_restarts
+    for name in ("worker:0", "worker:1"):
+        addresses = re.findall(rf"\[launch\] {name} started \(pid \d+\) at (\S+)", text)
+        assert len(addresses) == 2 and addresses[0] != addresses[1], addresses
+        assert f"[{name}] bound {addresses[1]}" in text  # its new port was free
+
+
+# --------------------------------------------------------------------------- real tfdist.train tasks
+
+
+def test_a_diverged_run_is_not_restarted(tmp_path):
+    """A real tfdist.train that diverges (status 3) under --max_restarts: a restart would diverge again."""
+    cluster = loopback_cluster(tmp_path / "c.yaml", worker=1)
+    flags = [f for f in SHORT if not f.startswith("--learning_rate")]
+    with Processes(tmp_path) as procs:
+        proc = procs.start("launch", launcher(cluster, *train_command(
+            "--strategy=one_device", *flags, "--learning_rate=1e12", f"--model_dir={tmp_path / 'run'}"),
+            options=("--max_restarts=2",)))
+        status = proc.wait(180)
+    text = proc.text()
+    assert status == 3, text[-4000:]
+    assert re.search(r"^\[worker:0\] error: Training diverged: the loss is (nan|inf) at step \d", text, re.M), text[-3000:]
+    assert "[launch] not restarting: status 3 is" in text
+    assert "restarting every task" not in text and text.count("[launch] worker:0 started") == 1
+
+
+def test_ctrl_c_stops_a_training_cluster_and_leaves_no_process_behind(tmp_path):
+    """SIGINT to the launcher while two real workers train: status 130, and none of its descendants is left."""
+    cluster = loopback_cluster(tmp_path / "c.yaml", worker=2)
+    with Processes(tmp_path) as procs:
+        proc = procs.start("launch", launcher(cluster, *train_command(*MWM, f"--model_dir={tmp_path / 'run'}")))
+        proc.wait_for(lambda text: "[worker:0] train  step 5/40" in text, 240, "training")
+        seen = descendants(proc.pid)
+        proc.popen.send_signal(signal.SIGINT)
+        status, after = proc.wait_watching(60)
+    text = proc.text()
+    assert status == 128 + signal.SIGINT, text[-4000:]
+    assert "[launch] received SIGINT; stopping every task" in text
+    tasks = every_started_pid(text)
+    assert len(tasks) == 2 and tasks <= seen, (tasks, seen)  # the workers were among its descendants
+    assert_none_left(seen | after)

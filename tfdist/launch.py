@@ -25,21 +25,23 @@ Exit status: the leader's (the chief, else worker 0) once it has finished and
 the other tasks have ended, or the status of the first failure that stops the
 cluster (a signal ``N`` counts as ``128 + N``). A failure stops the cluster
 unless the task is a ``worker`` of a cluster with ``ps`` tasks (the
-parameter-server coordinator goes on without it, as long as one worker is
-left) or the ``evaluator`` (a side-car); such failures are reported and
-tolerated. Stopping means SIGTERM
-to each task's process group, then SIGKILL after ``--grace_seconds`` (tasks
-of ``multi_worker_mirrored`` ignore SIGTERM: TensorFlow's coordination
-service catches it), so no process is left behind; Ctrl-C and SIGTERM to the
-launcher do the same (status 130 or 143). Tasks still running
-``--shutdown_timeout`` seconds after the leader has finished are stopped
-likewise (a script that serves forever).
+coordinator goes on without it, while one worker is left) or the
+``evaluator`` (a side-car). Stopping means SIGTERM to each task's process
+group, then SIGKILL after ``--grace_seconds`` (``multi_worker_mirrored``
+tasks ignore SIGTERM: TensorFlow catches it), so no process is left behind;
+Ctrl-C and SIGTERM to the launcher do the same (status 130 or 143), as do
+tasks still running ``--shutdown_timeout`` seconds after the leader ended.
 
 ``--max_restarts N``: after a failure that stops the cluster, start every
 task again, up to N times (as torchrun does); a tfdist run then resumes from
 the latest checkpoint in its ``--model_dir``. With ``--local`` each restart
 gets new free ports. Status 2 (a user error) and 3 (a diverged loss) are
 not retried: a restart would end the same way.
+
+A port can be taken between ``--local`` picking it and the task binding it;
+a tfdist task then ends with ``error: Address already in use: ...`` (status
+2, ``cluster.peers``), and with ``--local`` the launcher stops every task and
+starts them all on new ports, up to ``PORT_RETRIES`` times (not restarts).
 """
 
 from __future__ import annotations
@@ -63,6 +65,11 @@ FLAGS = flags.FLAGS
 
 #: Exit statuses of tfdist that ``--max_restarts`` does not retry: a restart would fail the same way.
 NOT_RESTARTED = {code: EXIT_CODES[code] for code in PERMANENT_EXIT_CODES}
+
+#: How a tfdist task that could not bind its port ends (its last line, see ``cluster.peers``), and how many
+#: times ``--local`` then starts every task again on new ports before the launcher gives up.
+ADDRESS_IN_USE = b"error: Address already in use"
+PORT_RETRIES = 3
 
 
 def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
@@ -146,13 +153,16 @@ def stops_cluster(spec: cluster_lib.ClusterSpec, task_type: str) -> bool:
 class _Process:
     name: str
     popen: subprocess.Popen
-    pumps: list[threading.Thread]
+    pumps: list[threading.Thread] = dataclasses.field(default_factory=list)
     reported: bool = False
+    address_in_use: bool = False  # it printed ADDRESS_IN_USE
 
 
-def _pump(stream: BinaryIO, sink: BinaryIO, prefix: bytes, lock: threading.Lock) -> None:
+def _pump(stream: BinaryIO, sink: BinaryIO, prefix: bytes, lock: threading.Lock, process: _Process) -> None:
     """Copy ``stream`` to ``sink`` line by line, each line prefixed (a thread per pipe)."""
     for line in iter(stream.readline, b""):
+        if line.startswith(ADDRESS_IN_USE):
+            process.address_in_use = True
         with lock:
             sink.write(prefix + (line if line.endswith(b"\n") else line + b"\n"))
             sink.flush()
@@ -196,22 +206,23 @@ class LocalCluster:
                     "Expected an executable command after --, e.g. python -m tfdist.train ..."
                 ) from None
             prefix = f"[{name}] ".encode()
-            pumps = [threading.Thread(target=_pump, args=(pipe, sink, prefix, self._lock), daemon=True)
-                     for pipe, sink in ((popen.stdout, self.out), (popen.stderr, self.err))]
-            for pump in pumps:
+            process = _Process(name, popen)
+            process.pumps = [threading.Thread(target=_pump, args=(pipe, sink, prefix, self._lock, process), daemon=True)
+                             for pipe, sink in ((popen.stdout, self.out), (popen.stderr, self.err))]
+            for pump in process.pumps:
                 pump.start()
-            self.processes.append(_Process(name, popen, pumps))
+            self.processes.append(process)
             self.log(f"{name} started (pid {popen.pid}) at {self.spec.address(task_type, index)}")
 
-    def reap(self) -> list[tuple[str, int]]:
-        """The tasks that ended since the last call, as ``(name, exit status)``."""
+    def reap(self) -> list[tuple[str, int, bool]]:
+        """The tasks that ended since the last call: ``(name, exit status, whether its address was in use)``."""
         ended = []
         for process in self.processes:
             if not process.reported and process.popen.poll() is not None:
                 process.reported = True
                 for pump in process.pumps:
                     pump.join(timeout=5.0)  # the rest of its output, unless a grandchild holds the pipe
-                ended.append((process.name, exit_status(process.popen.returncode)))
+                ended.append((process.name, exit_status(process.popen.returncode), process.address_in_use))
         return ended
 
     def running(self) -> list[str]:
@@ -272,11 +283,12 @@ class _Signals:
 class _Outcome:
     status: int
     failed: str | None = None  # the task whose failure stopped the cluster; None when it was not a failure
+    address_in_use: bool = False  # that task could not bind its port
 
 
 def _run_once(cluster: LocalCluster, signals: _Signals, *, grace: float, shutdown_timeout: float,
-              poll: float) -> _Outcome:
-    """Start the cluster, wait for it to finish or fail, and stop whatever is left."""
+              poll: float, new_ports: bool = False) -> _Outcome:
+    """Start the cluster, wait for it to finish or fail, stop what is left; ``new_ports``: a port taken stops it."""
     spec = cluster.spec
     leader = "{}:{}".format(*spec.leader())
     leader_done_at = None
@@ -288,10 +300,13 @@ def _run_once(cluster: LocalCluster, signals: _Signals, *, grace: float, shutdow
             if signals.received is not None:
                 cluster.log(f"received {signal.Signals(signals.received).name}; stopping every task")
                 return _Outcome(128 + signals.received)
-            for name, status in cluster.reap():
+            for name, status, address_in_use in cluster.reap():
                 cluster.log(f"{name} exited with status {status}")
                 if name == leader:
                     leader_status, leader_done_at = status, time.monotonic()
+                if status != 0 and address_in_use and new_ports:
+                    cluster.log(f"{name} found its address in use; stopping every task")
+                    return _Outcome(status, failed=name, address_in_use=True)
                 if status != 0:
                     task_type = name.split(":")[0]
                     workers_failed += task_type == "worker"
@@ -338,14 +353,20 @@ def launch(spec: cluster_lib.ClusterSpec, command: Sequence[str], *, local: bool
             err.flush()
 
     env = dict(os.environ if env is None else env)
-    restarts = 0
+    restarts = port_retries = 0
     with _Signals() as signals:
         while True:
             current = localize(spec) if local else spec
             if not local:
                 check_local(current)
             cluster = LocalCluster(current, command, env=env, out=out, err=err, log=log)
-            outcome = _run_once(cluster, signals, grace=grace, shutdown_timeout=shutdown_timeout, poll=poll)
+            outcome = _run_once(cluster, signals, grace=grace, shutdown_timeout=shutdown_timeout, poll=poll,
+                                new_ports=local)
+            if outcome.address_in_use and port_retries < PORT_RETRIES and signals.received is None:
+                port_retries += 1
+                log(f"starting every task again on new ports (retry {port_retries} of {PORT_RETRIES}): "
+                    f"{outcome.failed}'s port was taken before it could bind it")
+                continue
             final = outcome.failed is None or restarts >= max_restarts or signals.received is not None
             if not final and outcome.status in NOT_RESTARTED:
                 log(f"not restarting: status {outcome.status} is {NOT_RESTARTED[outcome.status]}, which a restart repeats")

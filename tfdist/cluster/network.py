@@ -6,6 +6,14 @@ learn that a task is up from ``answers`` (a TCP connect to its gRPC port),
 ``port_in_use`` catches a port another process holds before TensorFlow would
 fail on it, and ``public_addresses`` warns of a cluster that may be reachable
 from outside (TensorFlow's gRPC server has no authentication).
+
+A port that ``free_ports`` hands out is free when it is picked, not when the
+task binds it: another process may take it in between. By default the ports
+come from the operating system (port 0), i.e. from the ephemeral range that
+every outgoing connection on the machine also draws its source port from.
+``TFDIST_PORT_RANGE=LO-HI`` (e.g. ``20000-24999``, best below
+``/proc/sys/net/ipv4/ip_local_port_range``) makes ``free_ports`` pick free
+ports in that range instead; the tests give each pytest worker its own.
 """
 
 from __future__ import annotations
@@ -13,17 +21,49 @@ from __future__ import annotations
 import contextlib
 import errno
 import ipaddress
+import os
+import random
 import socket
 
 from tfdist.cluster.address import split_address
 from tfdist.cluster.spec import ClusterSpec
+from tfdist.errors import UserError
 
 #: Host names that always mean this machine.
 LOOPBACK_NAMES = ("localhost", "ip6-localhost", "ip6-loopback")
 
 
+#: The environment variable that confines ``free_ports`` to a range of ports, ``LO-HI``.
+PORT_RANGE_ENV = "TFDIST_PORT_RANGE"
+
+#: Per range, the next port this process tries: a process never hands out one port twice in a row.
+_next_in_range: dict[tuple[int, int], int] = {}
+
+
+def port_range() -> tuple[int, int] | None:
+    """``(lo, hi)`` from ``TFDIST_PORT_RANGE`` (inclusive), or None when it is unset or empty.
+
+    Raises:
+        UserError: it is not ``LO-HI`` with ``1 <= LO <= HI <= 65535``.
+    """
+    text = os.environ.get(PORT_RANGE_ENV, "").strip()
+    if not text:
+        return None
+    lo, _, hi = text.partition("-")
+    try:
+        bounds = int(lo), int(hi)
+    except ValueError:
+        bounds = (0, 0)
+    if not 1 <= bounds[0] <= bounds[1] <= 65535:
+        raise UserError(f"Invalid {PORT_RANGE_ENV}. Received: {text!r}. Expected LO-HI, e.g. 20000-24999.")
+    return bounds
+
+
 def free_ports(count: int) -> list[int]:
-    """``count`` distinct TCP ports that are free on 127.0.0.1 right now."""
+    """``count`` distinct TCP ports that are free on 127.0.0.1 right now (in ``TFDIST_PORT_RANGE`` if set)."""
+    bounds = port_range()
+    if bounds is not None:
+        return _free_ports_in(bounds, count)
     with contextlib.ExitStack() as stack:
         sockets = []
         for _ in range(count):
@@ -31,6 +71,25 @@ def free_ports(count: int) -> list[int]:
             s.bind(("127.0.0.1", 0))
             sockets.append(s)
         return [s.getsockname()[1] for s in sockets]
+
+
+def _free_ports_in(bounds: tuple[int, int], count: int) -> list[int]:
+    """``count`` free ports of ``bounds``, tried in turn from where this process stopped last time."""
+    lo, hi = bounds
+    size = hi - lo + 1
+    start = _next_in_range.get(bounds, lo + random.randrange(size))
+    found: list[int] = []
+    for offset in range(size):
+        port = lo + (start - lo + offset) % size
+        if not port_in_use(port):
+            found.append(port)
+            if len(found) == count:
+                _next_in_range[bounds] = lo + (port - lo + 1) % size
+                return found
+    raise UserError(
+        f"No {count} free ports in {PORT_RANGE_ENV}={lo}-{hi}. Received: {len(found)} free. "
+        f"Expected a wider range, or {PORT_RANGE_ENV} unset to let the system pick."
+    )
 
 
 def answers(address: str, timeout: float = 2.0) -> bool:
