@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import re
 import select
 import signal
 import socket
@@ -30,8 +31,9 @@ import time
 import pytest
 
 from cluster_runs import (
-    EXPERIMENT, SHARED_RUN, MWM, REPO, Processes, env, latest_checkpoint_step, launched_multi_worker, launcher,
-    loopback_cluster, max_difference, npz_weights, started_pids, train_command,
+    EXPERIMENT, SHARED_RUN, MWM, REPO, Processes, alive, assert_none_left, descendants, env, every_started_pid,
+    latest_checkpoint_step, launched_multi_worker, launcher, loopback_cluster, max_difference, npz_weights,
+    started_pids, train_command,
 )
 
 #: How long a surviving worker may take to notice that its peer is gone (measured: 4 to 10 s).
@@ -47,28 +49,62 @@ def until_checkpoint(model_dir, at_least: int):
     return lambda _text: latest_checkpoint_step(model_dir) >= at_least
 
 
-def launch_and_kill_worker_1(tmp_path, cluster, flags, *, options=()) -> tuple[int, str]:
-    """Launch ``tfdist.train flags`` on ``cluster``; ``kill -9`` worker 1 once a checkpoint at step 10 exists."""
+def train_steps_logged(model_dir) -> list[int]:
+    """The steps of the train rows the chief has written to ``metrics.jsonl`` so far."""
+    try:
+        lines = (model_dir / "metrics.jsonl").read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    return [row["step"] for row in map(json.loads, lines) if row["split"] == "train"]
+
+
+def launch_and_kill_worker_1(tmp_path, cluster, flags, *, options=(), restarts=False) -> dict:
+    """Launch ``tfdist.train flags`` on ``cluster``; ``kill -9`` worker 1 once a checkpoint at step 10 exists.
+
+    Returns the launcher's status and output, the last train step logged right after the kill
+    (``logged_at_kill``), every descendant of the launcher seen while it ran (``descendants``) and, with
+    ``restarts``, those of the first start still alive when the launcher says it restarts (``left_at_restart``).
+    """
     model_dir = tmp_path / "run"
     with Processes(tmp_path) as procs:
         proc = procs.start("launch", launcher(cluster, *train_command(*flags, f"--model_dir={model_dir}"),
                                               options=options))
         proc.wait_for(until_checkpoint(model_dir, 10), 240, "a checkpoint at step 10")
+        seen = descendants(proc.pid)
         os.kill(started_pids(proc.text())["worker:1"], signal.SIGKILL)
-        status = proc.wait(300)
-    return status, proc.text()
+        logged_at_kill = max(train_steps_logged(model_dir), default=0)
+        left_at_restart = None
+        if restarts:
+            proc.wait_for(lambda text: "[launch] restarting every task" in text, 120, "the restart")
+            left_at_restart = alive(seen)
+        status, later = proc.wait_watching(300)
+    return {"status": status, "text": proc.text(), "logged_at_kill": logged_at_kill, "descendants": seen | later,
+            "left_at_restart": left_at_restart}
 
 
 def test_parameter_server_run_does_every_step_when_a_worker_is_killed(tmp_path):
     cluster = loopback_cluster(tmp_path / "cluster.yaml", chief=1, worker=2, ps=1)
     model_dir = tmp_path / "run"
     flags = [f.replace("steps_per_epoch=40", "steps_per_epoch=60") for f in EXPERIMENT]
-    status, text = launch_and_kill_worker_1(tmp_path, cluster, ["--strategy=parameter_server", *flags])
+    run = launch_and_kill_worker_1(tmp_path, cluster, ["--strategy=parameter_server", *flags])
+    status, text = run["status"], run["text"]
     assert status == 0, text[-4000:]
     assert "[launch] worker:1 exited with status 137" in text
     assert "[launch] worker:1 failed; the others go on without it" in text
+    # The kill landed mid-run: the chief logged train steps after it, and printed them after the launcher saw
+    # worker 1 die (a line or two may have been on their way: at least two more).
+    assert run["logged_at_kill"] < 60 and max(train_steps_logged(model_dir)) == 60, run["logged_at_kill"]
+    after_kill = text.split("[launch] worker:1 exited with status 137", 1)[1]
+    later = [int(n) for n in re.findall(r"^\[chief:0\] train  step (\d+)/60", after_kill, re.M)]
+    assert len(later) >= 2 and later[-1] == 60, later
     summary = json.loads((model_dir / "summary.json").read_text())
-    assert summary["steps"] >= 60 and summary["start_step"] == 0  # no restart: the same run went on
+    assert summary["start_step"] == 0  # no restart: the same run went on
+    # Every closure's result was returned once, by worker 0 or by worker 1 before it died; the step counter
+    # counts executions: a closure that worker 1 was running when killed may have counted and then been
+    # re-run on worker 0. At most the closures of one chunk (5: log_every) were in flight.
+    per_worker = summary["closures_per_worker"]
+    assert sum(per_worker.values()) == 60 and per_worker["worker:0"] > 0 and per_worker["worker:1"] > 0, per_worker
+    assert 60 <= summary["steps"] <= 60 + 5, summary["steps"]
     assert all("/job:ps/" in d for d in summary["variable_devices"])
     for name in ("chief:0", "worker:0", "ps:0"):
         assert f"[launch] {name} exited with status 0" in text
@@ -123,17 +159,20 @@ def test_a_lost_worker_ends_the_other_with_one_line_and_a_relaunch_resumes_to_th
 def test_a_frozen_peer_ends_the_other_within_collective_timeout_with_one_line(tmp_path):
     """--collective_timeout reaches TensorFlow's collectives: a peer that is up but frozen (SIGSTOP) mid-run.
 
-    Only the survivor's collectives time out, at 3 s, well before the heartbeats would notice the frozen
-    peer (about 10 s). (Both workers timing out together, e.g. with a timeout too short for any
-    all-reduce, aborted one of them inside TensorFlow 1 time in 6 here: "Mutex corrupt" in the
-    collective executor's abort, status -6, a TensorFlow race this test does not provoke.)
+    Only the survivor has the bound (4 s), so only its collectives time out, well before the heartbeats
+    would notice the frozen peer (13 s measured without it). The peer to be frozen has none: with the bound
+    on both, a chief that stalled a few seconds before the freeze (on a busy machine; it alone logs and
+    writes the checkpoints) once made worker 1's collective time out first, worker 1 ended (status 4), and
+    worker 0 then ended too, "Connection refused" by worker 1's port, before step 10 (reproduced here by
+    stopping worker 0 for 5 s at step 5). Both workers timing out together also aborted one of them inside
+    TensorFlow ("Mutex corrupt" in the collective executor's abort, status -6), a race this test avoids.
     """
     cluster = loopback_cluster(tmp_path / "cluster.yaml", worker=2)
     model_dir = tmp_path / "run"
     with Processes(tmp_path) as procs:
         workers = [procs.start(f"worker-{i}", train_command(
-            f"--cluster={cluster}", f"--task=worker:{i}", *MWM, "--collective_timeout=3",
-            f"--model_dir={model_dir}")) for i in (0, 1)]
+            f"--cluster={cluster}", f"--task=worker:{i}", *MWM, *bound, f"--model_dir={model_dir}"))
+            for i, bound in ((0, ["--collective_timeout=4"]), (1, []))]
         workers[0].wait_for(until_checkpoint(model_dir, 10), 240, "a checkpoint at step 10")
         workers[1].kill(signal.SIGSTOP)
         frozen_at = time.monotonic()
@@ -154,8 +193,9 @@ def test_a_frozen_peer_ends_the_other_within_collective_timeout_with_one_line(tm
 def test_the_launcher_restarts_a_failed_multi_worker_cluster_which_resumes(tmp_path, tmp_path_factory):
     cluster = loopback_cluster(tmp_path / "cluster.yaml", worker=2)
     weights = tmp_path / "weights"
-    status, text = launch_and_kill_worker_1(tmp_path, cluster, [*MWM, f"--dump_weights={weights}"],
-                                            options=("--max_restarts=1",))
+    run = launch_and_kill_worker_1(tmp_path, cluster, [*MWM, f"--dump_weights={weights}"],
+                                   options=("--max_restarts=1",), restarts=True)
+    status, text = run["status"], run["text"]
     assert status == 0, text[-4000:]
     assert "[launch] worker:1 exited with status 137" in text
     assert "[launch] restarting every task (restart 1 of 1) after worker:1 failed with status 137" in text
@@ -164,6 +204,10 @@ def test_the_launcher_restarts_a_failed_multi_worker_cluster_which_resumes(tmp_p
         "40 steps; resuming from" in text
     reference = npz_weights(launched_multi_worker(tmp_path_factory)["weights"] / "worker-0.npz")
     assert max_difference(npz_weights(weights / "worker-1.npz"), reference) == 0.0
+    tasks = every_started_pid(text)  # both starts' workers, seen among the launcher's descendants
+    assert len(tasks) == 4 and tasks <= run["descendants"], (tasks, run["descendants"])
+    assert run["left_at_restart"] == []  # the first start's tasks were all gone before the second started
+    assert_none_left(run["descendants"])  # and at the end nothing the launcher started is left
 
 
 def _inotify_created(directory):
