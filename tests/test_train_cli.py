@@ -76,17 +76,24 @@ def test_predict_writes_the_models_own_mask_at_the_images_size(tmp_path):
     model. The mask (--mask_output) is the model's own prediction pixel for pixel, at the image's size (40x50
     from the model's 32x32), and the overlay is exactly that mask over the image.
 
-    The model is an untrained UNet saved where a run exports it: its random logits give a mask of several
-    classes (a model trained for a few steps predicts background everywhere, which would prove little).
+    The model is an untrained UNet saved where a run exports it, its head made to tell classes apart on this
+    image: logits scaled up (no near ties that rounding could flip) and centred per class by the head's bias
+    (several classes in the mask; a model trained for a few steps predicts background everywhere). The bias
+    also makes the mask depend on the input's scale, so that predict's /255 counts.
     """
     from tfdist.data import generate_shapes
     from tfdist.models import build_unet
     from tfdist.visualize import overlay
 
-    keras.utils.set_random_seed(1)
-    (tmp_path / "run" / "export").mkdir(parents=True)
-    build_unet(image_size=32, num_classes=4, base_filters=4, depth=2).save(tmp_path / "run" / "export" / "model.keras")
     pixels = generate_shapes(1, image_size=50, seed=3)[0][0][5:45]
+    keras.utils.set_random_seed(1)
+    model = build_unet(image_size=32, num_classes=4, base_filters=4, depth=2)
+    head = model.get_layer("logits_conv")
+    head.kernel.assign(head.kernel * 1000.0)
+    logits = model(tf.image.resize(pixels[None] / 255.0, (32, 32)), training=False)
+    head.bias.assign(-np.mean(np.asarray(logits), axis=(0, 1, 2)))
+    (tmp_path / "run" / "export").mkdir(parents=True)
+    model.save(tmp_path / "run" / "export" / "model.keras")
     image = tmp_path / "x.png"
     Image.fromarray(pixels).save(image)
     out, mask = tmp_path / "y.png", tmp_path / "m.png"
@@ -95,7 +102,7 @@ def test_predict_writes_the_models_own_mask_at_the_images_size(tmp_path):
          f"--output={out}", f"--mask_output={mask}"], capture_output=True, text=True, timeout=120, cwd=REPO)
     assert result.returncode == 0, result.stderr[-2000:]
     expected = expected_mask(keras.models.load_model(tmp_path / "run" / "export" / "model.keras"), pixels)
-    assert expected.shape == (40, 50) and len(np.unique(expected)) > 1
+    assert expected.shape == (40, 50) and len(np.unique(expected)) >= 3
     np.testing.assert_array_equal(np.asarray(Image.open(mask)), expected)
     assert Image.open(out).mode == "RGB"
     np.testing.assert_array_equal(np.asarray(Image.open(out)), overlay(pixels, expected))
