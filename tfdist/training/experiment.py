@@ -38,7 +38,8 @@ from tfdist import strategies
 from tfdist.cluster import network, peers, sources
 from tfdist.cluster.task import Task
 from tfdist.errors import UserError
-from tfdist.training import inputs, roles
+from tfdist.training.inputs import eval_dataset_fn, local_eval_dataset, train_dataset_fn
+from tfdist.training.roles import finish_together, peer_errors, serve
 from tfdist.training.rundir import RunDir
 
 
@@ -115,7 +116,7 @@ def _evaluate(config, task: Task, verbose: bool) -> dict:
     _setup_keras(config)
     data_lib.validate_data(config.data)
     return evaluate_checkpoints(task, config, model=build_from_config(config.model, config.data),
-                                eval_dataset=inputs.local_eval_dataset(config), verbose=verbose)
+                                eval_dataset=local_eval_dataset(config), verbose=verbose)
 
 
 def dump_weights(directory: str | Path, task: Task | None, model) -> Path:
@@ -197,13 +198,13 @@ def run(config, *, verbose: bool = True, cluster_resolver=None, weights_dir: str
     if task is not None:
         peers.check_port_free(task)
     if kind == "serve":
-        roles.serve(task, connect_timeout=rt.connect_timeout, verbose=verbose)
+        serve(task, connect_timeout=rt.connect_timeout, verbose=verbose)
     strategy = _setup_tensorflow(config, task, cluster_resolver)
-    with roles.peer_errors(task, rt.strategy, run_dir):
+    with peer_errors(task, rt.strategy, run_dir):
         summary, model = _train(config, task, run_dir, strategy, verbose=verbose, wall_start=wall_start)
         if weights_dir is not None:
             dump_weights(weights_dir, task, model)
-        roles.finish_together(task, traits, rt.connect_timeout)
+        finish_together(task, traits, rt.connect_timeout)
     return summary
 
 
@@ -247,10 +248,9 @@ def _train(config, task: Task | None, run_dir: RunDir, strategy, *, verbose: boo
     if traits.coordinator:
         tf.random.set_seed(None)  # weights are initialised; now each worker's data order is its own
     loop = make_loop(coordinator=traits.coordinator, strategy=strategy, steps=steps, step_counter=step_counter,
-                     train_dataset_fn=inputs.train_dataset_fn(config, start_step,
-                                                              own_order_per_worker=traits.coordinator),
-                     eval_dataset_fn=inputs.eval_dataset_fn(config))
-    preview = next(iter(inputs.local_eval_dataset(config).unbatch().batch(4).take(1))) if is_chief else None
+                     train_dataset_fn=train_dataset_fn(config, start_step, own_order_per_worker=traits.coordinator),
+                     eval_dataset_fn=eval_dataset_fn(config))
+    preview = next(iter(local_eval_dataset(config).unbatch().batch(4).take(1))) if is_chief else None
     controller = Controller(
         loop=loop, checkpoints=checkpoints, outputs=outputs, num_classes=config.data.num_classes,
         global_batch_size=train_cfg.global_batch_size, steps_per_epoch=epoch_steps,
