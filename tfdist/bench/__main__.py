@@ -83,7 +83,7 @@ def main(argv: list[str]) -> int:
 
 
 def entry() -> None:
-    """Console-script entry point (``tfdist-bench``)."""
+    """The CLI: flags, then ``main``; user errors end with one line and status 2 (``errors.run_main``)."""
     run_main(main, define_flags)
 
 
