@@ -122,20 +122,20 @@ def port_in_use(port: int) -> bool:
     return False
 
 
+def is_local_hostname(host: str) -> bool:
+    """Whether ``host`` is ``localhost`` or a ``*.localhost`` name (RFC 6761: always this machine)."""
+    host = host.lower().rstrip(".")
+    return host == "localhost" or host.endswith(".localhost")
+
+
 def is_loopback(host: str) -> bool:
     """Whether ``host`` (an IP literal or a name) is this machine's loopback, without a DNS lookup."""
-    if host.lower() in LOOPBACK_NAMES or host.lower().endswith(".localhost"):
+    if host.lower() in LOOPBACK_NAMES or is_local_hostname(host):
         return True
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-def is_local_hostname(host: str) -> bool:
-    """Whether ``host`` is ``localhost`` or a ``*.localhost`` name (RFC 6761: always this machine)."""
-    host = host.lower().rstrip(".")
-    return host == "localhost" or host.endswith(".localhost")
 
 
 def public_addresses(spec: ClusterSpec, *, include_hostnames: bool = True) -> list[str]:
