@@ -60,9 +60,11 @@ def test_parameter_server_trains_with_variables_on_ps(python, tmp_path):
     assert [r["step"] for r in rows if r["split"] == "train"] == [3, 6, 9, 12]
     evals = [r for r in rows if r["split"] == "eval"]
     assert [r["step"] for r in evals] == [6, 12] and evals[-1]["loss"] == summary["eval"]["loss"]
-    # It learned, on the eval split: well below the untrained model's loss, well above its pixel accuracy
-    # (measured: loss 1.38 -> 1.20, pixel accuracy 0.50 -> 0.75).
-    assert summary["eval"]["loss"] < initial["loss"] - 0.1, (summary["eval"], initial)
-    assert summary["eval"]["pixel_accuracy"] > initial["pixel_accuracy"] + 0.15, (summary["eval"], initial)
+    # It learned, on the eval split: below the untrained model's loss, above its pixel accuracy. Updates are
+    # asynchronous, so how much depends on scheduling: measured alone, loss 1.38 -> 1.17..1.22 and pixel
+    # accuracy 0.50 -> 0.73..0.75; under the full suite's load once 1.28 and 0.60 (staler gradients). A model
+    # that never received an update scores exactly the initial figures; one updated the wrong way scores worse.
+    assert summary["eval"]["loss"] < initial["loss"] - 0.05, (summary["eval"], initial)
+    assert summary["eval"]["pixel_accuracy"] > initial["pixel_accuracy"] + 0.05, (summary["eval"], initial)
     assert (tmp_path / "ps" / "checkpoints" / "checkpoint").exists()
     assert (tmp_path / "ps" / "export" / "model.keras").exists()
