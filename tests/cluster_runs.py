@@ -15,6 +15,7 @@ and compared with the interrupted and resumed runs of ``test_faults.py``.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -234,6 +235,15 @@ def latest_checkpoint_step(model_dir: Path) -> int:
         return -1
     match = re.search(r'ckpt-(\d+)"', first)
     return int(match.group(1)) if match else -1
+
+
+def train_steps_logged(model_dir: Path) -> list[int]:
+    """The steps of the train rows the chief has written to ``metrics.jsonl`` so far."""
+    try:
+        lines = (model_dir / "metrics.jsonl").read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    return [row["step"] for row in map(json.loads, lines) if row["split"] == "train"]
 
 
 def npz_weights(path: Path) -> list[np.ndarray]:

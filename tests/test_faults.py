@@ -33,7 +33,7 @@ import pytest
 from cluster_runs import (
     EXPERIMENT, SHARED_RUN, MWM, REPO, Processes, alive, assert_none_left, descendants, env, every_started_pid,
     latest_checkpoint_step, launched_multi_worker, launcher, loopback_cluster, max_difference, npz_weights,
-    started_pids, train_command,
+    started_pids, train_command, train_steps_logged,
 )
 
 #: How long a surviving worker may take to notice that its peer is gone (measured: 4 to 10 s).
@@ -47,15 +47,6 @@ def last_line(text: str) -> str:
 def until_checkpoint(model_dir, at_least: int):
     """A ``Proc.wait_for`` condition: the run has published a checkpoint at step ``at_least`` or later."""
     return lambda _text: latest_checkpoint_step(model_dir) >= at_least
-
-
-def train_steps_logged(model_dir) -> list[int]:
-    """The steps of the train rows the chief has written to ``metrics.jsonl`` so far."""
-    try:
-        lines = (model_dir / "metrics.jsonl").read_text().splitlines()
-    except FileNotFoundError:
-        return []
-    return [row["step"] for row in map(json.loads, lines) if row["split"] == "train"]
 
 
 def launch_and_kill_worker_1(tmp_path, cluster, flags, *, options=(), restarts=False) -> dict:

@@ -11,6 +11,7 @@ the statuses from ``EXIT_CODES`` here, never as literals of their own.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any, Callable, NoReturn, Sequence
 
@@ -109,6 +110,10 @@ def absl_flags_parser(argv: Sequence[str]) -> list[str]:
 def run_main(main: Callable[[list[str]], int | None], define_flags: Callable[[], None] | None = None) -> None:
     """Run an absl ``main``: ``UserError`` ends it with status 2, ``RunFailed`` with its own, one line each.
 
+    A ``RunFailed`` ends the process at once after its line (``os._exit``), so
+    that the line is the last one and TensorFlow's teardown cannot wait on a
+    lost peer.
+
     ``define_flags`` (if given) defines the CLI's flags first; CLIs define
     them only when they run, so that several can be imported in one process.
     """
@@ -123,6 +128,12 @@ def run_main(main: Callable[[list[str]], int | None], define_flags: Callable[[],
         except UserError as e:
             fail(str(e))
         except RunFailed as e:
-            fail(str(e), e.exit_code)
+            # A run that failed ends here, without Python's teardown: TensorFlow's would reach for peers
+            # that are gone (lines of gRPC errors after this one, or a wait), and nothing is left to flush.
+            try:
+                fail(str(e), e.exit_code)
+            finally:
+                sys.stdout.flush()
+                os._exit(e.exit_code)
 
     app.run(guarded, flags_parser=absl_flags_parser)

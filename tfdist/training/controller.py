@@ -4,6 +4,11 @@ It asks a loop (``SyncLoop`` or ``CoordinatorLoop``) for chunks of steps that
 end on every log, checkpoint and epoch boundary, and around them it logs,
 checks the loss is finite, checkpoints and evaluates. Nothing here knows
 which strategy runs underneath.
+
+After each chunk it also asks whether to stop (``training.preemption``): the
+loop returns every task's agreement with its stats, and then every task
+saves the checkpoint of the step reached and ends with ``Preempted``
+(status 42); the relaunched command resumes there.
 """
 
 from __future__ import annotations
@@ -11,8 +16,9 @@ from __future__ import annotations
 import math
 import sys
 import time
+from typing import NoReturn
 
-from tfdist.errors import TrainingDiverged
+from tfdist.errors import Preempted, TrainingDiverged
 from tfdist.training.metrics import StatsAccumulator, metrics_from_stats
 
 
@@ -34,10 +40,13 @@ class Controller:
       learning_rate: ``step -> float``, logged with the train metrics.
       preview: ``(images, masks)`` to show predicted masks of at each eval, or None.
       verbose: print progress lines (the chief only).
+      preemption: a ``training.preemption.Preemption`` (its ``requested`` is this task's vote to stop after
+        the next chunk), or None.
     """
 
     def __init__(self, *, loop, checkpoints, outputs, num_classes, global_batch_size, steps_per_epoch,
-                 steps_per_loop, log_every, checkpoint_every, learning_rate, preview=None, verbose=True):
+                 steps_per_loop, log_every, checkpoint_every, learning_rate, preview=None, verbose=True,
+                 preemption=None):
         self.loop = loop
         self.checkpoints = checkpoints
         self.outputs = outputs
@@ -50,6 +59,7 @@ class Controller:
         self.learning_rate = learning_rate
         self.preview = preview
         self.verbose = verbose
+        self.preemption = preemption
         self.train_seconds = 0.0
         self.timed_steps = 0
         self.last_train: dict | None = None
@@ -99,7 +109,7 @@ class Controller:
                 next_boundary(step, self.steps_per_epoch),
             )
             t0 = time.perf_counter()
-            stats = self.loop.train(end - step)
+            stats, stop = self.loop.train(end - step, self._stop_requested)
             elapsed = time.perf_counter() - t0
             if not first_chunk:  # the first chunk traces and compiles: not a speed figure
                 self.train_seconds += elapsed
@@ -107,6 +117,8 @@ class Controller:
             elif self.first_step_at is None:
                 self.first_step_at = time.time()
             first_chunk = False
+            if stop and stats[1] == 0:  # a coordinator stopped waiting for its closures: nothing to log
+                self._preempted(self.loop.step(), total_steps, saved=False)
             step = end
             window_seconds += elapsed
             window.add(stats)
@@ -132,11 +144,27 @@ class Controller:
                 )
                 window.reset()
                 window_seconds = 0.0
-            if self.checkpoints and (step % self.checkpoint_every == 0 or step == total_steps):
+            saved = bool(self.checkpoints) and (step % self.checkpoint_every == 0 or step == total_steps)
+            if saved:
                 self.checkpoints.save(step)
+            if stop:
+                self._preempted(step, total_steps, saved=saved)
             if step % self.steps_per_epoch == 0 and step != total_steps:
                 self.evaluate(step)
         return self.evaluate(step)
+
+    def _stop_requested(self) -> bool:
+        return self.preemption is not None and self.preemption.requested
+
+    def _preempted(self, step: int, total_steps: int, *, saved: bool) -> NoReturn:
+        """Every task agreed to stop after ``step``: save that step (every task, as for any save) and end, status 42."""
+        if self.checkpoints and not saved:
+            self.checkpoints.save(step)
+        where = f"{self.checkpoints.directory}/ckpt-{step}" if self.checkpoints else "no checkpoint (none asked for)"
+        raise Preempted(
+            f"Preempted at step {step} of {total_steps}: {self.preemption.reason()}. Saved the checkpoint of that "
+            f"step: {where}. Run the same command again to resume from it."
+        )
 
     @property
     def images_per_second(self) -> float:

@@ -20,10 +20,16 @@ worker whose result came back).
 
 from __future__ import annotations
 
+import time
+from typing import Callable
+
 import numpy as np
 import tensorflow as tf
 
 from tfdist.training.step import Steps, counted_train_step, stats_size
+
+#: Seconds between two looks at the closures in flight (and at the preemption signal).
+POLL_SECONDS = 0.005
 
 
 class CoordinatorLoop:
@@ -64,14 +70,29 @@ class CoordinatorLoop:
             total += self.steps.evaluate(batch)
         return total
 
-    def train(self, num_steps: int):
-        """Schedule ``num_steps`` closures, wait for all; returns their summed stats (numpy)."""
+    def train(self, num_steps: int, stop: Callable[[], bool] = lambda: False) -> tuple[np.ndarray, bool]:
+        """Schedule ``num_steps`` closures and wait for all; returns their summed stats (numpy) and whether to stop.
+
+        The chief alone decides to stop (``stop()``, its preemption signal),
+        and it does not wait for the closures in flight then: the workers
+        may be preempted too, and a closure waiting for a lost worker would
+        wait for its return. The variables live on the ps tasks, so the
+        checkpoint saved next holds every update applied so far.
+        """
         remote = [self.coordinator.schedule(self._worker_fn, args=(self._train_iterator,)) for _ in range(num_steps)]
-        self.coordinator.join()
+        while not self.coordinator.done():  # join(), but a preemption signal is seen while waiting
+            if stop():
+                return np.zeros([self._size], np.float32), True
+            time.sleep(POLL_SECONDS)
+        self.coordinator.join()  # raises what a closure raised
         results = [r.fetch() for r in remote]
         for _, worker in results:
             self._closures[int(worker)] = self._closures.get(int(worker), 0) + 1
-        return np.sum([stats for stats, _ in results], axis=0)
+        return np.sum([stats for stats, _ in results], axis=0), stop()
+
+    def step(self) -> int:
+        """The step counter's value (on a ps task): the closures that ran, re-runs included."""
+        return int(self.step_counter.numpy())
 
     @property
     def closures_per_worker(self) -> dict[str, int]:

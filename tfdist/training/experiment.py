@@ -37,9 +37,10 @@ from tfdist import config as config_lib
 from tfdist import strategies
 from tfdist.cluster import network, peers, sources
 from tfdist.cluster.task import Task
-from tfdist.errors import UserError
+from tfdist.errors import DONE_EXIT_CODE, USAGE_EXIT_CODE, RunFailed, UserError
 from tfdist.training.inputs import eval_dataset_fn, local_eval_dataset, train_dataset_fn
-from tfdist.training.roles import finish_together, peer_errors, serve
+from tfdist.training.preemption import Preemption
+from tfdist.training.roles import finish_together, peer_errors, serve, tell_servers
 from tfdist.training.rundir import RunDir
 
 
@@ -190,7 +191,8 @@ def run(config, *, verbose: bool = True, cluster_resolver=None, weights_dir: str
     traits = strategies.traits(rt.strategy)
     kind = traits.role(task.type if task else None)
     if kind == "evaluate":
-        return _evaluate(config, task, verbose)
+        with Preemption(task.name):  # nothing to save: a signal ends it at once, status 42
+            return _evaluate(config, task, verbose)
     if kind == "train":
         from tfdist import data as data_lib
 
@@ -199,16 +201,26 @@ def run(config, *, verbose: bool = True, cluster_resolver=None, weights_dir: str
         peers.check_port_free(task)
     if kind == "serve":
         serve(task, connect_timeout=rt.connect_timeout, verbose=verbose)
-    strategy = _setup_tensorflow(config, task, cluster_resolver)
-    with peer_errors(task, rt.strategy, run_dir):
-        summary, model = _train(config, task, run_dir, strategy, verbose=verbose, wall_start=wall_start)
-        if weights_dir is not None:
-            dump_weights(weights_dir, task, model)
-        finish_together(task, traits, rt.connect_timeout)
+    with Preemption(task.name if task else "local") as preemption:
+        try:
+            strategy = _setup_tensorflow(config, task, cluster_resolver)
+            with peer_errors(task, rt.strategy, run_dir):
+                summary, model = _train(config, task, run_dir, strategy, verbose=verbose, wall_start=wall_start,
+                                        preemption=preemption)
+                if weights_dir is not None:
+                    dump_weights(weights_dir, task, model)
+                finish_together(task, traits, rt.connect_timeout)
+        except (RunFailed, UserError) as e:
+            if traits.coordinator:
+                tell_servers(task, e.exit_code if isinstance(e, RunFailed) else USAGE_EXIT_CODE)
+            raise
+    if traits.coordinator:
+        tell_servers(task, DONE_EXIT_CODE)
     return summary
 
 
-def _train(config, task: Task | None, run_dir: RunDir, strategy, *, verbose: bool, wall_start: float):
+def _train(config, task: Task | None, run_dir: RunDir, strategy, *, verbose: bool, wall_start: float,
+           preemption: Preemption | None = None):
     """Build, restore, train, evaluate and write the outputs under ``strategy``; returns the summary and model."""
     import tensorflow as tf
 
@@ -256,8 +268,10 @@ def _train(config, task: Task | None, run_dir: RunDir, strategy, *, verbose: boo
         global_batch_size=train_cfg.global_batch_size, steps_per_epoch=epoch_steps,
         steps_per_loop=train_cfg.steps_per_loop, log_every=train_cfg.log_every,
         checkpoint_every=train_cfg.checkpoint_every, learning_rate=lambda s: learning_rate_at(train_cfg, total_steps, s),
-        preview=preview, verbose=verbose and is_chief,
+        preview=preview, verbose=verbose and is_chief, preemption=preemption,
     )
+    if preemption is not None:
+        preemption.deferred()  # from here a signal stops the run at the next chunk, with a checkpoint
     try:
         final_eval = controller.run(start_step, total_steps)
     finally:

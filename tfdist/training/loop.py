@@ -9,7 +9,7 @@ else (logging, checkpoints, evaluation, the NaN stop) once, for both.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
@@ -17,8 +17,16 @@ import numpy as np
 class Loop(Protocol):
     """Train and evaluate steps, each call returning the summed stats vector (``step.stats_size``)."""
 
-    def train(self, num_steps: int) -> np.ndarray:
-        """Run ``num_steps`` optimisation steps; their stats, summed over steps, replicas and workers."""
+    def train(self, num_steps: int, stop: Callable[[], bool] = lambda: False) -> tuple[np.ndarray, bool]:
+        """Run ``num_steps`` optimisation steps; their stats, summed over steps, replicas and workers.
+
+        Also returns whether the run must stop after them: ``stop()`` says
+        whether this task was asked to (``training.preemption``), and every
+        task of the cluster gets the same answer.
+        """
+
+    def step(self) -> int:
+        """The step counter's value: the step the run has reached."""
 
     def evaluate(self) -> np.ndarray:
         """One pass over the eval split; its stats, summed."""

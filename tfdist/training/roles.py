@@ -13,22 +13,39 @@ type decides its role (``strategies.Traits.role``):
 
 TensorFlow gives no "the chief is done" signal to a ps or worker task, and
 its gRPC server has no clean stop, so a serving task waits for the chief's
-port to answer (at most ``--connect_timeout``) and ends, with status 0, once
-it stops answering (``cluster.peers``). A training task that loses a peer
-mid-run ends with one line (``peer_errors``) instead of a traceback.
+port to answer (at most ``--connect_timeout``) and ends once the chief tells
+it how the run ended (``tell_servers``) or stops answering (``cluster.peers``).
+A training task that loses a peer mid-run ends with one line
+(``peer_errors``) instead of a traceback.
+
+How a serving task learns the chief's end: the chief, connected to every
+task of the cluster, writes its exit status into a small file on each
+serving task's own machine (``tf.io.write_file`` placed on that task, so it
+runs in that task's process: ``status_path``). The serving task exits with
+that status: 0 after a chief that finished, 42 after a preempted chief,
+the chief's own status after a failure it reported. A chief that vanished
+without a word (killed, crashed) leaves no file: the serving task ends with
+status 4 and one line saying so.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
+import signal
 import sys
+import tempfile
+import threading
 import time
 from typing import NoReturn
 
+from tfdist.cluster.address import split_address
+from tfdist.cluster.network import answers
 from tfdist.cluster.peers import POLL_SECONDS, PeerWatch, grpc_bind_errors
 from tfdist.cluster.task import Task
-from tfdist.errors import PeerLost
+from tfdist.errors import EXIT_CODES, PEER_LOST_EXIT_CODE, PREEMPTED_EXIT_CODE, PeerLost
+from tfdist.training.preemption import SIGNALS, signal_name
 from tfdist.strategies import Traits, set_grpc_fail_fast
 from tfdist.training.rundir import RunDir
 
@@ -54,8 +71,23 @@ def _reason(error: Exception) -> str:
     for line in lines:
         if "aborted by:" in line:  # "Collective ops is aborted by: <the cause>"
             return line.split("aborted by:", 1)[1].strip() or line
-    useful = [line for line in lines if not line.startswith(("Graph execution error", "Detected at node", "File "))]
+    noise = ("Graph execution error", "Detected at node", "File ", "Additional GRPC error", ":UNKNOWN:")
+    useful = [line for line in lines
+              if not line.startswith(noise) and not re.fullmatch(r"\d+ root error\(s\) found\.", line)]
     return (useful or lines or [type(error).__name__])[0][:300]
+
+
+def _silent(task: Task) -> list[str]:
+    """The peers of ``task`` whose port does not answer now (one TCP probe each, in parallel): the lost ones."""
+    peers = task.peers()
+    up: dict[str, bool] = {}
+    threads = [threading.Thread(target=lambda p=peer: up.__setitem__(p.name, answers(p.address, timeout=2.0)))
+               for peer in peers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(5.0)
+    return [f"{peer.name} at {peer.address}" for peer in peers if not up.get(peer.name, True)]
 
 
 @contextlib.contextmanager
@@ -77,11 +109,13 @@ def peer_errors(task: Task | None, strategy: str, run_dir: RunDir):
         import tensorflow as tf
 
         latest = run_dir.latest_checkpoint()
+        silent = _silent(task)
+        lost = f"{', '.join(silent)} does not answer; " if silent else ""
         timed_out = " and every collective to finish within --collective_timeout" if isinstance(
             e, tf.errors.DeadlineExceededError) else ""
         raise PeerLost(
             f"Lost a task of the {strategy} cluster, or it stopped answering (this is {task.name}): "
-            f"{_reason(e).rstrip('.')}. Received: {type(e).__name__} from TensorFlow. Expected every task to stay "
+            f"{lost}{_reason(e).rstrip('.')}. Received: {type(e).__name__} from TensorFlow. Expected every task to stay "
             f"up until the end{timed_out}; relaunch the whole cluster (e.g. python -m tfdist.launch "
             f"--max_restarts 1) to resume from the latest checkpoint ({latest or 'none saved yet'})."
         ) from None
@@ -103,20 +137,83 @@ def finish_together(task: Task | None, traits: Traits, timeout: float) -> None:
     context.context().wait_at_barrier("tfdist-finished", int(timeout * 1000))
 
 
+def status_path(task: Task) -> str:
+    """Where the chief writes its exit status for ``task``: the temporary directory of ``task``'s machine.
+
+    Named after the task's port, which no other process on that machine holds
+    while the task runs. The chief and the task must agree on the temporary
+    directory (``TMPDIR``, ``/tmp`` when unset).
+    """
+    _, port = split_address(task.address)
+    return os.path.join(tempfile.gettempdir(), f"tfdist-{task.type}-{task.index}-port{port}.status")
+
+
+def tell_servers(task: Task | None, status: int, timeout: float = 10.0) -> None:
+    """The coordinating chief: tell every ps and worker task the status it ends with (see the module docstring).
+
+    Each write is a remote op in a thread of its own, bounded by ``timeout``
+    in all: a lost or preempted worker does not hold the chief up.
+    """
+    if task is None or not task.is_leader:
+        return
+    import tensorflow as tf
+
+    def write(peer: Task) -> None:
+        try:
+            with tf.device(f"/job:{peer.type}/replica:0/task:{peer.index}"):
+                tf.io.write_file(status_path(peer), str(status))
+        except Exception:  # a task that is gone has nothing to learn
+            pass
+
+    threads = [threading.Thread(target=write, args=(peer,), daemon=True)
+               for peer in task.peers() if peer.type in ("ps", "worker")]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + timeout
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+
+
+def _read_status(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
 def serve(task: Task, *, connect_timeout: float, verbose: bool = True) -> NoReturn:
-    """A ps or worker task of a coordinated strategy: serve the chief until it is done, then end with status 0.
+    """A ps or worker task of a coordinated strategy: serve the chief until it is done, then end with its status.
 
     The chief must answer within ``connect_timeout`` (else a ``UserError``,
-    status 2). Once it has been seen, the task ends when the chief's port
-    stops answering (``MISSES_FOR_GONE`` probes in a row): the chief is done,
-    or lost, and either way nothing is left to serve. The process ends with
-    ``os._exit`` because TensorFlow's gRPC server aborts when destroyed.
+    status 2). Then the task serves until the chief writes its exit status
+    (``tell_servers``) or its port stops answering (``MISSES_FOR_GONE``
+    probes in a row), and ends with the chief's status, or 4 when the chief
+    vanished without one. SIGTERM or SIGUSR1 (``preemption.SIGNALS``): a
+    worker ends at once with status 42 (the chief reschedules its steps on
+    the others, as after a lost worker); a ps task keeps serving, since the
+    chief's checkpoint reads the variables it holds, and ends with the
+    chief's status. The process ends with ``os._exit`` because TensorFlow's
+    gRPC server aborts when destroyed.
     """
     set_grpc_fail_fast()  # before TensorFlow starts
     import tensorflow as tf
 
     training = task.training_spec
     me = f"{task.name} at {task.address}"
+    path = status_path(task)
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(path)  # an earlier run's
+    def on_signal(signum, frame) -> None:
+        if task.type == "worker":
+            print(f"tfdist: {me} received {signal_name(signum)}; stopping (the chief reschedules its steps on "
+                  "the other workers)", flush=True)
+            _exit_now(PREEMPTED_EXIT_CODE)
+        print(f"tfdist: {me} received {signal_name(signum)}; serving until {task.leader.name} ends (its "
+              "checkpoint reads the variables held here)", flush=True)
+
+    for signum in SIGNALS:
+        signal.signal(signum, on_signal)
     with grpc_bind_errors(task):
         server = tf.distribute.Server(
             tf.train.ClusterSpec(training.as_dict()), job_name=task.type, task_index=task.index, protocol="grpc",
@@ -126,9 +223,27 @@ def serve(task: Task, *, connect_timeout: float, verbose: bool = True) -> NoRetu
     chief.wait_up(connect_timeout, why=f"{me} serves it")
     if verbose:
         print(f"tfdist: {me} serving {chief.name} at {chief.address}", flush=True)
-    while not chief.gone():
+    status = None
+    while status is None and not chief.gone():
         time.sleep(POLL_SECONDS)
-    if verbose:
-        print(f"tfdist: {me}: {chief.name} is done; stopping", flush=True)
+        status = _read_status(path)
+    # Told: let the chief leave first (bounded), so that it does not reach for a task that is gone.
+    deadline = time.monotonic() + connect_timeout
+    while not chief.gone() and time.monotonic() < deadline:
+        time.sleep(POLL_SECONDS)
+    status = _read_status(path) if status is None else status
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(path)
     del server
-    _exit_now(0)
+    if status is None:
+        # Not a PeerLost raised: the gRPC server cannot be destroyed, so the process ends here, with one line.
+        sys.stderr.write(
+            f"error: {chief.name} at {chief.address} stopped answering without telling {me} how the run ended "
+            f"(killed or crashed). Received: no status from it. Expected the chief to finish or be preempted; "
+            f"relaunch the whole cluster to resume from its latest checkpoint.\n"
+        )
+        _exit_now(PEER_LOST_EXIT_CODE)
+    if verbose:
+        print(f"tfdist: {me}: {chief.name} ended with status {status} ({EXIT_CODES.get(status, 'a failure')}); "
+              "stopping", flush=True)
+    _exit_now(status)

@@ -34,6 +34,9 @@ from tfdist.errors import UserError
 RESUME_KEYS = {
     "data": ("dataset", "image_size", "num_classes"),
     "model": tuple(f.name for f in dataclasses.fields(config_lib.ModelConfig)),
+    # The data position of a resumed run is its step times the global batch (training.inputs), and the
+    # learning-rate schedule is in steps: with another global batch both would be wrong.
+    "train": ("global_batch_size",),
 }
 
 

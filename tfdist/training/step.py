@@ -82,12 +82,18 @@ class Steps:
         return step_stats(masks, logits, per_image_loss(masks, logits), self.num_classes)
 
 
-def counted_train_step(strategy, steps: Steps, step_counter, iterator):
+def counted_train_step(strategy, steps: Steps, step_counter, iterator, vote=None):
     """One train step on every replica of ``strategy``: counted, its stats vectors summed over replicas.
 
     The step both loops run (inside their ``tf.function``): the synchronous
     loop once per step of its loop, the parameter-server loop as one closure.
+
+    ``vote`` (a float32 scalar, or None) is appended to every replica's stats
+    vector, so the sum that comes back ends with the votes of every replica
+    of every worker: one worker's "stop here" (``training.preemption``)
+    reaches all of them in the all-reduce the step makes anyway.
     """
-    per_replica = strategy.run(steps.train, args=(next(iterator),))
+    train = steps.train if vote is None else (lambda batch: tf.concat([steps.train(batch), [vote]], axis=0))
+    per_replica = strategy.run(train, args=(next(iterator),))
     step_counter.assign_add(1)
     return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)

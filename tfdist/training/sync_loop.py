@@ -11,7 +11,9 @@ a second faster (measured, one CPU).
 from __future__ import annotations
 
 import warnings
+from typing import Callable
 
+import numpy as np
 import tensorflow as tf
 
 from tfdist.training.step import Steps, counted_train_step, stats_size
@@ -68,13 +70,13 @@ class SyncLoop:
         self._train_one_fn = tf.function(self._train_step)
         self._eval_fn = tf.function(self._eval_pass)
 
-    def _train_step(self, iterator):
-        return counted_train_step(self.strategy, self.steps, self.step_counter, iterator)
+    def _train_step(self, iterator, vote):
+        return counted_train_step(self.strategy, self.steps, self.step_counter, iterator, vote=vote)
 
-    def _train_steps(self, iterator, num_steps):
-        total = tf.zeros([self._size], tf.float32)
+    def _train_steps(self, iterator, num_steps, vote):
+        total = tf.zeros([self._size + 1], tf.float32)
         for _ in tf.range(num_steps):
-            total += self._train_step(iterator)
+            total += self._train_step(iterator, vote)
         return total
 
     def _eval_pass(self, dataset):
@@ -87,11 +89,22 @@ class SyncLoop:
             total += self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
         return total
 
-    def train(self, num_steps: int):
-        """Run ``num_steps`` steps; returns the summed stats vector (numpy)."""
+    def train(self, num_steps: int, stop: Callable[[], bool] = lambda: False) -> tuple[np.ndarray, bool]:
+        """Run ``num_steps`` steps; returns their summed stats vector (numpy) and whether to stop after them.
+
+        This task's ``stop()`` is its vote, summed with every replica's and
+        worker's in each step's all-reduce: every task gets the same answer.
+        """
+        vote = tf.constant(1.0 if stop() else 0.0, tf.float32)
         if num_steps == 1:
-            return self._train_one_fn(self._train_iterator).numpy()
-        return self._train_fn(self._train_iterator, tf.constant(num_steps, tf.int64)).numpy()
+            total = self._train_one_fn(self._train_iterator, vote).numpy()
+        else:
+            total = self._train_fn(self._train_iterator, tf.constant(num_steps, tf.int64), vote).numpy()
+        return total[:-1], bool(total[-1] > 0)
+
+    def step(self) -> int:
+        """The step counter's value."""
+        return int(self.step_counter.numpy())
 
     def evaluate(self):
         """One pass over the eval split; returns the summed stats vector (numpy)."""

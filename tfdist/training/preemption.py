@@ -1,0 +1,100 @@
+"""Preemption: SIGTERM or SIGUSR1 to a training task saves the step reached and ends it with status 42.
+
+Schedulers preempt with a signal and a grace period: Kubernetes sends SIGTERM
+and SIGKILL 30 s later (``terminationGracePeriodSeconds``), Slurm sends the
+signal of ``--signal`` (USR1 in ``configs/slurm/train.sbatch``) before the
+time limit, and ``tfdist.launch`` forwards its own SIGTERM to every task.
+``Preemption`` turns either signal into a request that the controller reads
+after each chunk of steps:
+
+- before the training loop starts, a signal ends the task at once with
+  ``Preempted`` (status 42): nothing was trained since the checkpoint it
+  would restore;
+- inside the loop (``deferred``), the signal is only remembered. The next
+  chunk carries this task's vote: the synchronous loop adds it to the stats
+  vector that every step already sums over replicas and workers, so every
+  worker of a ``multi_worker_mirrored`` cluster learns of one worker's
+  signal in the same all-reduce, at the same step, without a collective of
+  its own. They all save the checkpoint of that step and exit 42. Under a
+  coordinator the chief alone decides and stops waiting for its closures.
+
+TensorFlow's ``PreemptionCheckpointHandler`` is not used: it covers
+``MultiWorkerMirroredStrategy`` only, saves with a ``CheckpointManager`` of
+its own outside tfdist's run directory, and wraps each step's function
+(``handler.run(fn)``), where tfdist runs several steps per call. Its SIGTERM
+hook (the coordination service's C++ notifier, installed when the strategy
+is made) is replaced by the handler here once the loop starts.
+
+Handlers can only be installed from the main thread; in another thread (a
+notebook's worker thread) signals keep their default action.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+from tfdist.errors import Preempted
+
+#: The signals that mean "preempted": TERM from Kubernetes, launchers and ``scancel``; USR1 from ``sbatch --signal``.
+SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+
+def signal_name(signum: int) -> str:
+    """``"SIGTERM"`` for 15."""
+    return signal.Signals(signum).name
+
+
+class Preemption:
+    """The preemption signals of this process, while a run is on (a context manager).
+
+    Args:
+        where: this task's name, for messages (``"worker:1"``, ``"local"``).
+    """
+
+    def __init__(self, where: str = "local"):
+        self.where = where
+        self.received: int | None = None
+        self._deferred = False
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> "Preemption":
+        self._install()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous = {}
+
+    def _install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum in SIGNALS:
+            previous = signal.signal(signum, self._handle)
+            self._previous.setdefault(signum, previous)
+
+    def _handle(self, signum, frame) -> None:
+        self.received = signum
+        if not self._deferred:
+            raise Preempted(
+                f"Preempted: {self.where} received {signal_name(signum)} before its first step, so nothing was "
+                "trained since the checkpoint it would resume from. Run the same command again to resume."
+            )
+
+    def deferred(self) -> "Preemption":
+        """From now on a signal is only remembered (``requested``); installed again, as TensorFlow may have replaced it."""
+        self._deferred = True
+        self._install()
+        return self
+
+    @property
+    def requested(self) -> bool:
+        """Whether this process received a preemption signal."""
+        return self.received is not None
+
+    def reason(self) -> str:
+        """What asked this task to stop, for the exit line."""
+        if self.received is not None:
+            return f"{self.where} received {signal_name(self.received)}"
+        return f"another task of the cluster received SIGTERM or SIGUSR1 (this is {self.where})"
