@@ -84,6 +84,8 @@ def test_unknown_experiment_name_lists_known_ones():
         ({"task": "worker:0"}, r"Missing `--cluster`"),
         ({"dropout": 1.5}, r"dropout=1.5"),
         ({"bogus": 1}, r"Unknown setting.*'bogus'"),
+        ({"ps_shards": 2}, r"`--ps_shards`: variable partitioning does not work with Keras 3.*Received: ps_shards=2\."),
+        ({"ps_shards": -1}, r"ps_shards=-1\. Expected a number >= 0"),
     ],
 )
 def test_bad_values(overrides, match):
@@ -93,3 +95,9 @@ def test_bad_values(overrides, match):
 
 def test_deterministic_turns_augmentation_off():
     assert config_lib.build_config(overrides={"deterministic": True}).data.augment is False
+
+
+def test_ps_shards_zero_and_one_keep_whole_variables():
+    for ps_shards in (0, 1):
+        built = config_lib.build_config(overrides={"strategy": "parameter_server", "ps_shards": ps_shards})
+        assert built.runtime.ps_shards == ps_shards

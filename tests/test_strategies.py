@@ -71,13 +71,13 @@ os.environ["GRPC_FAIL_FAST"] = "use_caller"
 import tensorflow as tf
 from tfdist.cluster.local import in_process_cluster
 from tfdist.strategies import make_strategy
-resolver = in_process_cluster(num_workers=2, num_ps=1)
-s = make_strategy("parameter_server", cluster_resolver=resolver, ps_shards=2, ps_min_shard_bytes=4)
+resolver = in_process_cluster(num_workers=2, num_ps=2)
+s = make_strategy("parameter_server", cluster_resolver=resolver, ps_shards=1)
 with s.scope():
     v = tf.Variable(tf.zeros([64]))
     w = tf.Variable(1.0)
 print(json.dumps({"replicas": s.num_replicas_in_sync, "workers": s.extended._num_workers,
-                  "w_device": w.device, "shards": len(getattr(v, "variables", [v]))}))
+                  "devices": [v.device, w.device], "sharded": hasattr(v, "variables")}))
 """
 
 
@@ -86,8 +86,20 @@ def test_parameter_server_builds_over_real_servers(python):
     assert result.returncode == 0, result.stderr[-2000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["workers"] == 2
-    assert "/job:ps" in report["w_device"]
-    assert report["shards"] == 2  # the variable partitioner split the 64-float variable
+    # whole variables (no partitioner), placed round-robin: one on each ps task
+    assert [d.split("/device:")[0] for d in report["devices"]] == ["/job:ps/replica:0/task:0", "/job:ps/replica:0/task:1"]
+    assert report["sharded"] is False
+
+
+@pytest.mark.parametrize("ps_shards", [2, 8])
+def test_variable_partitioning_is_refused_before_the_strategy_is_built(ps_shards):
+    """Keras 3 variables cannot wrap a ShardedVariable: ps_shards > 1 is one line, before any device is set up."""
+    with pytest.raises(UserError, match=rf"`--ps_shards`: variable partitioning does not work with Keras 3 .*"
+                                        rf"Received: ps_shards={ps_shards}\. Expected 0 or 1") as info:
+        strategies.make_strategy("parameter_server", ps_shards=ps_shards)  # no cluster needed: refused first
+    assert "\n" not in str(info.value)
+    strategies.check_ps_shards(0)
+    strategies.check_ps_shards(1)
 
 
 def test_parameter_server_refuses_a_cluster_without_ps():

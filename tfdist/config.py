@@ -72,7 +72,7 @@ class RuntimeConfig:
     bytes_per_pack: int = 0  # gradient packing for all-reduce; 0: TensorFlow's default
     collective_timeout: float = 0.0  # seconds; 0: no timeout
     connect_timeout: float = 120.0  # seconds to wait for cluster peers
-    ps_shards: int = 0  # variable partitioner: max shards per variable; 0: no partitioning
+    ps_shards: int = 0  # 0 or 1: whole variables (Keras 3 cannot train partitioned ones: strategies.check_ps_shards)
     ps_min_shard_bytes: int = 256 << 10
 
 
@@ -262,6 +262,7 @@ def validate(config: Config) -> Config:
         ("log_every", 1), ("checkpoint_every", 1),
     ):
         _at_least(name, getattr(getattr(config, FIELD_SECTION[name]), name), low)
+    strategies.check_ps_shards(rt.ps_shards)
     if not (0 <= model.dropout < 1):
         raise UserError(f"Invalid value for `--dropout`. Received: dropout={model.dropout!r}. Expected 0 <= dropout < 1.")
     if not (train.learning_rate > 0 and math.isfinite(train.learning_rate)):

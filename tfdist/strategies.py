@@ -26,6 +26,9 @@ from tfdist.cluster.spec import TASK_TYPES, ClusterSpec, source_name
 from tfdist.cluster.task import Task
 from tfdist.errors import UserError
 
+#: The ``ps_shards`` values that work: 0 and 1, whole variables (see ``check_ps_shards``).
+PS_SHARDS_SUPPORTED = (0, 1)
+
 #: Closures the parameter-server chief schedules before it waits for them (``steps_per_loop`` 0).
 #: With one closure per wait only one worker is ever busy; 16 keeps several busy
 #: and still reports every ``log_every`` (16) steps.
@@ -250,7 +253,33 @@ def _multi_worker_mirrored(
     return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=cluster_resolver, communication_options=options)
 
 
-def _parameter_server(*, cluster_resolver=None, ps_shards: int = 0, ps_min_shard_bytes: int = 256 << 10, **_: Any):
+def check_ps_shards(ps_shards: int) -> None:
+    """Refuse variable partitioning (``ps_shards`` > 1): Keras 3 cannot train partitioned variables.
+
+    With a variable partitioner, ``ParameterServerStrategy`` makes each large
+    variable a ``ShardedVariable``, and a Keras 3 variable wraps it whole:
+    ``tape.gradient`` asks the Keras variable for its ``handle``, which a
+    ``ShardedVariable`` does not have ("'ShardedVariable' object has no
+    attribute 'handle'"), and taking the gradients per shard instead fails in
+    the Keras optimizer's update ("ShardedVariable doesn't support being used
+    as a reference", measured on TF 2.21 + Keras 3.15). Without a partitioner
+    the strategy still spreads whole variables over every ps task
+    (round-robin), so several ps tasks share the load.
+
+    Called by ``config.validate`` and ``make_strategy``, before TensorFlow starts.
+
+    Raises:
+        UserError: ``ps_shards`` is not 0 or 1.
+    """
+    if ps_shards not in PS_SHARDS_SUPPORTED:
+        raise UserError(
+            f"Invalid value for `--ps_shards`: variable partitioning does not work with Keras 3 (its variables "
+            f"cannot wrap TensorFlow's ShardedVariable). Received: ps_shards={ps_shards!r}. Expected 0 or 1: "
+            f"whole variables, which parameter_server spreads over all its ps tasks."
+        )
+
+
+def _parameter_server(*, cluster_resolver=None, **_: Any):
     import tensorflow as tf
 
     if cluster_resolver is None:
@@ -260,12 +289,8 @@ def _parameter_server(*, cluster_resolver=None, ps_shards: int = 0, ps_min_shard
             "Invalid cluster for strategy=parameter_server. Received a cluster without `ps` tasks. "
             "Expected --cluster FILE (or TF_CONFIG) with at least one ps, one worker and a chief."
         )
-    partitioner = None
-    if ps_shards > 1:
-        partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
-            min_shard_bytes=ps_min_shard_bytes, max_shards=ps_shards
-        )
-    return tf.distribute.ParameterServerStrategy(cluster_resolver, variable_partitioner=partitioner)
+    # No variable partitioner (check_ps_shards): the strategy places whole variables on the ps tasks round-robin.
+    return tf.distribute.ParameterServerStrategy(cluster_resolver)
 
 
 _TRAITS = {
@@ -334,15 +359,17 @@ def make_strategy(
         None reads TF_CONFIG.
       communication, bytes_per_pack, collective_timeout: multi-worker
         all-reduce options (see ``communication_options``).
-      ps_shards, ps_min_shard_bytes: variable partitioning for
-        ``parameter_server`` (``MinSizePartitioner``); ps_shards <= 1 disables it.
+      ps_shards: 0 or 1 (whole variables); more is refused (``check_ps_shards``).
+      ps_min_shard_bytes: accepted for configs that set it; it has no effect
+        without partitioning.
 
     Raises:
-      UserError: unknown name, or devices that cannot be set up.
+      UserError: unknown name, ``ps_shards`` > 1, or devices that cannot be set up.
     """
     key = str(name).strip().lower()
     if key not in _TRAITS:
         raise UserError(f"Invalid value for `strategy`. Received: strategy={name!r}. Expected one of: {', '.join(NAMES)}.")
+    check_ps_shards(ps_shards)  # before any device is set up
     cpu_devices = cpu_devices or default_cpu_devices(key)
     if _TRAITS[key].local_devices:
         setup_host(cpu_devices=cpu_devices)
@@ -352,8 +379,6 @@ def make_strategy(
         communication=communication,
         bytes_per_pack=bytes_per_pack,
         collective_timeout=collective_timeout,
-        ps_shards=ps_shards,
-        ps_min_shard_bytes=ps_min_shard_bytes,
     )
 
 
