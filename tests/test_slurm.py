@@ -24,7 +24,8 @@ import pytest
 from test_tfconfig import assert_user_error
 from tfdist import cluster, config
 from tfdist.cluster import slurm
-from tfdist.errors import UserError
+from tfdist.errors import (DIVERGED_EXIT_CODE, DONE_EXIT_CODE, PEER_LOST_EXIT_CODE, PREEMPTED_EXIT_CODE,
+                           USAGE_EXIT_CODE, UserError)
 
 REPO = Path(__file__).resolve().parent.parent
 SBATCH = REPO / "configs" / "slurm" / "train.sbatch"
@@ -308,7 +309,7 @@ def test_tfconfig_prints_every_tasks_tf_config(bin_dir):
 
 # --------------------------------------------------------------------------- the sbatch script
 
-FAKE_SRUN = r'''
+FAKE_SRUN = r"""
 import json, os, pathlib, sys
 args = sys.argv[1:]
 with open(os.environ["SRUN_LOG"], "a") as log:
@@ -319,37 +320,69 @@ if "tfdist.train" in args:
         model_dir.mkdir(parents=True, exist_ok=True)
         (model_dir / "summary.json").write_text("{}")
     sys.exit(int(os.environ.get("FAKE_TRAIN_STATUS", "0")))
-'''
+"""
+
+# The batch script's scontrol: records `scontrol requeue JOBID` (what Slurm would requeue) and answers
+# FAKE_SCONTROL_STATUS (e.g. 1: the job cannot be requeued, as when Slurm already requeues it).
+FAKE_SCONTROL_REQUEUE = r"""
+import json, os, sys
+with open(os.environ["SCONTROL_LOG"], "a") as log:
+    log.write(json.dumps(sys.argv[1:]) + "\n")
+if sys.argv[1:2] != ["requeue"] or len(sys.argv) != 3:
+    sys.exit("scontrol: error: this stand-in only knows `requeue JOBID`")
+sys.exit(int(os.environ.get("FAKE_SCONTROL_STATUS", "0")))
+"""
 
 
-def run_sbatch(tmp_path: Path, *args: str, **env: str) -> tuple[int, list[list[str]]]:
-    """Run train.sbatch as sbatch would on the batch node, with a stand-in srun; (status, srun argvs)."""
+@dataclasses.dataclass(frozen=True)
+class SbatchRun:
+    """What one run of train.sbatch did: its status, each srun's and scontrol's arguments, its stderr."""
+
+    status: int
+    srun: list[list[str]]
+    scontrol: list[list[str]]
+    stderr: str
+
+
+def _calls(log: Path) -> list[list[str]]:
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def run_sbatch(tmp_path: Path, *args: str, **env: str) -> SbatchRun:
+    """Run train.sbatch as sbatch would on the batch node, with a stand-in srun and scontrol.
+
+    ``python`` on the stand-ins' PATH is this interpreter (the script reads
+    the preempted status from ``tfdist.errors`` with it).
+    """
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
-    srun = bin_dir / "srun"
-    srun.write_text(f"#!{sys.executable}\n{FAKE_SRUN}")
-    srun.chmod(0o755)
-    log = tmp_path / "srun.log"
-    log.unlink(missing_ok=True)
+    for name, code in (("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL_REQUEUE)):
+        (bin_dir / name).write_text(f"#!{sys.executable}\n{code}")
+        (bin_dir / name).chmod(0o755)
+    (bin_dir / "python").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')  # a symlink would lose the venv
+    (bin_dir / "python").chmod(0o755)
+    logs = {name: tmp_path / f"{name}.log" for name in ("srun", "scontrol")}
+    for log in logs.values():
+        log.unlink(missing_ok=True)
     full_env = {
-        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "SRUN_LOG": str(log),
-        "SLURM_JOB_ID": "77", "SLURM_NTASKS": "2", **env,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "SRUN_LOG": str(logs["srun"]),
+        "SCONTROL_LOG": str(logs["scontrol"]), "SLURM_JOB_ID": "77", "SLURM_NTASKS": "2", **env,
     }
     proc = subprocess.run(["bash", str(SBATCH), *args], cwd=tmp_path, env=full_env, capture_output=True,
                           text=True, timeout=60)
-    calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
-    return proc.returncode, calls
+    return SbatchRun(proc.returncode, _calls(logs["srun"]), _calls(logs["scontrol"]), proc.stderr)
 
 
 def test_sbatch_script_runs_tfconfig_then_train(tmp_path):
-    status, calls = run_sbatch(tmp_path, "--config", "quick", "--epochs", "2")
-    assert status == 0
-    assert calls == [
+    run = run_sbatch(tmp_path, "--config", "quick", "--epochs", "2")
+    assert run.status == 0, run.stderr
+    assert run.srun == [
         ["--label", "--kill-on-bad-exit=1", "python", "-m", "tfdist.tfconfig", "--cluster", "slurm",
          "--slurm_tasks", "worker=2", "--strategy", "multi_worker_mirrored"],
         ["--kill-on-bad-exit=1", "python", "-m", "tfdist.train", "--cluster", "slurm", "--slurm_tasks", "worker=2",
          "--strategy", "multi_worker_mirrored", "--model_dir", "runs/slurm-77", "--config", "quick", "--epochs", "2"],
     ]
+    assert run.scontrol == []  # nothing to requeue
     text = SBATCH.read_text()
     assert "#SBATCH --nodes=2" in text and "#SBATCH --ntasks=2" in text
 
@@ -357,14 +390,60 @@ def test_sbatch_script_runs_tfconfig_then_train(tmp_path):
 def test_sbatch_script_parameter_server_status_is_the_chiefs(tmp_path):
     ps = {"TFDIST_STRATEGY": "parameter_server", "TFDIST_TASKS": "chief=1,worker=2,ps=1", "SLURM_NTASKS": "4",
           "TFDIST_MODEL_DIR": str(tmp_path / "run"), "FAKE_TRAIN_STATUS": "143"}
-    status, calls = run_sbatch(tmp_path, **ps)  # the chief never finished: srun's failure stands
-    assert status == 143
-    assert calls[1][:2] == ["--kill-on-bad-exit=1", "--wait=60"]
-    assert calls[1][calls[1].index("--slurm_tasks") + 1] == "chief=1,worker=2,ps=1"
-    status, _ = run_sbatch(tmp_path, **ps, FAKE_SUMMARY="1")  # the chief wrote its summary: success
-    assert status == 0
-    status, _ = run_sbatch(tmp_path, **{**ps, "TFDIST_STRATEGY": "multi_worker_mirrored"}, FAKE_SUMMARY="1")
-    assert status == 143  # other strategies: every task ends by itself, so srun's status is the job's
+    run = run_sbatch(tmp_path, **ps)  # the chief never finished: srun's failure stands
+    assert run.status == 143
+    assert run.srun[1][:2] == ["--kill-on-bad-exit=1", "--wait=60"]
+    assert run.srun[1][run.srun[1].index("--slurm_tasks") + 1] == "chief=1,worker=2,ps=1"
+    assert run_sbatch(tmp_path, **ps, FAKE_SUMMARY="1").status == 0  # the chief wrote its summary: success
+    run = run_sbatch(tmp_path, **{**ps, "TFDIST_STRATEGY": "multi_worker_mirrored"}, FAKE_SUMMARY="1")
+    assert run.status == 143  # other strategies: every task ends by itself, so srun's status is the job's
+    assert run.scontrol == []  # 143 (killed by SIGTERM, no checkpoint promised) is not a preemption
+
+
+def sbatch_directives() -> list[str]:
+    """The ``#SBATCH`` options of the script, as sbatch reads them (up to the first command)."""
+    directives = []
+    for line in SBATCH.read_text().splitlines()[1:]:
+        if line.startswith("#SBATCH "):
+            directives.append(line[len("#SBATCH "):].strip())
+        elif line.strip() and not line.startswith("#"):
+            break  # sbatch stops reading directives at the first command
+    return directives
+
+
+def test_sbatch_script_asks_for_the_warning_signal_and_requeue():
+    """README: SIGUSR1 90 s before the time limit to every task of the steps (not `B:`, the batch shell only),
+    requeue allowed, one log file over the starts; the preempted status is read from tfdist.errors."""
+    directives = sbatch_directives()
+    (signal,) = [d for d in directives if d.startswith("--signal=")]
+    assert signal == "--signal=USR1@90"  # no B: (batch shell only) or R: prefix: the srun tasks get it
+    assert "--requeue" in directives and "--open-mode=append" in directives
+    commands = [line for line in SBATCH.read_text().splitlines() if not line.lstrip().startswith("#")]
+    assert not [line for line in commands if str(PREEMPTED_EXIT_CODE) in line]  # no copy of the status
+    assert "from tfdist.errors import PREEMPTED_EXIT_CODE" in "\n".join(commands)
+
+
+@pytest.mark.parametrize("strategy, tasks", [("multi_worker_mirrored", "worker=2"),
+                                             ("parameter_server", "chief=1,worker=2,ps=1")])
+def test_sbatch_script_requeues_the_job_when_the_step_was_preempted(tmp_path, strategy, tasks):
+    run = run_sbatch(tmp_path, "--config", "quick", TFDIST_STRATEGY=strategy, TFDIST_TASKS=tasks,
+                     TFDIST_MODEL_DIR=str(tmp_path / "run"), FAKE_TRAIN_STATUS=str(PREEMPTED_EXIT_CODE))
+    assert run.status == PREEMPTED_EXIT_CODE, run.stderr
+    assert run.scontrol == [["requeue", "77"]]  # this job, once, after the training step
+    assert len(run.srun) == 2 and "requeueing job 77" in run.stderr
+
+
+@pytest.mark.parametrize("status", [DONE_EXIT_CODE, USAGE_EXIT_CODE, DIVERGED_EXIT_CODE, PEER_LOST_EXIT_CODE, 1, 137])
+def test_sbatch_script_does_not_requeue_other_statuses(tmp_path, status):
+    run = run_sbatch(tmp_path, FAKE_TRAIN_STATUS=str(status), TFDIST_MODEL_DIR=str(tmp_path / "run"))
+    assert run.status == status and run.scontrol == []
+
+
+def test_sbatch_script_still_ends_with_42_when_the_requeue_is_refused(tmp_path):
+    run = run_sbatch(tmp_path, FAKE_TRAIN_STATUS=str(PREEMPTED_EXIT_CODE), FAKE_SCONTROL_STATUS="1",
+                     TFDIST_MODEL_DIR=str(tmp_path / "run"))
+    assert run.status == PREEMPTED_EXIT_CODE and run.scontrol == [["requeue", "77"]]
+    assert "scontrol requeue 77 failed; submit the same job again to resume" in run.stderr
 
 
 @pytest.mark.parametrize(

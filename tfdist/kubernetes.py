@@ -16,26 +16,26 @@ pod is replaced. Each task gets its own Job rather than a bare Pod: a Job
 replaces a pod whose node fails or which is evicted (a bare pod is gone for
 good), keeps a record of success or failure, and its pod keeps the same DNS
 name. The Service publishes pods before they are ready, since the tasks must
-find each other while they start. Restarts: ``restartPolicy: Never`` with a
-``backoffLimit``, and a ``podFailurePolicy`` that fails the Job at once on
-tfdist's own verdicts (exit 2, a user error; exit 3, a diverged loss: a new
-pod would fail the same way) and does not count evictions and preemptions
-against the limit. Under ``parameter_server`` the ps and worker tasks serve
-until they are stopped: when the chief's Job has completed, delete the run
-with ``kubectl delete -f`` (or by the label ``app.kubernetes.io/instance``).
+find each other while they start. Restarts: ``restartPolicy: Never``, a
+``backoffLimit``, a ``podFailurePolicy`` (``pod_failure_rules``) and
+``TERMINATION_GRACE_SECONDS`` for a pod being stopped to save a checkpoint.
+Under ``parameter_server`` the ps and worker tasks serve until they are
+stopped: when the chief's Job has completed, delete the run with ``kubectl
+delete -f`` (or by the label ``app.kubernetes.io/instance``).
 
 **TFJob** (``--emit tfjob``, ``kubeflow.org/v1``, the Kubeflow training
 operator). The operator creates the pods, their Services and their TF_CONFIG
 itself (hosts ``<name>-<type>-<i>.<namespace>.svc``), so the manifest only
 says how many replicas of each type, the container (command, arguments,
 resources, the port named ``tfjob-port`` that the operator puts in
-TF_CONFIG) and the restart policy ``ExitCode`` (restart on a signal, not on
-exit 2 or 3). ``cleanPodPolicy: Running`` stops the ps and worker pods when
-the chief has finished.
+TF_CONFIG), the grace period and the restart policy ``ExitCode``: a pod is
+recreated after a status of 128 or more only, so ``TFJOB_WRAPPER`` turns 42
+into one. ``cleanPodPolicy: Running`` stops the ps and worker pods when the
+chief has finished.
 
-Both run the same container, ``python -m tfdist.train --strategy S`` plus the
-extra arguments, with ``--cpu``/``--memory`` requested (memory also the
-limit) and ``--gpus`` GPUs (``nvidia.com/gpu``) for every task but ps.
+Both run ``python -m tfdist.train --strategy S`` plus the extra arguments,
+with ``--cpu`` and ``--memory`` requested (memory also the limit) and
+``--gpus`` GPUs (``nvidia.com/gpu``) for every task but ps.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from typing import Any, Sequence
 import yaml
 
 from tfdist import cluster, strategies
-from tfdist.errors import PERMANENT_EXIT_CODES, UserError
+from tfdist.errors import PERMANENT_EXIT_CODES, PREEMPTED_EXIT_CODE, UserError
 
 #: ``--emit`` values.
 EMITS = ("kubernetes", "tfjob")
@@ -60,6 +60,37 @@ TFJOB_PORT_NAME = "tfjob-port"
 
 #: Pods a task's Job may start before it fails (evictions and preemptions not counted).
 BACKOFF_LIMIT = 3
+
+#: Seconds from SIGTERM to SIGKILL for a pod stopped (evicted, preempted, deleted): a training task's time to
+#: save the step reached and exit 42. Kubernetes' 30 s is short to finish a step and write a model to shared storage.
+TERMINATION_GRACE_SECONDS = 90
+
+#: The TFJob container's status when ``tfdist.train`` exited 42. The operator's ``ExitCode`` policy retries 128
+#: and above (only 130, 137, 138 and 143 in older versions, 138 = 128 + SIGUSR1 being its "user-defined
+#: retryable error"); any status under 128, 42 included, fails the TFJob for good.
+TFJOB_PREEMPTED_EXIT_CODE = 138
+
+#: The TFJob container's first process (``python -c TFJOB_WRAPPER python -m tfdist.train ARGS``), the one the
+#: kubelet signals: it runs its arguments, passes SIGTERM, SIGINT and SIGUSR1 on to them and exits with their
+#: status, 42 made ``TFJOB_PREEMPTED_EXIT_CODE`` and death by signal N 128 + N (as a shell says).
+TFJOB_WRAPPER = f"""\
+import signal, subprocess, sys
+child, pending = None, []
+def forward(signum, frame):
+    if child is None:
+        pending.append(signum)
+    else:
+        child.send_signal(signum)
+for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+    signal.signal(signum, forward)
+child = subprocess.Popen(sys.argv[1:])
+for signum in pending:
+    child.send_signal(signum)
+status = child.wait()
+sys.exit({TFJOB_PREEMPTED_EXIT_CODE} if status == {PREEMPTED_EXIT_CODE} else 128 - status if status < 0 else status)
+"""
+
+TRAIN_COMMAND = ("python", "-m", "tfdist.train")  #: every task's command (its arguments: the container's ``args``)
 
 #: Default resources of every task.
 DEFAULT_CPU = "2"
@@ -212,16 +243,17 @@ class Deployment:
         strategies.check_strategy(spec, self.strategy_for(spec))
 
     def container(
-        self, spec: cluster.ClusterSpec, task_type: str, port: int, port_name: str, env: Sequence[dict[str, str]] = ()
+        self, spec: cluster.ClusterSpec, task_type: str, port: int, port_name: str, env: Sequence[dict[str, str]] = (),
+        command: Sequence[str] = TRAIN_COMMAND,
     ) -> dict[str, Any]:
-        """The one container of a task of ``task_type``: the train command, its port and its resources."""
+        """The one container of a task of ``task_type``: ``command`` (the train CLI), its port and its resources."""
         limits = {"memory": self.memory}
         if self.gpus and task_type != "ps":  # ps tasks only hold variables
             limits[GPU_RESOURCE] = str(self.gpus)
         container = {
             "name": CONTAINER,
             "image": self.image,
-            "command": ["python", "-m", "tfdist.train"],
+            "command": list(command),
             "args": ["--strategy", self.strategy_for(spec), *self.train_args],
             "ports": [{"name": port_name, "containerPort": port, "protocol": "TCP"}],
             "resources": {"requests": {"cpu": self.cpu, "memory": self.memory}, "limits": limits},
@@ -235,6 +267,21 @@ def default_strategy(spec: cluster.ClusterSpec) -> str:
     """The strategy of a cluster when ``--strategy`` is not given: parameter_server with ps tasks, else
     multi_worker_mirrored (the only two that run on more than one task)."""
     return "parameter_server" if spec.count("ps") else "multi_worker_mirrored"
+
+
+def pod_failure_rules() -> list[dict[str, Any]]:
+    """A Job's ``podFailurePolicy`` rules (Kubernetes >= 1.26); the first that matches a failed pod decides.
+
+    Exit 2 or 3 fails the Job at once (a user error or a diverged loss would end a new pod the same way); 42
+    (preempted: a checkpoint was saved) and an eviction (``DisruptionTarget``) start a new pod, not counted
+    against ``backoffLimit`` as any other failure is. Exit codes ascending, as the API server wants.
+    """
+    exits = {"containerName": CONTAINER, "operator": "In"}
+    return [
+        {"action": "FailJob", "onExitCodes": {**exits, "values": sorted(PERMANENT_EXIT_CODES)}},
+        {"action": "Ignore", "onExitCodes": {**exits, "values": [PREEMPTED_EXIT_CODE]}},
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+    ]
 
 
 def manifests(spec: cluster.ClusterSpec, deployment: Deployment) -> list[dict[str, Any]]:
@@ -281,23 +328,14 @@ def manifests(spec: cluster.ClusterSpec, deployment: Deployment) -> list[dict[st
             "metadata": _metadata(hostname, namespace, labels),
             "spec": {
                 "backoffLimit": BACKOFF_LIMIT,
-                "podFailurePolicy": {
-                    "rules": [
-                        {
-                            "action": "FailJob",
-                            "onExitCodes": {
-                                "containerName": CONTAINER, "operator": "In", "values": list(PERMANENT_EXIT_CODES),
-                            },
-                        },
-                        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
-                    ]
-                },
+                "podFailurePolicy": {"rules": pod_failure_rules()},
                 "template": {
                     "metadata": {"labels": labels},
                     "spec": {
                         "hostname": hostname,
                         "subdomain": name,
-                        "restartPolicy": "Never",
+                        "restartPolicy": "Never",  # podFailurePolicy requires it
+                        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
                         "containers": [container],
                     },
                 },
@@ -319,13 +357,16 @@ def tfjob(spec: cluster.ClusterSpec, deployment: Deployment) -> dict[str, Any]:
     deployment.check(spec)
     replica_specs = {}
     for task_type, addresses in spec.tasks.items():
-        container = deployment.container(spec, task_type, cluster.split_address(addresses[0])[1], TFJOB_PORT_NAME)
+        container = deployment.container(
+            spec, task_type, cluster.split_address(addresses[0])[1], TFJOB_PORT_NAME,
+            command=("python", "-c", TFJOB_WRAPPER, *TRAIN_COMMAND),  # 42 -> a status the operator retries
+        )
         replica_specs[TFJOB_REPLICA_TYPES[task_type]] = {
             "replicas": len(addresses),
-            "restartPolicy": "ExitCode",
+            "restartPolicy": "ExitCode",  # the operator sets the pods' own restartPolicy to Never
             "template": {
                 "metadata": {"labels": _run_labels(deployment.name)},
-                "spec": {"containers": [container]},
+                "spec": {"terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS, "containers": [container]},
             },
         }
     return {
@@ -340,11 +381,18 @@ def tfjob(spec: cluster.ClusterSpec, deployment: Deployment) -> dict[str, Any]:
 
 
 class _PlainDumper(yaml.SafeDumper):
-    """A safe YAML dumper that writes a value used twice (e.g. labels) twice, not as an anchor and alias."""
+    """A safe YAML dumper: a value used twice (e.g. labels) written twice, not as an anchor and alias."""
 
     def ignore_aliases(self, data: Any) -> bool:
         """Never alias: manifests stay readable and each document stands alone."""
         return True
+
+    def represent_str(self, data: str) -> yaml.ScalarNode:
+        """Text of several lines (``TFJOB_WRAPPER``) as a literal block (``|``), as it reads as code."""
+        return self.represent_scalar("tag:yaml.org,2002:str", data, style="|" if "\n" in data else None)
+
+
+_PlainDumper.add_representer(str, _PlainDumper.represent_str)
 
 
 def to_yaml(documents: Sequence[dict[str, Any]]) -> str:
