@@ -1,33 +1,40 @@
-"""``python -m tfdist.launch``: environments, addresses, prefixes, exit status, stopping and restarts.
+"""``python -m tfdist.launch``: environments, addresses, prefixes, exit status, stopping, signals and restarts.
 
 The pure parts (``child_env``, ``localize``, ``stops_cluster``) are checked
 in-process; everything else runs the real CLI over small Python tasks (no
 TensorFlow, so each test takes seconds), ordered by handshakes, never by
 sleeps: a task waits until others are up (a file each writes) or gone (reaped
-by the launcher). Then real ``tfdist.train`` tasks: a diverged run is not
-restarted, Ctrl-C leaves no process behind, a port taken before a task binds
-it is retried on new ports; and a plain TensorFlow multi-worker script,
-written without tfdist, runs unchanged.
+by the launcher). Preemption uses tasks that record each SIGTERM in a file
+and exit 42 as tfdist.train does (or ignore it): a preempted launcher
+forwards it and exits 42, a task preempted alone is restarted like a failure,
+and the tasks die with a launcher killed with SIGKILL. Then real
+``tfdist.train`` tasks: a diverged run is not restarted, Ctrl-C leaves no
+process behind, a port taken before a task binds it is retried on new ports;
+and a plain TensorFlow multi-worker script, written without tfdist, runs
+unchanged.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
+import subprocess
 import sys
 import time
 
 import pytest
+from absl import flags
 
 from cluster_runs import (
-    MWM, REPO, SHORT, Processes, assert_none_left, descendants, ephemeral_low, every_started_pid, launcher,
-    loopback_cluster, train_command, worker_port_range,
+    MWM, REPO, SHORT, Processes, alive, assert_none_left, descendants, ephemeral_low, every_started_pid, launcher,
+    loopback_cluster, started_pids, train_command, worker_port_range,
 )
 from tfdist import cluster as cluster_lib
-from tfdist import launch
+from tfdist import launch, processes
 from tfdist.cluster.network import PORT_RANGE_ENV, port_range
-from tfdist.errors import UserError
+from tfdist.errors import PREEMPTED_EXIT_CODE, UserError
 
 SPEC = cluster_lib.parse_cluster_spec(
     {"chief": "127.0.0.1:2222", "worker": ["127.0.0.1:2223", "127.0.0.1:2224"], "ps": ["localhost:2225"]},
@@ -108,12 +115,12 @@ def recorded_pids(tmp_path) -> list[int]:
 
 def test_child_env_is_the_base_environment_plus_the_tasks_tf_config():
     base = {"PATH": "/usr/bin", "TF_CONFIG": "stale", "KEEP": "1"}
-    env = launch.child_env(base, cluster_lib.Task(spec=SPEC, type="worker", index=1))
+    env = processes.child_env(base, cluster_lib.Task(spec=SPEC, type="worker", index=1))
     assert json.loads(env["TF_CONFIG"]) == {"cluster": SPEC.as_dict(), "task": {"type": "worker", "index": 1}}
     assert env["KEEP"] == "1" and env["PATH"] == "/usr/bin" and env["PYTHONUNBUFFERED"] == "1"
     assert base["TF_CONFIG"] == "stale"  # the input is not changed
     with pytest.raises(UserError, match="worker:5"):
-        launch.child_env(base, cluster_lib.Task(spec=SPEC, type="worker", index=5))
+        processes.child_env(base, cluster_lib.Task(spec=SPEC, type="worker", index=5))
 
 
 def test_localize_gives_every_task_its_own_free_port_on_127_0_0_1():
@@ -131,7 +138,7 @@ def test_which_failures_stop_the_cluster():
     assert launch.stops_cluster(mwm, "worker") and not launch.stops_cluster(mwm, "evaluator")
     assert not launch.stops_cluster(SPEC, "worker")  # the coordinator reschedules a lost worker's steps
     assert launch.stops_cluster(SPEC, "ps") and launch.stops_cluster(SPEC, "chief")
-    assert launch.exit_status(-9) == 137 and launch.exit_status(3) == 3
+    assert processes.exit_status(-9) == 137 and processes.exit_status(3) == 3
 
 
 def test_every_line_is_prefixed_and_the_status_is_the_chiefs(tmp_path):
@@ -177,8 +184,8 @@ def test_sigterm_to_the_launcher_stops_every_task_and_grandchild(tmp_path):
         proc = procs.start("launch", launcher(cluster, *command))
         proc.wait_for(lambda text: text.count("hello from") == 2, 30, "both tasks up")
         proc.popen.send_signal(signal.SIGTERM)
-        assert proc.wait(30) == 128 + signal.SIGTERM
-    assert "[launch] received SIGTERM; stopping every task" in proc.text()
+        assert proc.wait(30) == PREEMPTED_EXIT_CODE
+    assert "[launch] received SIGTERM: a preemption; stopping every task" in proc.text()
     assert_none_left(recorded_pids(tmp_path))
 
 
@@ -287,6 +294,178 @@ def test_a_plain_tensorflow_multi_worker_script_runs_unchanged(tmp_path):
         finals[name] = json.loads(line.split("final weights ", 1)[1])
     assert finals["worker:0"] == finals["worker:1"]
     assert finals["worker:0"] == pytest.approx([2.0, -3.0, 0.5, 1.0], abs=0.05)
+
+
+# --------------------------------------------------------------------------- preemption and signals
+
+#: A stand-in for a tfdist task that can be preempted: ``python PREEMPTIBLE.py DIR PLAN``. On SIGTERM it appends
+#: ``SIGTERM <start>`` to ``DIR/NAME.signals`` and exits 42 (as tfdist.train does once it has saved its
+#: checkpoint), unless PLAN's "ignore" lists it (it goes on, to be SIGKILLed). Once its handler is in place it
+#: records its pid (``DIR/NAME.pids``), writes ``DIR/NAME.up<start>`` and prints ``NAME up (start N)``; then a
+#: task of PLAN's "self" waits for every task's up file and exits 42 by itself, the others sleep (60 s at most).
+#: From start PLAN["done_from"] on, every task exits 0 at once instead (a resumed run that finishes).
+PREEMPTIBLE = r"""
+import json, os, signal, sys, time
+directory, plan = sys.argv[1], json.loads(sys.argv[2])
+config = json.loads(os.environ["TF_CONFIG"])
+name = f"{config['task']['type']}:{config['task']['index']}"
+with open(os.path.join(directory, f"{name}.starts"), "a") as f:
+    f.write("x")
+start = len(open(os.path.join(directory, f"{name}.starts")).read())
+
+def preempted(signum, frame):
+    with open(os.path.join(directory, f"{name}.signals"), "a") as f:
+        f.write(f"{signal.Signals(signum).name} {start}\n")
+    if name not in plan.get("ignore", []):
+        sys.exit(42)
+
+signal.signal(signal.SIGTERM, preempted)
+with open(os.path.join(directory, f"{name}.pids"), "a") as f:
+    f.write(f"{os.getpid()}\n")
+if start >= plan.get("done_from", 10**9):
+    sys.exit(0)
+open(os.path.join(directory, f"{name}.up{start}"), "w").close()
+print(f"{name} up (start {start})", flush=True)
+everyone = [f"{t}:{i}" for t, addresses in config["cluster"].items() for i in range(len(addresses))]
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline:
+    if name in plan.get("self", []) and all(
+            os.path.exists(os.path.join(directory, f"{other}.up{start}")) for other in everyone):
+        sys.exit(42)
+    time.sleep(0.05)
+sys.exit(99)
+"""
+
+
+def start_preemptible(procs, tmp_path, cluster, plan, *options):
+    """Start the launcher over PREEMPTIBLE with ``plan`` (``options`` come after cluster_runs' --grace_seconds=3)."""
+    script = tmp_path / "preemptible.py"
+    script.write_text(PREEMPTIBLE)
+    return procs.start("launch", launcher(cluster, sys.executable, str(script), str(tmp_path), json.dumps(plan),
+                                          options=options))
+
+
+def all_up(proc, count: int, start: int = 1) -> dict[str, int]:
+    """Wait until ``count`` tasks have printed that they are up; ``task -> pid``."""
+    return proc.wait_for(lambda text: text.count(f" up (start {start})") == count and started_pids(text), 30,
+                         f"{count} tasks up")
+
+
+def signals_seen(tmp_path, name: str) -> str:
+    path = tmp_path / f"{name}.signals"
+    return path.read_text() if path.exists() else ""
+
+
+def test_the_default_grace_leaves_a_task_time_to_save_its_checkpoint():
+    flag_values = flags.FlagValues()
+    launch.define_flags(flag_values)
+    assert flag_values["grace_seconds"].default == launch.GRACE_SECONDS == 60
+    assert "checkpoint" in flag_values["grace_seconds"].help
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1], ids=["SIGTERM", "SIGUSR1"])
+def test_a_preemption_of_the_launcher_is_forwarded_to_every_task_and_ends_it_with_status_42(tmp_path, signum):
+    """SIGTERM or SIGUSR1 to the launcher: SIGTERM to every task, SIGKILL for the one that ignores it, status 42."""
+    cluster = loopback_cluster(tmp_path / "c.yaml", chief=1, worker=2)
+    with Processes(tmp_path) as procs:
+        proc = start_preemptible(procs, tmp_path, cluster, {"ignore": ["worker:1"]}, "--grace_seconds=1",
+                                 "--max_restarts=3")
+        pids = all_up(proc, 3)
+        proc.popen.send_signal(signum)
+        assert proc.wait(20) == PREEMPTED_EXIT_CODE, proc.text()
+    text = proc.text()
+    assert f"[launch] received {signum.name}: a preemption; stopping every task (SIGTERM, SIGKILL after 1s)" in text
+    for name in ("chief:0", "worker:0", "worker:1"):
+        assert signals_seen(tmp_path, name) == "SIGTERM 1\n", name  # SIGTERM, whichever signal the launcher got
+    for name in ("chief:0", "worker:0"):
+        assert f"[launch] {name} exited with status 42 (stopped)" in text  # it would have saved its checkpoint
+    assert "[launch] worker:1 still running 1s after SIGTERM: SIGKILL" in text
+    assert "[launch] worker:1 exited with status 137 (stopped)" in text
+    assert "restarting" not in text and "[launch] exit status 42" in text  # asked to stop: no restart
+    assert_none_left(pids.values())
+
+
+def test_a_task_that_exits_42_by_itself_restarts_every_task_until_no_restart_is_left(tmp_path):
+    cluster = loopback_cluster(tmp_path / "c.yaml", worker=2)
+    with Processes(tmp_path) as procs:
+        proc = start_preemptible(procs, tmp_path, cluster, {"self": ["worker:1"]}, "--max_restarts=1")
+        assert proc.wait(30) == PREEMPTED_EXIT_CODE, proc.text()
+    text = proc.text()
+    assert text.count("[launch] worker:1 was preempted; stopping every task") == 2
+    assert "[launch] restarting every task (restart 1 of 1) after worker:1 was preempted with status 42" in text
+    assert (tmp_path / "worker:0.starts").read_text() == "xx" and (tmp_path / "worker:1.starts").read_text() == "xx"
+    assert signals_seen(tmp_path, "worker:0") == "SIGTERM 1\nSIGTERM 2\n"  # stopped by the launcher each time
+    assert "[launch] exit status 42" in text
+    assert_none_left(recorded_pids(tmp_path))
+
+
+@pytest.mark.parametrize("max_restarts", [0, 1])
+def test_sigterm_to_one_task_preempts_it_and_a_restart_resumes_the_run(tmp_path, max_restarts):
+    """One task preempted on its own (a SIGTERM to its pid, not to the launcher) counts like a failure."""
+    cluster = loopback_cluster(tmp_path / "c.yaml", worker=2)
+    with Processes(tmp_path) as procs:
+        proc = start_preemptible(procs, tmp_path, cluster, {"done_from": 2}, f"--max_restarts={max_restarts}")
+        os.kill(all_up(proc, 2)["worker:1"], signal.SIGTERM)
+        status = proc.wait(30)
+    text = proc.text()
+    assert "[launch] worker:1 exited with status 42" in text and "worker:1 was preempted; stopping every task" in text
+    assert signals_seen(tmp_path, "worker:0") == "SIGTERM 1\n"
+    if max_restarts:
+        assert status == 0, text
+        assert "[launch] restarting every task (restart 1 of 1) after worker:1 was preempted with status 42" in text
+        assert (tmp_path / "worker:0.starts").read_text() == "xx"
+    else:
+        assert status == PREEMPTED_EXIT_CODE and "restarting" not in text, text
+        assert (tmp_path / "worker:0.starts").read_text() == "x"
+    assert_none_left(recorded_pids(tmp_path))
+
+
+def test_a_second_ctrl_c_kills_the_tasks_without_waiting_out_the_grace(tmp_path):
+    cluster = loopback_cluster(tmp_path / "c.yaml", worker=2)
+    with Processes(tmp_path) as procs:
+        proc = start_preemptible(procs, tmp_path, cluster, {"ignore": ["worker:0", "worker:1"]}, "--grace_seconds=60")
+        pids = all_up(proc, 2)
+        proc.popen.send_signal(signal.SIGINT)
+        proc.wait_for(lambda _: all(signals_seen(tmp_path, n) for n in pids), 10, "SIGTERM to every task")
+        again = time.monotonic()
+        proc.popen.send_signal(signal.SIGINT)
+        assert proc.wait(15) == 128 + signal.SIGINT, proc.text()
+        assert time.monotonic() - again < 10  # not the 60 s of grace
+    text = proc.text()
+    assert "[launch] received SIGINT; stopping every task (Ctrl-C again: SIGKILL now)" in text
+    assert "[launch] worker:0, worker:1 still running at the second Ctrl-C: SIGKILL" in text
+    assert "[launch] worker:0 exited with status 137 (stopped)" in text
+    assert_none_left(pids.values())
+
+
+def test_the_tasks_die_with_the_launcher_even_when_it_is_killed_with_sigkill(tmp_path):
+    cluster = loopback_cluster(tmp_path / "c.yaml", worker=2)
+    pids: dict[str, int] = {}
+    try:
+        with Processes(tmp_path) as procs:
+            proc = start_preemptible(procs, tmp_path, cluster, {})
+            pids = all_up(proc, 2)
+            os.kill(proc.pid, signal.SIGKILL)  # the launcher alone (its tasks have process groups of their own)
+            assert proc.wait(10) == -signal.SIGKILL
+        deadline = time.monotonic() + 5
+        while alive(pids.values()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert_none_left(pids.values())
+        assert not any(signals_seen(tmp_path, name) for name in pids)  # SIGKILLed by the kernel, not stopped
+    finally:
+        for pid in alive(pids.values()):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_task_whose_launcher_died_before_it_started_kills_itself():
+    """The race that PR_SET_PDEATHSIG alone misses: ``die_with`` a pid that is not the parent (any more)."""
+    preexec = processes.die_with(os.getppid())  # this process's parent stands in for a launcher already gone
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], preexec_fn=preexec)
+    try:
+        assert child.wait(10) == -signal.SIGKILL
+    finally:
+        child.kill()
+        child.wait(10)
 
 
 # --------------------------------------------------------------------------- ports

@@ -8,7 +8,7 @@
         python examples/plain_tf_multi_worker.py
 
 COMMAND (everything after ``--``) runs once per task of the file, each with
-that task's TF_CONFIG in its environment (``child_env``), so it can be
+that task's TF_CONFIG in its environment (``processes.child_env``), so it can be
 ``python -m tfdist.train ...`` (which reads TF_CONFIG when ``--cluster`` is
 not given) or any script written for TF_CONFIG. Every line a task prints is
 prefixed with the task: ``[worker:1] ...``; the launcher's own lines start
@@ -23,20 +23,35 @@ whose ports others can reach, firewall them or use an isolated network.
 
 Exit status: the leader's (the chief, else worker 0) once it has finished and
 the other tasks have ended, or the status of the first failure that stops the
-cluster (a signal ``N`` counts as ``128 + N``). A failure stops the cluster
-unless the task is a ``worker`` of a cluster with ``ps`` tasks (the
-coordinator goes on without it, while one worker is left) or the
-``evaluator`` (a side-car). Stopping means SIGTERM to each task's process
-group, then SIGKILL after ``--grace_seconds`` (``multi_worker_mirrored``
-tasks ignore SIGTERM: TensorFlow catches it), so no process is left behind;
-Ctrl-C and SIGTERM to the launcher do the same (status 130 or 143), as do
-tasks still running ``--shutdown_timeout`` seconds after the leader ended.
+cluster (a signal ``N`` counts as ``128 + N``; a task that exits 42 was
+preempted, and counts as a failure). A failure stops the cluster unless the
+task is a ``worker`` of a cluster with ``ps`` tasks (the coordinator goes on
+without it, while one worker is left) or the ``evaluator`` (a side-car).
 
-``--max_restarts N``: after a failure that stops the cluster, start every
-task again, up to N times (as torchrun does); a tfdist run then resumes from
-the latest checkpoint in its ``--model_dir``. With ``--local`` each restart
-gets new free ports. Status 2 (a user error) and 3 (a diverged loss) are
-not retried: a restart would end the same way.
+Stopping (``processes.LocalCluster.stop``) means SIGTERM to each task's
+process group, then SIGKILL to what is left after ``--grace_seconds``
+(60): a tfdist task takes SIGTERM as a preemption and saves a checkpoint of
+the step reached before it exits 42, which the grace must leave time for; a
+plain TensorFlow ``multi_worker_mirrored`` script ignores SIGTERM (TensorFlow
+catches it) and is SIGKILLed. Tasks still running ``--shutdown_timeout``
+seconds after the leader ended are stopped the same way.
+
+Signals to the launcher: SIGTERM or SIGUSR1 (a scheduler's preemption) is
+forwarded to every task as SIGTERM and stops the cluster as above; the
+launcher then exits 42 (``PREEMPTED_EXIT_CODE``: run the same command again
+to resume) and does not restart, not even after a failure it was stopping
+for. Ctrl-C (SIGINT) stops the cluster the same way and exits 130; a second
+Ctrl-C SIGKILLs the tasks without waiting out the grace. The tasks die with
+the launcher even when it is killed with SIGKILL, which leaves it no time to
+stop them (``processes.die_with``, Linux); processes that a task starts
+itself are not covered by that, only by the stops above (which signal the
+task's whole process group).
+
+``--max_restarts N``: after a failure that stops the cluster, a preempted
+task's included, start every task again, up to N times (as torchrun does); a
+tfdist run then resumes from the latest checkpoint in its ``--model_dir``.
+With ``--local`` each restart gets new free ports. Status 2 (a user error)
+and 3 (a diverged loss) are not retried: a restart would end the same way.
 
 A port can be taken between ``--local`` picking it and the task binding it;
 a tfdist task then ends with ``error: Address already in use: ...`` (status
@@ -49,36 +64,42 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
-from typing import BinaryIO, Callable, Mapping, Sequence
+from typing import BinaryIO, Mapping, Sequence
 
 from absl import flags
 
 from tfdist import cluster as cluster_lib
 from tfdist.cluster.network import free_ports, is_loopback, port_in_use
-from tfdist.errors import EXIT_CODES, PERMANENT_EXIT_CODES, UserError, run_main
+from tfdist.errors import EXIT_CODES, PERMANENT_EXIT_CODES, PREEMPTED_EXIT_CODE, UserError, run_main
+from tfdist.processes import LocalCluster, Signals
 
 FLAGS = flags.FLAGS
 
 #: Exit statuses of tfdist that ``--max_restarts`` does not retry: a restart would fail the same way.
 NOT_RESTARTED = {code: EXIT_CODES[code] for code in PERMANENT_EXIT_CODES}
 
-#: How a tfdist task that could not bind its port ends (its last line, see ``cluster.peers``), and how many
-#: times ``--local`` then starts every task again on new ports before the launcher gives up.
-ADDRESS_IN_USE = b"error: Address already in use"
+#: How many times ``--local`` starts every task again on new ports when one found its port taken
+#: (``processes.ADDRESS_IN_USE``) before the launcher gives up.
 PORT_RETRIES = 3
+
+#: Default seconds between SIGTERM and SIGKILL: a tfdist task saves a checkpoint in that time.
+GRACE_SECONDS = 60.0
 
 
 def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
     """Define this CLI's flags; called by ``entry`` so that importing the module defines none."""
     flags.DEFINE_string("cluster", None, "Cluster spec file (YAML or JSON).", flag_values=flag_values)
     flags.DEFINE_bool("local", False, "Rewrite every address to 127.0.0.1 on free ports.", flag_values=flag_values)
-    flags.DEFINE_integer("max_restarts", 0, "Restart every task after a failure, up to this many times.",
+    flags.DEFINE_integer("max_restarts", 0, "Restart every task after a failure (a preempted task's, status 42, "
+                         "included), up to this many times.",
                          lower_bound=0, flag_values=flag_values)
-    flags.DEFINE_float("grace_seconds", 5.0, "Seconds between SIGTERM and SIGKILL when stopping tasks.",
+    flags.DEFINE_float("grace_seconds", GRACE_SECONDS,
+                       "Seconds between SIGTERM and SIGKILL when stopping tasks. A tfdist task takes SIGTERM as a "
+                       "preemption: it saves a checkpoint of the step reached, then exits 42, so leave time for one "
+                       "checkpoint write; tasks that end sooner are not waited for.",
                        lower_bound=0.0, flag_values=flag_values)
     flags.DEFINE_float("shutdown_timeout", 60.0, "Seconds the other tasks may run on after the leader has finished.",
                        lower_bound=0.0, flag_values=flag_values)
@@ -118,20 +139,6 @@ def check_local(spec: cluster_lib.ClusterSpec) -> None:
             )
 
 
-def child_env(base: Mapping[str, str], task: cluster_lib.Task) -> dict[str, str]:
-    """The environment of one task: ``base`` plus its TF_CONFIG, and unbuffered Python output.
-
-    ``PYTHONUNBUFFERED=1`` makes a Python task's lines reach the launcher (and
-    its prefix) as they are printed, not when a buffer fills.
-    """
-    return {**base, "TF_CONFIG": task.tf_config_json(), "PYTHONUNBUFFERED": "1"}
-
-
-def exit_status(returncode: int) -> int:
-    """A child's status as a shell reports it: ``128 + N`` for a child ended by signal N."""
-    return 128 - returncode if returncode < 0 else returncode
-
-
 def stops_cluster(spec: cluster_lib.ClusterSpec, task_type: str) -> bool:
     """Whether a failure of a ``task_type`` task stops the whole cluster.
 
@@ -146,137 +153,7 @@ def stops_cluster(spec: cluster_lib.ClusterSpec, task_type: str) -> bool:
     return not (task_type == "worker" and "ps" in spec.tasks)
 
 
-# --------------------------------------------------------------------------- processes
-
-
-@dataclasses.dataclass
-class _Process:
-    name: str
-    popen: subprocess.Popen
-    pumps: list[threading.Thread] = dataclasses.field(default_factory=list)
-    reported: bool = False
-    address_in_use: bool = False  # it printed ADDRESS_IN_USE
-
-
-def _pump(stream: BinaryIO, sink: BinaryIO, prefix: bytes, lock: threading.Lock, process: _Process) -> None:
-    """Copy ``stream`` to ``sink`` line by line, each line prefixed (a thread per pipe)."""
-    for line in iter(stream.readline, b""):
-        if line.startswith(ADDRESS_IN_USE):
-            process.address_in_use = True
-        with lock:
-            sink.write(prefix + (line if line.endswith(b"\n") else line + b"\n"))
-            sink.flush()
-    stream.close()
-
-
-class LocalCluster:
-    """The processes of one start of the cluster: start, reap, stop.
-
-    Args:
-        spec: the cluster (its addresses are the ones the tasks get).
-        command: argv run for every task.
-        env: the base environment of every task.
-        out, err: where the tasks' stdout and stderr lines go, prefixed.
-        log: prints one ``[launch]`` line.
-    """
-
-    def __init__(self, spec: cluster_lib.ClusterSpec, command: Sequence[str], *, env: Mapping[str, str],
-                 out: BinaryIO, err: BinaryIO, log: Callable[[str], None]):
-        self.spec = spec
-        self.command = list(command)
-        self.env = env
-        self.out, self.err, self.log = out, err, log
-        self._lock = threading.Lock()
-        self.processes: list[_Process] = []
-
-    def start(self) -> None:
-        """Start every task, each in its own process group (so that stopping it stops its children too)."""
-        for task_type, index in self.spec.task_list():
-            task = cluster_lib.Task(spec=self.spec, type=task_type, index=index)
-            name = task.name
-            try:
-                popen = subprocess.Popen(
-                    self.command, env=child_env(self.env, task), stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                )
-            except OSError as e:
-                self.stop(0.0)
-                raise UserError(
-                    f"Cannot run the command for {name}: {e.strerror or e}. Received: {' '.join(self.command)!r}. "
-                    "Expected an executable command after --, e.g. python -m tfdist.train ..."
-                ) from None
-            prefix = f"[{name}] ".encode()
-            process = _Process(name, popen)
-            process.pumps = [threading.Thread(target=_pump, args=(pipe, sink, prefix, self._lock, process), daemon=True)
-                             for pipe, sink in ((popen.stdout, self.out), (popen.stderr, self.err))]
-            for pump in process.pumps:
-                pump.start()
-            self.processes.append(process)
-            self.log(f"{name} started (pid {popen.pid}) at {self.spec.address(task_type, index)}")
-
-    def reap(self) -> list[tuple[str, int, bool]]:
-        """The tasks that ended since the last call: ``(name, exit status, whether its address was in use)``."""
-        ended = []
-        for process in self.processes:
-            if not process.reported and process.popen.poll() is not None:
-                process.reported = True
-                for pump in process.pumps:
-                    pump.join(timeout=5.0)  # the rest of its output, unless a grandchild holds the pipe
-                ended.append((process.name, exit_status(process.popen.returncode), process.address_in_use))
-        return ended
-
-    def running(self) -> list[str]:
-        """Names of the tasks still running."""
-        return [p.name for p in self.processes if p.popen.poll() is None]
-
-    def _signal_groups(self, signum: int) -> bool:
-        """Send ``signum`` to every task's process group that still has a process; whether any had."""
-        any_left = False
-        for process in self.processes:
-            try:
-                os.killpg(process.popen.pid, signum)
-                any_left = True
-            except (ProcessLookupError, PermissionError):
-                pass
-        return any_left
-
-    def stop(self, grace: float) -> None:
-        """Stop every process started: SIGTERM to each group, SIGKILL after ``grace`` seconds; wait for all."""
-        if self._signal_groups(signal.SIGTERM):
-            deadline = time.monotonic() + grace
-            while self.running() and time.monotonic() < deadline:
-                time.sleep(0.05)
-            if self.running():
-                self.log(f"{', '.join(self.running())} still running {grace:g}s after SIGTERM: SIGKILL")
-            self._signal_groups(signal.SIGKILL)
-        for process in self.processes:
-            try:
-                process.popen.wait(timeout=10.0)
-            except subprocess.TimeoutExpired:
-                self.log(f"{process.name} (pid {process.popen.pid}) did not end after SIGKILL")
-            for pump in process.pumps:
-                pump.join(timeout=2.0)
-
-
-class _Signals:
-    """SIGINT and SIGTERM to the launcher, remembered (not raised) so that it can stop its tasks first."""
-
-    def __init__(self):
-        self.received: int | None = None
-        self._previous = {}
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                self._previous[signum] = signal.signal(signum, self._handle)
-        return self
-
-    def _handle(self, signum, frame) -> None:
-        self.received = signum
-
-    def __exit__(self, *exc) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
+# --------------------------------------------------------------------------- one start, and restarts
 
 
 @dataclasses.dataclass
@@ -286,9 +163,17 @@ class _Outcome:
     address_in_use: bool = False  # that task could not bind its port
 
 
-def _run_once(cluster: LocalCluster, signals: _Signals, *, grace: float, shutdown_timeout: float,
+def _ended(status: int) -> str:
+    """How a task's non-zero status reads in the launcher's lines."""
+    return "was preempted" if status == PREEMPTED_EXIT_CODE else "failed"
+
+
+def _run_once(cluster: LocalCluster, signals: Signals, *, grace: float, shutdown_timeout: float,
               poll: float, new_ports: bool = False) -> _Outcome:
-    """Start the cluster, wait for it to finish or fail, stop what is left; ``new_ports``: a port taken stops it."""
+    """Start the cluster, wait for it to finish, fail or be signalled, stop what is left (bounded by ``grace``).
+
+    ``new_ports``: a task whose port was taken stops the cluster (to start it again on new ports).
+    """
     spec = cluster.spec
     leader = "{}:{}".format(*spec.leader())
     leader_done_at = None
@@ -298,8 +183,13 @@ def _run_once(cluster: LocalCluster, signals: _Signals, *, grace: float, shutdow
     try:
         while True:
             if signals.received is not None:
-                cluster.log(f"received {signal.Signals(signals.received).name}; stopping every task")
-                return _Outcome(128 + signals.received)
+                name = signal.Signals(signals.received).name
+                if signals.preempted:
+                    cluster.log(f"received {name}: a preemption; stopping every task (SIGTERM, SIGKILL after "
+                                f"{grace:g}s)")
+                else:
+                    cluster.log(f"received {name}; stopping every task (Ctrl-C again: SIGKILL now)")
+                return _Outcome(signals.status())
             for name, status, address_in_use in cluster.reap():
                 cluster.log(f"{name} exited with status {status}")
                 if name == leader:
@@ -311,9 +201,9 @@ def _run_once(cluster: LocalCluster, signals: _Signals, *, grace: float, shutdow
                     task_type = name.split(":")[0]
                     workers_failed += task_type == "worker"
                     if stops_cluster(spec, task_type) or name == leader or workers_failed == spec.count("worker"):
-                        cluster.log(f"{name} failed; stopping every task")
+                        cluster.log(f"{name} {_ended(status)}; stopping every task")
                         return _Outcome(status, failed=None if leader_status == 0 and name != leader else name)
-                    cluster.log(f"{name} failed; the others go on without it")
+                    cluster.log(f"{name} {_ended(status)}; the others go on without it")
             running = cluster.running()
             if not running:
                 return _Outcome(leader_status if leader_status is not None else 0)
@@ -323,16 +213,19 @@ def _run_once(cluster: LocalCluster, signals: _Signals, *, grace: float, shutdow
                 return _Outcome(leader_status)
             time.sleep(poll)
     finally:
-        cluster.stop(grace)
+        cluster.stop(grace, hurry=lambda: signals.hurry)
 
 
 def launch(spec: cluster_lib.ClusterSpec, command: Sequence[str], *, local: bool = False, max_restarts: int = 0,
-           grace: float = 5.0, shutdown_timeout: float = 60.0, env: Mapping[str, str] | None = None,
+           grace: float = GRACE_SECONDS, shutdown_timeout: float = 60.0, env: Mapping[str, str] | None = None,
            out: BinaryIO | None = None, err: BinaryIO | None = None, poll: float = 0.1) -> int:
     """Run ``command`` once per task of ``spec`` until the cluster finishes; returns the exit status.
 
-    See the module docstring for addresses, prefixes, exit status, stopping
-    and restarts.
+    See the module docstring for addresses, prefixes, exit status, stopping,
+    signals and restarts. Call it from the main thread: only there can it
+    catch the signals that stop the cluster in order (elsewhere they keep
+    their default action), and its tasks die with the thread that started
+    them (``processes.die_with``).
 
     Raises:
         UserError: an empty command, a host that is not loopback (without
@@ -354,7 +247,7 @@ def launch(spec: cluster_lib.ClusterSpec, command: Sequence[str], *, local: bool
 
     env = dict(os.environ if env is None else env)
     restarts = port_retries = 0
-    with _Signals() as signals:
+    with Signals() as signals:
         while True:
             current = localize(spec) if local else spec
             if not local:
@@ -362,21 +255,27 @@ def launch(spec: cluster_lib.ClusterSpec, command: Sequence[str], *, local: bool
             cluster = LocalCluster(current, command, env=env, out=out, err=err, log=log)
             outcome = _run_once(cluster, signals, grace=grace, shutdown_timeout=shutdown_timeout, poll=poll,
                                 new_ports=local)
-            if outcome.address_in_use and port_retries < PORT_RETRIES and signals.received is None:
+            status = outcome.status
+            new_ports = outcome.address_in_use and port_retries < PORT_RETRIES
+            restartable = outcome.failed is not None and status not in NOT_RESTARTED
+            if signals.received is not None and (new_ports or restartable):
+                # A signal while the cluster was stopping after a failure: the launcher stops too, as it was asked.
+                log(f"not restarting: received {signal.Signals(signals.received).name}")
+                status = signals.status()
+            elif new_ports:
                 port_retries += 1
                 log(f"starting every task again on new ports (retry {port_retries} of {PORT_RETRIES}): "
                     f"{outcome.failed}'s port was taken before it could bind it")
                 continue
-            final = outcome.failed is None or restarts >= max_restarts or signals.received is not None
-            if not final and outcome.status in NOT_RESTARTED:
-                log(f"not restarting: status {outcome.status} is {NOT_RESTARTED[outcome.status]}, which a restart repeats")
-                final = True
-            if final:
-                log(f"exit status {outcome.status}")
-                return outcome.status
-            restarts += 1
-            log(f"restarting every task (restart {restarts} of {max_restarts}) after {outcome.failed} failed "
-                f"with status {outcome.status}")
+            elif restartable and restarts < max_restarts:
+                restarts += 1
+                log(f"restarting every task (restart {restarts} of {max_restarts}) after {outcome.failed} "
+                    f"{_ended(status)} with status {status}")
+                continue
+            elif outcome.failed is not None and status in NOT_RESTARTED and restarts < max_restarts:
+                log(f"not restarting: status {status} is {NOT_RESTARTED[status]}, which a restart repeats")
+            log(f"exit status {status}")
+            return status
 
 
 def main(argv: list[str]) -> int:
