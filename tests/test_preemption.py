@@ -307,3 +307,16 @@ def test_a_signal_before_the_loop_ends_at_once_and_inside_it_is_remembered():
         time.sleep(0.1)
         assert preemption.requested and preemption.reason() == "worker:3 received SIGTERM"
     assert signal.getsignal(signal.SIGTERM) == before  # restored
+    # Left preempted, a second signal would end the process with 42 at once, not 143.
+    from tfdist.training import preemption as preemption_module
+
+    try:
+        with pytest.raises(Preempted):
+            with Preemption("worker:3") as preemption:
+                preemption.deferred()
+                raise Preempted("saved")
+        assert signal.getsignal(signal.SIGTERM) is preemption_module._exit_preempted
+        assert signal.getsignal(signal.SIGUSR1) is preemption_module._exit_preempted
+    finally:
+        signal.signal(signal.SIGTERM, before)
+        signal.signal(signal.SIGUSR1, signal.SIG_DFL)

@@ -25,16 +25,22 @@ its own outside tfdist's run directory, and wraps each step's function
 hook (the coordination service's C++ notifier, installed when the strategy
 is made) is replaced by the handler here once the loop starts.
 
+Once a run has ended preempted, a further signal ends the process at once
+with 42: it is on its way out, and a launcher stopping the other tasks must
+not turn its 42 into a death by signal (143).
+
 Handlers can only be installed from the main thread; in another thread (a
 notebook's worker thread) signals keep their default action.
 """
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import threading
 
-from tfdist.errors import Preempted
+from tfdist.errors import PREEMPTED_EXIT_CODE, Preempted
 
 #: The signals that mean "preempted": TERM from Kubernetes, launchers and ``scancel``; USR1 from ``sbatch --signal``.
 SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
@@ -43,6 +49,13 @@ SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 def signal_name(signum: int) -> str:
     """``"SIGTERM"`` for 15."""
     return signal.Signals(signum).name
+
+
+def _exit_preempted(signum, frame) -> None:
+    """After a preemption: a second signal ends the process at once, with the preempted status."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(PREEMPTED_EXIT_CODE)
 
 
 class Preemption:
@@ -62,9 +75,12 @@ class Preemption:
         self._install()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, exc, traceback) -> None:
+        # Left preempted, the checkpoint is saved and the process is on its way out: another preemption
+        # signal (a launcher stopping the others) must not turn its status 42 into a death by signal (143).
+        preempted = exc_type is not None and issubclass(exc_type, Preempted)
         for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
+            signal.signal(signum, _exit_preempted if preempted else handler)
         self._previous = {}
 
     def _install(self) -> None:
