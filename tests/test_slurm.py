@@ -117,28 +117,31 @@ class Step:
         return {k: v for k, v in env.items() if v is not None}
 
 
+#: The ports of job 4242's tasks on a node start here: 8888 + (4242 % 1000) * 16.
+JOB_PORT_BASE = 12760
+
 TWO_BY_TWO = Step("node[1-2]", ("node1", "node2"), "2(x2)", (2, 2))
 
 #: name -> (step, --slurm_tasks, the cluster every task must see).
 CASES = {
     "chief_workers_ps": (
         TWO_BY_TWO, "chief=1,worker=2,ps=1",
-        {"chief": ["node1:8888"], "worker": ["node2:8888", "node2:8889"], "ps": ["node1:8889"]},
+        {"chief": ["node1:12760"], "worker": ["node2:12760", "node2:12761"], "ps": ["node1:12761"]},
     ),
     # By name node10 sorts before node9 (Slurm's order is node9, node10): the resolver alone
-    # would give rank 0, on node9, the address node10:8888.
+    # would give rank 0, on node9, the address node10:12760.
     "names_sort_differently": (
         Step("node[9-10]", ("node9", "node10"), "2,1", (2, 1)), "",
-        {"worker": ["node10:8888", "node9:8888", "node9:8889"]},
+        {"worker": ["node10:12760", "node9:12760", "node9:12761"]},
     ),
     "cyclic_distribution": (
         dataclasses.replace(TWO_BY_TWO, cyclic=True), "worker=4",
-        {"worker": ["node1:8888", "node1:8889", "node2:8888", "node2:8889"]},
+        {"worker": ["node1:12760", "node1:12761", "node2:12760", "node2:12761"]},
     ),
     # Only scontrol expands a suffix after the brackets; the resolver's parser refuses it.
     "suffix_after_range": (
         Step("gpu[01-02]-ib", ("gpu01-ib", "gpu02-ib"), "1(x2)", (1, 1)), "worker=1,evaluator=1",
-        {"worker": ["gpu02-ib:8888"], "evaluator": ["gpu01-ib:8888"]},
+        {"worker": ["gpu02-ib:12760"], "evaluator": ["gpu01-ib:12760"]},
     ),
 }
 
@@ -156,9 +159,30 @@ def test_every_task_of_a_two_node_step(case, bin_dir):
         tf_config = task.tf_config()
         assert tf_config == {"cluster": expected, "task": {"type": task_type, "index": index}}
         # every task is told the address of the node it runs on, at a port of its own there
-        assert spec.address(task_type, index) == f"{node}:{slurm.PORT_BASE + local_id}"
+        assert spec.address(task_type, index) == f"{node}:{JOB_PORT_BASE + local_id}"
         seen.append((task_type, index))
     assert sorted(seen) == sorted(spec.task_list())  # each task of the cluster exactly once
+
+
+def test_ports_come_from_the_job_id(bin_dir):
+    """Two jobs sharing a node never share a port (a fixed 8888 collided on a real cluster)."""
+    assert slurm.job_port_base({"SLURM_JOB_ID": "4242"}) == JOB_PORT_BASE
+    assert slurm.job_port_base({}) == slurm.PORT_BASE == 8888  # not a Slurm job
+    assert slurm.job_port_base({"SLURM_JOB_ID": "1000"}) == slurm.PORT_BASE
+    assert slurm.job_port_base({"SLURM_JOB_ID": "999"}) + slurm.PORTS_PER_JOB - 1 < 32768  # below ephemeral ports
+    used = {}
+    for job_id in ("4242", "4243"):  # two 2-node jobs of 2 tasks a node, on the same nodes
+        for rank in range(TWO_BY_TWO.num_tasks):
+            task = slurm.resolve("", TWO_BY_TWO.environ(rank, bin_dir, SLURM_JOB_ID=job_id))
+            used.setdefault(job_id, set()).add(task.spec.address(task.type, task.index))
+    assert len(used["4242"]) == len(used["4243"]) == 4 and not used["4242"] & used["4243"]
+    with pytest.raises(UserError, match=r"Invalid Slurm variable SLURM_JOB_ID .*'x'"):
+        slurm.resolve("", TWO_BY_TWO.environ(0, bin_dir, SLURM_JOB_ID="x"))
+    many = Step("node1", ("node1",), "17", (17,))
+    with pytest.raises(UserError, match=r"Too many tasks on one node .*: 17\. .*Expected at most 16 tasks"):
+        slurm.resolve("", many.environ(0, bin_dir))
+    task = slurm.resolve("", many.environ(16, bin_dir), port_base=20000)  # a port base given: no limit
+    assert task.spec.address(task.type, task.index) == "node1:20016"
 
 
 def test_types_take_ranks_alphabetically_as_the_resolver_does(bin_dir):
@@ -174,7 +198,7 @@ def test_default_is_every_task_a_worker_and_gpus_are_left_alone(bin_dir):
     before = dict(env)
     task = cluster.resolve_task("slurm", None, environ=env)
     spec, task_type, index = task.spec, task.type, task.index
-    assert spec.as_dict() == {"worker": ["node1:8888", "node1:8889", "node2:8888", "node2:8889"]}
+    assert spec.as_dict() == {"worker": ["node1:12760", "node1:12761", "node2:12760", "node2:12761"]}
     assert (task_type, index) == ("worker", 3)
     assert env == before  # nothing written, CUDA_VISIBLE_DEVICES as Slurm bound it
 
@@ -187,7 +211,7 @@ def test_batch_script_context_reads_the_jobs_variables(bin_dir):
     )
     task = slurm.resolve("worker=2,ps=1", env)
     spec, task_type, index = task.spec, task.type, task.index
-    assert spec.as_dict() == {"worker": ["node1:8889", "node2:8888"], "ps": ["node1:8888"]}
+    assert spec.as_dict() == {"worker": ["node1:12761", "node2:12760"], "ps": ["node1:12760"]}
     assert (task_type, index) == ("ps", 0)
 
 
@@ -196,7 +220,7 @@ def test_without_scontrol_the_resolvers_expansion_is_used(tmp_path):
     env["PATH"] = str(tmp_path)
     task = slurm.resolve("", env)
     spec, task_type, index = task.spec, task.type, task.index
-    assert spec.address(task_type, index) == "node2:8888"
+    assert spec.address(task_type, index) == "node2:12760"
 
 
 @pytest.mark.parametrize(
@@ -298,7 +322,7 @@ def test_tfconfig_prints_every_tasks_tf_config(bin_dir):
             assert out.startswith("export TF_CONFIG='") and out.endswith("'\n")
             out = out[len("export TF_CONFIG='"):-2]
         printed.append(json.loads(out))
-    expected_cluster = {"worker": ["node1:8889", "node2:8888"], "ps": ["node1:8888"]}
+    expected_cluster = {"worker": ["node1:12761", "node2:12760"], "ps": ["node1:12760"]}
     assert [p["cluster"] for p in printed] == [expected_cluster] * 3
     assert [p["task"] for p in printed] == [
         {"type": "ps", "index": 0}, {"type": "worker", "index": 0}, {"type": "worker", "index": 1}

@@ -4,7 +4,8 @@ Under Slurm there is no cluster spec file to hand around: the allocation
 already says which nodes a job step has and how many tasks run on each, and
 ``srun`` starts every task with its rank. ``--cluster slurm`` builds the
 cluster from that, with ``tf.distribute.cluster_resolver.SlurmClusterResolver``
-(one ``host:port`` per task, ports from ``PORT_BASE`` upwards on each node),
+(one ``host:port`` per task, ports from the job's own block upwards on each
+node, see ``job_port_base``),
 and ``--slurm_tasks`` says which TF task types the step's tasks are
 (``worker=2,ps=1``; default: every task a worker)::
 
@@ -57,8 +58,12 @@ from tfdist.cluster.spec import SINGLE_TASK_TYPES, SLURM, TASK_TYPES, parse_clus
 from tfdist.cluster.task import Task
 from tfdist.errors import UserError
 
-#: The port of the first task on each node; the node's next tasks take the next ports.
+#: The lowest port of a job's tasks on a node (job ids ending in 000): see ``job_port_base``.
 PORT_BASE = 8888
+#: Ports a job's tasks may take on one node: at most this many tasks of a step on a node.
+PORTS_PER_JOB = 16
+#: Job ids share port blocks modulo this: jobs whose ids differ by a multiple of it collide.
+PORT_BLOCKS = 1000
 
 #: Where each fact is read: the job step's variables (set by srun), else the job's.
 STEP_VARIABLES = {
@@ -77,6 +82,29 @@ JOB_VARIABLES = {
 _EXPECTED_TASKS = "type=count pairs separated by commas, e.g. worker=2,ps=1 (types: chief, worker, ps, evaluator)"
 _TASKS_PER_NODE_RE = re.compile(r"([0-9]+)(?:\(x([0-9]+)\))?")
 _SCONTROL_TIMEOUT_S = 60
+
+
+def job_port_base(environ: Mapping[str, str]) -> int:
+    """The port of the first task on each node for this job: ``PORT_BASE`` plus a block of the job id's own.
+
+    Two jobs sharing a node (``select/cons_tres`` places several jobs on
+    one node) must not both listen on one port: a fixed port made the second
+    job fail with "Address already in use". Job ``j``'s tasks on a node take
+    ``PORT_BASE + (j % PORT_BLOCKS) * PORTS_PER_JOB`` and the next ports, so
+    8888..24871 in all, below Linux's ephemeral ports (32768 and up). Every
+    task and every step of the job computes the same ports from
+    ``SLURM_JOB_ID``, with nothing to exchange; without it (not a Slurm job),
+    ``PORT_BASE``.
+    """
+    job_id = environ.get("SLURM_JOB_ID", "").strip()
+    if not job_id:
+        return PORT_BASE
+    if not job_id.isdigit():
+        raise UserError(
+            f"Invalid Slurm variable SLURM_JOB_ID for --cluster={SLURM}. Received: SLURM_JOB_ID={job_id!r}. "
+            f"Expected an integer."
+        )
+    return PORT_BASE + (int(job_id) % PORT_BLOCKS) * PORTS_PER_JOB
 
 
 def parse_slurm_tasks(text: str) -> dict[str, int]:
@@ -326,7 +354,7 @@ def _make_resolver(allocation: Allocation, jobs: Mapping[str, int], port_base: i
 
 
 def resolve(
-    slurm_tasks: str = "", environ: Mapping[str, str] | None = None, *, port_base: int = PORT_BASE
+    slurm_tasks: str = "", environ: Mapping[str, str] | None = None, *, port_base: int | None = None
 ) -> Task:
     """The cluster of this Slurm job step and this process's task in it.
 
@@ -335,7 +363,8 @@ def resolve(
             every task of the step is a worker.
         environ: the environment to read ``SLURM_*`` (and ``PATH`` for
             ``scontrol``) from; ``os.environ`` when None. Nothing is written to it.
-        port_base: the port of the first task on each node.
+        port_base: the port of the first task on each node; None: the job's
+            own (``job_port_base``).
 
     Returns:
         This process's ``Task``, as ``cluster.sources.resolve_task`` returns
@@ -348,7 +377,16 @@ def resolve(
         RuntimeError: the resolver placed this task away from its own node
             (a change in TensorFlow's resolver that tfdist does not know).
     """
+    environ = os.environ if environ is None else environ
     allocation = read_allocation(environ)
+    if port_base is None:
+        port_base = job_port_base(environ)
+        if max(allocation.tasks_per_node) > PORTS_PER_JOB:
+            raise UserError(
+                f"Too many tasks on one node for --cluster={SLURM}: {max(allocation.tasks_per_node)}. "
+                f"Received: {allocation.variables['tasks_per_node']}={','.join(map(str, allocation.tasks_per_node))}. "
+                f"Expected at most {PORTS_PER_JOB} tasks of a step per node (each job has {PORTS_PER_JOB} ports a node)."
+            )
     jobs = parse_slurm_tasks(slurm_tasks) or {"worker": allocation.num_tasks}
     if sum(jobs.values()) != allocation.num_tasks:
         raise UserError(
