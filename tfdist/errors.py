@@ -116,9 +116,15 @@ def run_main(main: Callable[[list[str]], int | None], define_flags: Callable[[],
 
     ``define_flags`` (if given) defines the CLI's flags first; CLIs define
     them only when they run, so that several can be imported in one process.
+
+    TensorFlow's start-up lines are kept off stderr from here on (``quiet``;
+    opt-out ``TFDIST_TF_LOGS=1``), so the error line stays the only one.
     """
     from absl import app
 
+    from tfdist import quiet
+
+    quiet.install()
     if define_flags is not None:
         define_flags()
 
@@ -126,8 +132,10 @@ def run_main(main: Callable[[list[str]], int | None], define_flags: Callable[[],
         try:
             return main(argv)
         except UserError as e:
+            quiet.drain()
             fail(str(e))
         except RunFailed as e:
+            quiet.drain()
             # A run that failed ends here, without Python's teardown: TensorFlow's would reach for peers
             # that are gone (lines of gRPC errors after this one, or a wait), and nothing is left to flush.
             try:
