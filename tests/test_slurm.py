@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -333,8 +334,11 @@ def test_tfconfig_prints_every_tasks_tf_config(bin_dir):
 
 # --------------------------------------------------------------------------- the sbatch script
 
+# srun: records its arguments, then runs the task command (after the options) once per rank, rank 0 first,
+# with SLURM_PROCID set; it exits as srun does, with the highest task status (128 + N for a task killed by
+# signal N), or FAKE_SRUN_STATUS. Only the training step runs its tasks (the tfconfig step just succeeds).
 FAKE_SRUN = r"""
-import json, os, pathlib, sys
+import json, os, pathlib, subprocess, sys
 args = sys.argv[1:]
 with open(os.environ["SRUN_LOG"], "a") as log:
     log.write(json.dumps(args) + "\n")
@@ -343,7 +347,26 @@ if "tfdist.train" in args:
     if os.environ.get("FAKE_SUMMARY"):
         model_dir.mkdir(parents=True, exist_ok=True)
         (model_dir / "summary.json").write_text("{}")
-    sys.exit(int(os.environ.get("FAKE_TRAIN_STATUS", "0")))
+    command = args[next(i for i, a in enumerate(args) if not a.startswith("-")):]
+    statuses = os.environ.get("FAKE_TRAIN_STATUS", "0").split(",")  # per rank; the last one for the rest
+    ended = []
+    for rank in range(int(os.environ["SLURM_NTASKS"])):
+        status = statuses[min(rank, len(statuses) - 1)]
+        code = subprocess.run(command, env={**os.environ, "SLURM_PROCID": str(rank), "FAKE_TASK_STATUS": status}).returncode
+        ended.append(128 - code if code < 0 else code)
+    sys.exit(int(os.environ.get("FAKE_SRUN_STATUS", max(ended))))
+"""
+
+# The tasks' python: `python -m tfdist.train` ends with FAKE_TASK_STATUS; one of 128 + N stands for a task
+# that srun killed with signal N, with the whole task (the script's bash around it too), as Slurm does.
+# Anything else is this interpreter.
+FAKE_PYTHON = r"""#!/bin/sh
+if [ "$1 $2" = "-m tfdist.train" ]; then
+  status="${FAKE_TASK_STATUS:-0}"
+  if [ "$status" -ge 128 ]; then kill -$((status - 128)) "$PPID" $$; fi
+  exit "$status"
+fi
+exec "%s" "$@"
 """
 
 # The batch script's scontrol: records `scontrol requeue JOBID` (what Slurm would requeue) and answers
@@ -383,32 +406,88 @@ def run_sbatch(tmp_path: Path, *args: str, **env: str) -> SbatchRun:
     for name, code in (("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL_REQUEUE)):
         (bin_dir / name).write_text(f"#!{sys.executable}\n{code}")
         (bin_dir / name).chmod(0o755)
-    (bin_dir / "python").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')  # a symlink would lose the venv
+    (bin_dir / "python").write_text(FAKE_PYTHON % sys.executable)  # a symlink would lose the venv
     (bin_dir / "python").chmod(0o755)
     logs = {name: tmp_path / f"{name}.log" for name in ("srun", "scontrol")}
     for log in logs.values():
         log.unlink(missing_ok=True)
     full_env = {
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "SRUN_LOG": str(logs["srun"]),
-        "SCONTROL_LOG": str(logs["scontrol"]), "SLURM_JOB_ID": "77", "SLURM_NTASKS": "2", **env,
+        "SCONTROL_LOG": str(logs["scontrol"]), "SLURM_JOB_ID": "77", "SLURM_JOB_NAME": "tfdist", "SLURM_NTASKS": "2",
+        **env,
     }
     proc = subprocess.run(["bash", str(SBATCH), *args], cwd=tmp_path, env=full_env, capture_output=True,
                           text=True, timeout=60)
     return SbatchRun(proc.returncode, _calls(logs["srun"]), _calls(logs["scontrol"]), proc.stderr)
 
 
+def split_call(call: list[str]) -> tuple[list[str], list[str]]:
+    """An srun call of the script -> (srun's options, the task's command inside the status-recording bash)."""
+    start = next(i for i, a in enumerate(call) if not a.startswith("-"))
+    assert call[start:start + 2] == ["bash", "-c"] and call[start + 3] == "tfdist-task", call
+    return call[:start], call[start + 4:]
+
+
 def test_sbatch_script_runs_tfconfig_then_train(tmp_path):
     run = run_sbatch(tmp_path, "--config", "quick", "--epochs", "2")
     assert run.status == 0, run.stderr
-    assert run.srun == [
-        ["--label", "--kill-on-bad-exit=1", "python", "-m", "tfdist.tfconfig", "--cluster", "slurm",
-         "--slurm_tasks", "worker=2", "--strategy", "multi_worker_mirrored"],
-        ["--kill-on-bad-exit=1", "python", "-m", "tfdist.train", "--cluster", "slurm", "--slurm_tasks", "worker=2",
-         "--strategy", "multi_worker_mirrored", "--model_dir", "runs/slurm-77", "--config", "quick", "--epochs", "2"],
-    ]
+    (tfconfig_options, tfconfig), (train_options, train) = map(split_call, run.srun)
+    assert tfconfig_options == ["--label", "--kill-on-bad-exit=1"] and train_options == ["--kill-on-bad-exit=1"]
+    assert tfconfig == ["python", "-m", "tfdist.tfconfig", "--cluster", "slurm", "--slurm_tasks", "worker=2",
+                        "--strategy", "multi_worker_mirrored"]
+    model_dir = train[train.index("--model_dir") + 1]
+    assert train == ["python", "-m", "tfdist.train", "--cluster", "slurm", "--slurm_tasks", "worker=2",
+                     "--strategy", "multi_worker_mirrored", "--model_dir", model_dir, "--config", "quick", "--epochs", "2"]
+    assert re.fullmatch(r"runs/tfdist-77-[0-9]{8}T[0-9]{6}Z", model_dir)  # job name, id and first start (UTC)
+    assert f"run directory {model_dir}" in run.stderr
     assert run.scontrol == []  # nothing to requeue
+    assert not list(tmp_path.glob(".tfdist-job-*"))  # the tasks' status file goes with the job
     text = SBATCH.read_text()
     assert "#SBATCH --nodes=2" in text and "#SBATCH --ntasks=2" in text
+
+
+def _model_dir(run: SbatchRun) -> str:
+    train = split_call(run.srun[-1])[1]
+    return train[train.index("--model_dir") + 1]
+
+
+def test_sbatch_run_directory_is_never_an_old_run_of_the_same_job_id(tmp_path):
+    """Job ids start again at 1 when Slurm's state is wiped: a new job 77 must not resume an old job 77's run."""
+    old = tmp_path / "runs" / "tfdist-77-20200101T000000Z"
+    old.mkdir(parents=True)
+    first = _model_dir(run_sbatch(tmp_path))
+    assert first != str(old.relative_to(tmp_path)) and first.startswith("runs/tfdist-77-")
+    (tmp_path / first).mkdir()  # what the chief of the first start wrote
+    # The same job requeued (`scontrol requeue`, e.g. after status 42): its own directory, the newest of its id.
+    assert _model_dir(run_sbatch(tmp_path, SLURM_RESTART_COUNT="1")) == first
+    assert _model_dir(run_sbatch(tmp_path, SLURM_RESTART_COUNT="2")) == first
+    # Another job name (sbatch --job-name / %x) is another directory; $TFDIST_MODEL_DIR is taken as it is.
+    assert _model_dir(run_sbatch(tmp_path, SLURM_JOB_NAME="unet big", SLURM_RESTART_COUNT="1")).startswith(
+        "runs/unet_big-77-")
+    assert _model_dir(run_sbatch(tmp_path, TFDIST_MODEL_DIR=str(old))) == str(old)
+
+
+@pytest.mark.parametrize(
+    "task_statuses, srun_status, expected",
+    [
+        ("137,2", None, USAGE_EXIT_CODE),  # --kill-on-bad-exit: rank 1's user error, rank 0 SIGKILLed by srun
+        ("143,2", None, USAGE_EXIT_CODE),  # rank 0 ended by srun's SIGTERM before it could save: not its status
+        ("2", 143, USAGE_EXIT_CODE),       # srun reports the signal it sent; the tasks ended with 2
+        ("0,4", None, PEER_LOST_EXIT_CODE),
+        ("137", None, 137),                # no task ended by itself: srun's status
+        ("0", None, DONE_EXIT_CODE),
+    ],
+)
+def test_sbatch_job_status_is_tfdists_not_sruns(tmp_path, task_statuses, srun_status, expected):
+    env = {"FAKE_TRAIN_STATUS": task_statuses, **({"FAKE_SRUN_STATUS": str(srun_status)} if srun_status else {})}
+    run = run_sbatch(tmp_path, **env)
+    assert run.status == expected, run.stderr
+    assert run.scontrol == [] and not list(tmp_path.glob(".tfdist-job-*"))
+
+
+def test_sbatch_preempted_first_task_requeues_even_when_others_were_killed(tmp_path):
+    run = run_sbatch(tmp_path, FAKE_TRAIN_STATUS=f"{PREEMPTED_EXIT_CODE},137")
+    assert run.status == PREEMPTED_EXIT_CODE and run.scontrol == [["requeue", "77"]], run.stderr
 
 
 def test_sbatch_script_parameter_server_status_is_the_chiefs(tmp_path):
@@ -467,7 +546,7 @@ def test_sbatch_script_still_ends_with_42_when_the_requeue_is_refused(tmp_path):
     run = run_sbatch(tmp_path, FAKE_TRAIN_STATUS=str(PREEMPTED_EXIT_CODE), FAKE_SCONTROL_STATUS="1",
                      TFDIST_MODEL_DIR=str(tmp_path / "run"))
     assert run.status == PREEMPTED_EXIT_CODE and run.scontrol == [["requeue", "77"]]
-    assert "scontrol requeue 77 failed; submit the same job again to resume" in run.stderr
+    assert f"scontrol requeue 77 failed; submit again with TFDIST_MODEL_DIR={tmp_path / 'run'} to resume" in run.stderr
 
 
 @pytest.mark.parametrize(

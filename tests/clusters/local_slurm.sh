@@ -19,9 +19,9 @@
 #   one `slurmd -N nI` per node, started with `nsenter --net=` inside its
 #   namespace (`ip netns exec` remounts /sys, and slurmd then dies with
 #   "No filesystem mounted on /sys/fs/cgroup").
-# Each node declares 8 CPUs (SlurmdParameters=config_overrides), whatever the
-# box has: two 2-node jobs of configs/slurm/train.sbatch (4 CPUs a task) fit at
-# once, as does its 4-task parameter-server form. A second partition, "one",
+# Each node declares 24 CPUs (SlurmdParameters=config_overrides), whatever the
+# box has: three 2-node jobs of configs/slurm/train.sbatch (4 CPUs a task) and
+# its 4-task parameter-server form fit at once. A second partition, "one",
 # holds n1 alone (a 2-node job there can never start).
 set -euo pipefail
 
@@ -32,7 +32,7 @@ BRIDGE=tfslurm0
 SUBNET_PREFIX=10.213.0
 CTLD_ADDR="$SUBNET_PREFIX.1"
 NODES=(n1 n2)
-CPUS_PER_NODE=8
+CPUS_PER_NODE=24
 WAIT_S=60
 
 say() { echo "local_slurm: $*" >&2; }
@@ -149,7 +149,12 @@ SlurmdLogFile=$STATE/slurmd-%n.log
 ${nodes_conf}PartitionName=debug Nodes=$(IFS=,; echo "${NODES[*]}") Default=YES MaxTime=INFINITE State=UP
 PartitionName=one Nodes=${NODES[0]} MaxTime=INFINITE State=UP
 EOF
-  if [ -f "$CONF" ] && cmp -s "$CONF" "$CONF.tmp"; then rm -f "$CONF.tmp"; else mv "$CONF.tmp" "$CONF"; fi
+  if [ -f "$CONF" ] && cmp -s "$CONF" "$CONF.tmp"; then
+    rm -f "$CONF.tmp"
+  else
+    mv "$CONF.tmp" "$CONF"
+    stop_daemons  # running ones (from an `up` of another version of this script) restart with it
+  fi
 }
 
 start_daemons() {
@@ -208,15 +213,20 @@ stop_pidfile() {  # stop_pidfile FILE NAME: SIGTERM, then SIGKILL after 10 s
   kill -9 "$pid" 2>/dev/null || true
 }
 
+stop_daemons() {
+  local node
+  for node in "${NODES[@]}"; do
+    stop_pidfile "$STATE/slurmd-$node.pid" "slurmd -N $node"
+  done
+  stop_pidfile "$STATE/slurmctld.pid" slurmctld
+}
+
 down() {
   require_root
   if command -v scancel >/dev/null && [ -f "$CONF" ] && head -n1 "$CONF" | grep -qF "$MARK"; then
     timeout 10 scancel --full --quiet --state=RUNNING,PENDING --user=root 2>/dev/null || true
   fi
-  for node in "${NODES[@]}"; do
-    stop_pidfile "$STATE/slurmd-$node.pid" "slurmd -N $node"
-  done
-  stop_pidfile "$STATE/slurmctld.pid" slurmctld
+  stop_daemons
   # Job steps whose slurmstepd outlived its slurmd (inside our namespaces only).
   for node in "${NODES[@]}"; do
     local ns pids
