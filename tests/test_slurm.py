@@ -186,6 +186,19 @@ def test_ports_come_from_the_job_id(bin_dir):
     assert task.spec.address(task.type, task.index) == "node1:20016"
 
 
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_layout_is_tensorflows_slurm_cluster_resolvers(case, bin_dir):
+    """``resolve`` lays the cluster out without TensorFlow, exactly as ``SlurmClusterResolver`` does."""
+    step, slurm_tasks, _ = CASES[case]
+    for rank in range(step.num_tasks):
+        allocation = slurm.read_allocation(step.environ(rank, bin_dir))
+        jobs = slurm.parse_slurm_tasks(slurm_tasks) or {"worker": allocation.num_tasks}
+        resolver = slurm.tensorflow_resolver(allocation, jobs, JOB_PORT_BASE)
+        cluster, task_type, index = slurm.layout(allocation, jobs, JOB_PORT_BASE)
+        assert cluster == resolver.cluster_spec().as_dict()
+        assert (task_type, index) == tuple(resolver.get_task_info())
+
+
 def test_types_take_ranks_alphabetically_as_the_resolver_does(bin_dir):
     task = cluster.resolve_task(
         "slurm", "", environ=TWO_BY_TWO.environ(0, bin_dir), slurm_tasks="worker=2,ps=1,chief=1"

@@ -179,7 +179,7 @@ def _assert_trained(job: Job, strategy: str) -> None:
     assert not list(job.dir.glob(".tfdist-job-*"))  # the status file went with the job
 
 
-def test_srun_tfconfig_gives_each_task_its_own_tf_config(slurm_cluster):
+def test_srun_tfconfig_gives_each_task_its_own_tf_config(jobs):  # the jobs start first, this runs meanwhile
     proc = subprocess.run(
         ["srun", "--nodes=2", "--ntasks=2", "--label", "bash", "-c",
          'echo "job $SLURM_JOB_ID" >&2; exec python -m tfdist.tfconfig --cluster slurm'],

@@ -1,9 +1,9 @@
-"""The cluster of a Slurm job step: ``--cluster slurm``, through TensorFlow's ``SlurmClusterResolver``.
+"""The cluster of a Slurm job step: ``--cluster slurm``, as TensorFlow's ``SlurmClusterResolver`` lays it out.
 
 Under Slurm there is no cluster spec file to hand around: the allocation
 already says which nodes a job step has and how many tasks run on each, and
 ``srun`` starts every task with its rank. ``--cluster slurm`` builds the
-cluster from that, with ``tf.distribute.cluster_resolver.SlurmClusterResolver``
+cluster from that, laid out as ``tf.distribute.cluster_resolver.SlurmClusterResolver`` does
 (one ``host:port`` per task, ports from the job's own block upwards on each
 node, see ``job_port_base``),
 and ``--slurm_tasks`` says which TF task types the step's tasks are
@@ -41,7 +41,15 @@ What tfdist adds to the resolver, and why:
   addresses unchanged.
 
 Task types are given ranks (positions) in alphabetical order, as the resolver
-does: chief, evaluator, ps, worker. Only ``resolve`` imports TensorFlow.
+does: chief, evaluator, ps, worker.
+
+``resolve`` lays the cluster out as the resolver does (``layout``: hosts sorted
+by name, a node's tasks on consecutive ports, task types alphabetical) without
+importing TensorFlow, so that the ``tfdist.tfconfig`` step of a job, which
+only prints TF_CONFIG, starts in a second rather than after TensorFlow's 10-30
+s of start-up on every task; ``tensorflow_resolver`` is the resolver itself,
+which the tests check ``layout`` against. Only it, and the node-list expansion
+without ``scontrol``, import TensorFlow.
 """
 
 from __future__ import annotations
@@ -324,7 +332,29 @@ def read_allocation(environ: Mapping[str, str] | None = None) -> Allocation:
     )
 
 
-def _make_resolver(allocation: Allocation, jobs: Mapping[str, int], port_base: int):
+def layout(allocation: Allocation, jobs: Mapping[str, int], port_base: int) -> tuple[dict[str, list[str]], str, int]:
+    """The cluster and this task's (type, index), as ``SlurmClusterResolver`` gives them, without TensorFlow.
+
+    The resolver lists ``host:port`` for the hosts sorted by name, a host's
+    tasks at ``port_base``, ``port_base + 1``, ...; deals that list out to the
+    task types in alphabetical order; and gives this task the entry at its
+    position (``Allocation.position``, tfdist's placement).
+    """
+    addresses = [f"{host}:{port_base + i}" for host, n in sorted(allocation.tasks_by_host().items()) for i in range(n)]
+    position = allocation.position()
+    cluster: dict[str, list[str]] = {}
+    start = 0
+    own = None
+    for task_type, count in sorted(jobs.items()):
+        cluster[task_type] = addresses[start:start + count]
+        if start <= position < start + count:
+            own = (task_type, position - start)
+        start += count
+    assert own is not None, (position, jobs)  # the counts add up to the step's tasks (checked by resolve)
+    return cluster, own[0], own[1]
+
+
+def tensorflow_resolver(allocation: Allocation, jobs: Mapping[str, int], port_base: int):
     """A ``SlurmClusterResolver`` for ``allocation`` that places this task at ``allocation.position()``."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow starts, unless the user chose
     import tensorflow as tf
@@ -374,8 +404,8 @@ def resolve(
         UserError: ``slurm_tasks`` is malformed or does not add up to the
             step's tasks, or the environment is not a Slurm job step (see
             ``read_allocation``).
-        RuntimeError: the resolver placed this task away from its own node
-            (a change in TensorFlow's resolver that tfdist does not know).
+        RuntimeError: this task was placed away from its own node (a bug in
+            ``layout``).
     """
     environ = os.environ if environ is None else environ
     allocation = read_allocation(environ)
@@ -395,16 +425,14 @@ def resolve(
             f"{allocation.variables['num_tasks']}={allocation.num_tasks}. "
             f"Expected counts that add up to the step's tasks (srun/sbatch --ntasks)."
         )
-    resolver = _make_resolver(allocation, jobs, port_base)
-    spec = parse_cluster_spec(resolver.cluster_spec().as_dict(), source=SLURM)
-    task_type, index = resolver.get_task_info()
+    addresses, task_type, index = layout(allocation, jobs, port_base)
+    spec = parse_cluster_spec(addresses, source=SLURM)
     host, port = split_address(spec.address(task_type, index))
     if allocation.node is not None and allocation.local_id is not None and (host, port) != (
         allocation.node, port_base + allocation.local_id
     ):
         raise RuntimeError(
-            f"SlurmClusterResolver placed task {task_type}:{index} at {host}:{port}, but it runs on "
-            f"{allocation.node} as local task {allocation.local_id}: this TensorFlow's resolver orders tasks "
-            f"differently from what tfdist.cluster.slurm expects."
+            f"tfdist.cluster.slurm placed task {task_type}:{index} at {host}:{port}, but it runs on "
+            f"{allocation.node} as local task {allocation.local_id}."
         )
     return Task(spec=spec, type=task_type, index=index)
