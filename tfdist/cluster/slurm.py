@@ -40,16 +40,11 @@ What tfdist adds to the resolver, and why:
   GPU per task and not to set ``CUDA_VISIBLE_DEVICES``, which leaves its
   addresses unchanged.
 
-Task types are given ranks (positions) in alphabetical order, as the resolver
-does: chief, evaluator, ps, worker.
-
-``resolve`` lays the cluster out as the resolver does (``layout``: hosts sorted
-by name, a node's tasks on consecutive ports, task types alphabetical) without
-importing TensorFlow, so that the ``tfdist.tfconfig`` step of a job, which
-only prints TF_CONFIG, starts in a second rather than after TensorFlow's 10-30
-s of start-up on every task; ``tensorflow_resolver`` is the resolver itself,
-which the tests check ``layout`` against. Only it, and the node-list expansion
-without ``scontrol``, import TensorFlow.
+Task types take ranks in alphabetical order, as in the resolver: chief,
+evaluator, ps, worker. ``layout`` does what the resolver does without
+importing TensorFlow (a job's ``tfdist.tfconfig`` step takes 1 s, not 10-30
+s a task; tests/test_slurm.py checks it against the resolver). Only the
+node-list expansion without ``scontrol`` imports TensorFlow.
 """
 
 from __future__ import annotations
@@ -95,14 +90,11 @@ _SCONTROL_TIMEOUT_S = 60
 def job_port_base(environ: Mapping[str, str]) -> int:
     """The port of the first task on each node for this job: ``PORT_BASE`` plus a block of the job id's own.
 
-    Two jobs sharing a node (``select/cons_tres`` places several jobs on
-    one node) must not both listen on one port: a fixed port made the second
-    job fail with "Address already in use". Job ``j``'s tasks on a node take
-    ``PORT_BASE + (j % PORT_BLOCKS) * PORTS_PER_JOB`` and the next ports, so
-    8888..24871 in all, below Linux's ephemeral ports (32768 and up). Every
-    task and every step of the job computes the same ports from
-    ``SLURM_JOB_ID``, with nothing to exchange; without it (not a Slurm job),
-    ``PORT_BASE``.
+    Two jobs on one node (``select/cons_tres``) must not share a port: a
+    fixed one failed the second with "Address already in use". Job ``j``
+    takes ``PORT_BASE + (j % PORT_BLOCKS) * PORTS_PER_JOB`` and up (8888..24871
+    in all, below the ephemeral ports); every task and step computes the same
+    from ``SLURM_JOB_ID``. Without it, ``PORT_BASE``.
     """
     job_id = environ.get("SLURM_JOB_ID", "").strip()
     if not job_id:
@@ -155,7 +147,6 @@ def parse_slurm_tasks(text: str) -> dict[str, int]:
             f"Expected at least one worker, e.g. worker=2,ps=1."
         )
     return tasks
-
 
 
 @dataclasses.dataclass(frozen=True)
@@ -352,35 +343,6 @@ def layout(allocation: Allocation, jobs: Mapping[str, int], port_base: int) -> t
         start += count
     assert own is not None, (position, jobs)  # the counts add up to the step's tasks (checked by resolve)
     return cluster, own[0], own[1]
-
-
-def tensorflow_resolver(allocation: Allocation, jobs: Mapping[str, int], port_base: int):
-    """A ``SlurmClusterResolver`` for ``allocation`` that places this task at ``allocation.position()``."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow starts, unless the user chose
-    import tensorflow as tf
-
-    class _PlacedSlurmClusterResolver(tf.distribute.cluster_resolver.SlurmClusterResolver):
-        """The resolver with this task's rank replaced by its position (see the module docstring)."""
-
-        def __init__(self, position: int, **kwargs):
-            """``position`` is set first: the base constructor reads the rank at once."""
-            self._tfdist_position = position
-            super().__init__(**kwargs)
-
-        def _resolve_own_rank(self) -> int:
-            """This task's index in the address list: its position, not SLURM_PROCID."""
-            return self._tfdist_position
-
-    most_per_node = max(allocation.tasks_per_node)
-    return _PlacedSlurmClusterResolver(
-        allocation.position(),
-        jobs=dict(jobs),
-        port_base=port_base,
-        tasks_per_node=allocation.tasks_by_host(),
-        gpus_per_node=most_per_node,  # one pretend GPU per task: GPUs are Slurm's to bind
-        gpus_per_task=1,
-        auto_set_gpu=False,
-    )
 
 
 def resolve(
