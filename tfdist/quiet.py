@@ -81,9 +81,10 @@ def install() -> bool:
     """Filter descriptor 2 from here on; ``sys.stderr`` writes to the original stderr. Returns True if installed.
 
     Call it before TensorFlow is imported. Idempotent; a no-op under the
-    opt-out, once TensorFlow is imported, or where descriptor 2 is closed.
+    opt-out, once TensorFlow is imported, where descriptor 2 is closed, or
+    without ``os.fork`` (Windows).
     """
-    if _installed or opted_out() or "tensorflow" in sys.modules:
+    if _installed or opted_out() or "tensorflow" in sys.modules or not hasattr(os, "fork"):
         return False
     try:
         original = os.dup(2)
