@@ -152,3 +152,60 @@ def test_the_report_writes_medians_ratios_and_the_json_keys_of_each_part():
                                  "epoch_seconds": 4 * 16 / 150.0, "peak_rss_mb": 700.0, "rss_growth_mb": 50.0}
     assert [g["met"] for g in out["goals"]][:2] == [True, True]
     assert markdown(out).startswith("| row |")
+
+
+#: The preemption test's experiment: the benchmark's, with a tiny model and batch (a start costs ~10-15 s here).
+TINY = {"train_examples": 64, "eval_examples": 16, "base_filters": 4, "depth": 2, "global_batch_size": 8}
+
+
+def test_a_preemption_of_one_device_ends_42_and_resumes_at_the_step_it_reached():
+    from tfdist.bench.preemption import PreemptionSpec, measure
+
+    spec = PreemptionSpec(name="preemption_one_device", strategy="one_device", steps=16, signal_at=4,
+                          overrides=TINY, timeout=120)
+    m = measure(spec)
+    assert m.statuses == (42, 0)
+    assert 4 <= m.reached_step < 16 and m.resumed_step == m.reached_step
+    assert m.exit_seconds > 0 and m.fresh_first_step_seconds > 0 and m.resumed_first_step_seconds > 0
+    assert m.resume_ratio == m.resumed_first_step_seconds / m.fresh_first_step_seconds
+
+
+def test_the_step_reached_is_one_step_of_every_task_or_the_measurement_fails():
+    from tfdist.bench.preemption import PreemptionSpec, _reached_step
+
+    two = PreemptionSpec(name="p", strategy="multi_worker_mirrored", workers=2)
+    line = "[worker:{}] error: Preempted at step {} of 24: worker:1 received SIGTERM. Saved ..."
+    assert _reached_step("\n".join([line.format(0, 9), "[launch] exit status 42", line.format(1, 9)]), two) == 9
+    for text in (line.format(0, 9), "\n".join([line.format(0, 9), line.format(1, 10)])):
+        with pytest.raises(RuntimeError, match="expected 2 `error: Preempted at step N` line"):
+            _reached_step(text, two)
+
+
+def test_preemption_rows_are_selected_like_rows_and_reported_under_their_own_key():
+    from tfdist.bench.plan import plan
+    from tfdist.bench.preemption import markdown as preemption_table
+    from tfdist.errors import UserError
+
+    every = plan(steps=8, warmup=2, preemption=True)
+    assert [s.name for s in every.preemption] == ["preemption_one_device", "preemption_multi_worker_mirrored_2"]
+    assert [s.workers for s in every.preemption] == [1, 2]
+    assert plan(steps=8, warmup=2).preemption == ()  # --nopreemption
+    assert plan(steps=8, warmup=2, only=["one_device"], preemption=True).preemption == ()
+    alone = plan(steps=8, warmup=2, only=["preemption_one_device"], preemption=True)
+    assert [s.name for s in alone.preemption] == ["preemption_one_device"]
+    assert [r.spec.name for r in alone.rows] == ["keras_fit"]  # the baseline runs whatever --only says
+    with pytest.raises(UserError, match="--nopreemption"):
+        plan(steps=8, warmup=2, only=["preemption_one_device"])
+    section = {"runs": 1, "rows": [{"name": "preemption_one_device", "strategy": "one_device", "workers": 1,
+                                    "steps": 24, "signal_at": 8, "exit_seconds": 1.04,
+                                    "fresh_first_step_seconds": 20.0, "resumed_first_step_seconds": 25.0,
+                                    "resume_ratio": 1.25, "reached_step": 9, "resumed_step": 9,
+                                    "statuses": [42, 0], "row_seconds": 60.0}]}
+    table = preemption_table(section)
+    assert table[2] == "| preemption_one_device | 1.0 | 20.0 | 25.0 | 1.25 | 9 | 9 |"
+    assert table[-1].startswith("One run of each preemption row (not repeated): SIGTERM once a train row at step "
+                                "8 of 24 or later")
+    from tfdist.bench.report import markdown, results
+
+    out = results(alone, {"keras_fit": [Measured(name="keras_fit", images_per_second=100.0)]}, {}, preemption=section)
+    assert out["preemption"] == section and "| preemption_one_device | 1.0 |" in markdown(out)

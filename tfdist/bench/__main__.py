@@ -17,7 +17,12 @@ held in memory, no augmentation: the same images Keras gets):
   ``multi_worker_mirrored`` and its share of a step;
 - time from process start to the first finished step, and peak memory (RSS)
   of each row;
-- scaling: time per epoch at 1x, 2x and 4x the dataset and at two image sizes.
+- scaling: time per epoch at 1x, 2x and 4x the dataset and at two image sizes;
+- preemption (``tfdist.bench.preemption``), ``one_device`` and 2-worker
+  ``multi_worker_mirrored`` under ``python -m tfdist.launch --local``: seconds
+  from SIGTERM mid-run to the exit with status 42, from the relaunch to its
+  first step beside the fresh start's (their ratio is the resume's extra
+  cost), and the step reached against the step resumed at; once each.
 
 Rows that need the same process set-up share one process (start-up is most
 of a short row's time): the one-logical-CPU rows (``keras_fit``,
@@ -34,10 +39,14 @@ Throughput is images per second after warm-up: Keras within its second
 epoch, after that epoch's first step (Keras' array adapter spends about 1 s
 at each epoch boundary here, which the baseline leaves out: the strictest
 baseline for tfdist), tfdist after its first loop call (which traces).
-``--repeats N`` runs each row N times and reports the median. Output:
+``--repeats N`` runs each row N times and reports the median (the
+preemption rows run once). ``--only`` names rows, the preemption rows
+(``preemption_one_device``, ``preemption_multi_worker_mirrored_2``) among
+them; ``--noscaling`` and ``--nopreemption`` skip those parts. Output:
 ``--output FILE.json`` with ``{"baseline": {...}, "rows": [{"name",
-"images_per_second", "ratio", ...}]}``, a Markdown table (``--markdown``,
-default beside the JSON) and a PNG chart (``--chart``).
+"images_per_second", "ratio", ...}], "preemption": {"runs", "rows": [...]}}``,
+Markdown tables (``--markdown``, default beside the JSON) and a PNG chart
+(``--chart``).
 """
 
 from __future__ import annotations
@@ -58,7 +67,8 @@ FLAGS = flags.FLAGS
 
 
 def define_flags() -> None:
-    flags.DEFINE_bool("quick", False, "Fewer steps and one run of each row: about 4.5 minutes on 2 cores.")
+    flags.DEFINE_bool("quick", False, "Fewer steps and one run of each row: about 7.5 minutes on 2 cores "
+                      "(3 of them the preemption rows).")
     flags.DEFINE_integer("steps", 0, "Timed steps per row (0: 16 with --quick, else 64).")
     flags.DEFINE_integer("repeats", 0, "Runs of each row; the median is reported (0: 1 with --quick, else 3).")
     flags.DEFINE_string("output", "bench.json", "Where to write the JSON results.")
@@ -66,6 +76,8 @@ def define_flags() -> None:
     flags.DEFINE_string("chart", None, "Where to write the PNG chart (default: OUTPUT with .png).")
     flags.DEFINE_list("only", [], "Run only these rows (names as in the table), e.g. keras_fit,one_device.")
     flags.DEFINE_bool("scaling", True, "Also measure time per epoch at 1x/2x/4x data and two image sizes.")
+    flags.DEFINE_bool("preemption", True, "Also measure preemption (SIGTERM mid-run, exit 42, the relaunch's first "
+                      "step), once each for one_device and 2-worker multi_worker_mirrored.")
     flags.DEFINE_string("child", None, "Internal: run these measurements in this process (JSON).")
 
 
@@ -76,7 +88,7 @@ def main(argv: list[str]) -> int:
     if len(argv) > 1:
         raise UserError(f"Unexpected arguments. Received: {' '.join(argv[1:])}. Expected only --flags.")
     results = run_benchmark(quick=FLAGS.quick, steps=FLAGS.steps, repeats=FLAGS.repeats, only=FLAGS.only,
-                            scaling=FLAGS.scaling, log=lambda m: print(m, flush=True))
+                            scaling=FLAGS.scaling, preemption=FLAGS.preemption, log=lambda m: print(m, flush=True))
     results["machine"] = {"cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d"), "python": sys.version.split()[0]}
     print(report.write(results, output=Path(FLAGS.output), markdown_path=FLAGS.markdown, chart_path=FLAGS.chart))
     return 0

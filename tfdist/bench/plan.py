@@ -5,7 +5,9 @@ of a short row's time): the one-logical-CPU rows (``cpu1``) and the
 two-logical-CPU rows (``cpu2``) each run one after another, ``--repeats``
 times interleaved, so a slow moment of the machine hits every row alike.
 Rows with a cluster (collectives, gRPC servers) get fresh processes per run,
-since a cluster cannot be torn down.
+since a cluster cannot be torn down. The preemption measurements
+(``tfdist.bench.preemption``) start their own ``python -m tfdist.train``
+processes, once each; ``--only`` names them like rows.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
+from tfdist.bench.preemption import PreemptionSpec, preemption_specs
 from tfdist.bench.rows import BASE, Job, Row, RowSpec, ScalingRow
 from tfdist.errors import UserError
 from tfdist.strategies import traits
@@ -78,40 +81,49 @@ class Plan:
       rows: the table's rows, the baseline first where ``--only`` left it out.
       allreduce: the all-reduce row, or ``None``.
       scaling: the time-per-epoch rows (only when every row runs).
+      preemption: the preemption measurements (run by the parent, not in ``every_row``).
     """
 
     rows: tuple[Row, ...]
     allreduce: Row | None
     scaling: tuple[ScalingRow, ...]
+    preemption: tuple[PreemptionSpec, ...] = ()
 
     @property
     def every_row(self) -> list[Row]:
         return [*self.rows, *([self.allreduce] if self.allreduce else []), *self.scaling]
 
 
-def plan(*, steps: int, warmup: int, only: Sequence[str] = (), scaling_steps: int = 0) -> Plan:
-    """The rows named in ``only`` (all where empty), and the all-reduce and scaling rows that go with them.
+def plan(*, steps: int, warmup: int, only: Sequence[str] = (), scaling_steps: int = 0,
+         preemption: bool = False) -> Plan:
+    """The rows named in ``only`` (all where empty), and the all-reduce, scaling and preemption rows that go with them.
 
     Args:
       steps: timed steps per row.
       warmup: steps before the timing starts.
-      only: row names (``--only``); the baseline runs whatever it says.
+      only: row names (``--only``), preemption measurements' included; the baseline runs whatever it says.
       scaling_steps: steps per epoch of the 1x scaling rows; 0: no scaling rows.
+      preemption: the preemption measurements too (those named in ``only``, where it names rows).
 
     Raises:
-      UserError: a name in ``only`` is not a row's.
+      UserError: a name in ``only`` is not a row's, or names a preemption measurement without ``preemption``.
     """
     known = rows_for(steps, warmup)
-    names = [r.spec.name for r in known]
+    preemptions = preemption_specs()
+    names = [r.spec.name for r in known] + [s.name for s in preemptions]
     if any(name not in names for name in only):
         raise UserError(f"Invalid value for `--only`. Received: {','.join(only)}. "
                         f"Expected names among: {', '.join(names)}.")
+    if not preemption and any(s.name in only for s in preemptions):
+        raise UserError(f"Invalid value for `--only` with `--nopreemption`. Received: {','.join(only)}. "
+                        "Expected no preemption_* name, or no `--nopreemption`.")
     rows = [r for r in known if not only or r.spec.name in only]
     if BASELINE not in {r.spec.name for r in rows}:
         rows.insert(0, known[0])  # every ratio needs the baseline
     return Plan(rows=tuple(rows),
                 allreduce=allreduce_row(steps, warmup) if not only or ALLREDUCE_OF in only else None,
-                scaling=tuple(scaling_rows(scaling_steps)) if scaling_steps and not only else ())
+                scaling=tuple(scaling_rows(scaling_steps)) if scaling_steps and not only else (),
+                preemption=tuple(s for s in preemptions if preemption and (not only or s.name in only)))
 
 
 def jobs_for(rows: Sequence[Row], repeats: int) -> list[Job]:

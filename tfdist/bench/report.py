@@ -2,9 +2,9 @@
 
 ``results`` turns each row's runs into the JSON-ready results
 (``{"baseline": {...}, "rows": [{"name", "images_per_second", "ratio", ...}],
-"settings", "allreduce", "scaling", "goals"}``); ``goals``, ``markdown`` and
-``chart`` read that JSON shape, so a saved ``bench.json`` can be read the
-same way.
+"settings", "allreduce", "scaling", "preemption", "goals"}``); ``goals``,
+``markdown`` and ``chart`` read that JSON shape, so a saved ``bench.json``
+can be read the same way.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Mapping
 
+import tfdist.bench.preemption as preemption_lib
 from tfdist.bench.plan import ALLREDUCE_OF, BASELINE, Plan
 from tfdist.bench.rows import BASE, Measured
 
@@ -33,8 +34,12 @@ def _numbers(measured: Measured) -> dict[str, Any]:
     return {k: v for k, v in measured.to_dict().items() if k != "name"}
 
 
-def results(plan: Plan, runs: Mapping[str, list[Measured]], settings: Mapping[str, Any]) -> dict:
-    """The JSON-ready results of ``plan``'s rows from their ``runs`` (by row name), goals included."""
+def results(plan: Plan, runs: Mapping[str, list[Measured]], settings: Mapping[str, Any],
+            preemption: Mapping[str, Any] | None = None) -> dict:
+    """The JSON-ready results of ``plan``'s rows from their ``runs`` (by row name), goals included.
+
+    ``preemption``: the preemption measurements' part (``preemption.run_all``), kept as it is under its own key.
+    """
     measured = {row.spec.name: median(runs[row.spec.name]) for row in plan.rows}
     baseline = measured[BASELINE]
     rows = []
@@ -59,6 +64,8 @@ def results(plan: Plan, runs: Mapping[str, list[Measured]], settings: Mapping[st
             out["scaling"].append({"name": row.spec.name, "image_size": row.image_size, "factor": row.factor,
                                    "epoch_seconds": epoch_seconds, "peak_rss_mb": r.peak_rss_mb,
                                    "rss_growth_mb": r.rss_growth_mb})
+    if preemption is not None:
+        out["preemption"] = dict(preemption)
     out["goals"] = goals(out)
     return out
 
@@ -106,6 +113,8 @@ def markdown(results: Mapping[str, Any]) -> str:
             growth = s.get("rss_growth_mb")
             lines.append(f"| {s['name']} | {s['image_size']} | {s['factor']}x | {s['epoch_seconds']:.1f} | "
                          f"{s['peak_rss_mb']:.0f} | {'' if growth is None else f'{growth:.0f}'} |")
+    if results.get("preemption"):
+        lines += ["", *preemption_lib.markdown(results["preemption"])]
     lines += ["", "| goal | value | met |", "|---|---:|---|"]
     for g in results["goals"]:
         value = "" if g["value"] is None else f"{g['value']:.3f}"

@@ -1,0 +1,305 @@
+"""Preemption as a benchmark measurement: what a SIGTERM mid-run costs, from the signal to the resumed first step.
+
+A scheduler that preempts a job sends SIGTERM and runs the same command
+again later; what that costs is the time to stop (tfdist saves a checkpoint
+of the step reached, then exits 42) and the time the relaunch needs before
+it trains again (start-up, restoring the checkpoint, tracing). Each
+measurement runs the benchmark's experiment (``rows.BASE`` as
+``python -m tfdist.train`` flags, a train row logged every step) as real
+processes, the way a user or a scheduler runs it:
+
+1. a fresh start; once ``metrics.jsonl`` has a train row at step
+   ``signal_at`` or later, SIGTERM to the process (to the launcher, for the
+   2-worker ``multi_worker_mirrored`` row under ``python -m tfdist.launch
+   --local``, which forwards it to every task); it must end with status 42;
+2. the same command again, which must resume from the step reached and end
+   with status 0.
+
+Figures (unix times, ``time.time()``): SIGTERM to exit; relaunch (just
+before the process is started) to its first step (``summary.json``'s
+``first_step_at``); the same for the fresh start, read off the moment its
+first train row was written (a preempted run writes no ``summary.json``; with
+``--log_every=1`` that row is written right after the first step: 8 ms after
+``first_step_at``, measured on an uninterrupted run); the ratio of the two;
+the step reached and the step resumed at, which must be equal for these
+synchronous strategies. Anything else (another status, no
+resume, a step lost or repeated, a wait past its bound) raises: a wrong
+figure would hide a broken preemption.
+
+Each measurement runs once, whatever ``--repeats`` says: it starts
+TensorFlow twice (twice two workers), 1.2-2 minutes a row on 2 busy cores.
+The parent runs these itself (no benchmark child): it starts processes,
+never TensorFlow. Every process gets its own session and is killed (its
+group) if still there at the end; a launcher's tasks die with it
+(``processes.die_with``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from tfdist.bench.rows import BASE
+from tfdist.cluster.network import free_ports
+from tfdist.errors import DONE_EXIT_CODE, PREEMPTED_EXIT_CODE
+
+#: ``error: Preempted at step N of M`` (each task's, prefixed ``[worker:i] `` under the launcher).
+PREEMPTED_LINE = re.compile(r"error: Preempted at step (\d+) of (\d+)")
+#: The relaunch's ``tfdist: ... ; resuming from <path> at step N`` line.
+RESUMED_LINE = re.compile(r"resuming from (\S+) at step (\d+)")
+#: How often the parent looks at ``metrics.jsonl`` and the processes.
+POLL_SECONDS = 0.05
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PreemptionSpec:
+    """One preemption measurement.
+
+    Attributes:
+      name: its name in the table (and in ``--only``).
+      strategy: the tfdist strategy.
+      workers: 1: one ``python -m tfdist.train`` process; more: that many
+        ``multi_worker_mirrored`` workers under ``python -m tfdist.launch --local``.
+      steps: the run's steps (one epoch), enough that the signal lands mid-run.
+      signal_at: SIGTERM once a train row at this step or later is logged.
+      overrides: experiment values over ``BASE`` (the test's tiny model).
+      timeout: the bound of each wait (first row, exit, relaunch), in seconds.
+    """
+
+    name: str
+    strategy: str
+    workers: int = 1
+    steps: int = 24
+    signal_at: int = 8
+    overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    timeout: float = 300.0
+
+    def train_flags(self, model_dir: Path) -> list[str]:
+        """``python -m tfdist.train`` flags: ``BASE`` (with overrides), one epoch of ``steps``, a row every step."""
+        values = {**BASE, **self.overrides, "strategy": self.strategy, "epochs": 1, "steps_per_epoch": self.steps,
+                  "log_every": 1, "model_dir": str(model_dir)}
+        return [f"--{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in values.items()]
+
+
+def preemption_specs() -> list[PreemptionSpec]:
+    """Every preemption measurement of the benchmark: one process, and 2 workers under the launcher."""
+    return [PreemptionSpec(name="preemption_one_device", strategy="one_device"),
+            PreemptionSpec(name="preemption_multi_worker_mirrored_2", strategy="multi_worker_mirrored", workers=2)]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PreemptionMeasured:
+    """One preemption measurement's figures.
+
+    Attributes:
+      name, strategy, workers, steps, signal_at: as in the spec.
+      exit_seconds: SIGTERM to the exit of the process (or the launcher) with status 42.
+      fresh_first_step_seconds: fresh start (process start) to its first finished step.
+      resumed_first_step_seconds: relaunch (process start) to its first finished step.
+      resume_ratio: ``resumed_first_step_seconds / fresh_first_step_seconds``: the resume's extra cost.
+      reached_step: the step the preempted run saved (its ``error: Preempted at step N`` line).
+      resumed_step: the step the relaunch resumed at (``summary.json``'s ``start_step``).
+      statuses: the exit statuses of the preempted run and of the relaunch (42, 0).
+      row_seconds: the measurement's wall time (both runs).
+    """
+
+    name: str
+    strategy: str
+    workers: int
+    steps: int
+    signal_at: int
+    exit_seconds: float
+    fresh_first_step_seconds: float
+    resumed_first_step_seconds: float
+    resume_ratio: float
+    reached_step: int
+    resumed_step: int
+    statuses: tuple[int, int]
+    row_seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """The figures, in field order (the JSON's)."""
+        return dataclasses.asdict(self)
+
+
+def command(spec: PreemptionSpec, directory: Path) -> list[str]:
+    """The run's command line: the train CLI, under the launcher (a cluster file on free ports) for workers > 1."""
+    train = [sys.executable, "-m", "tfdist.train", *spec.train_flags(directory / "run")]
+    if spec.workers == 1:
+        return train
+    cluster = directory / "cluster.yaml"
+    cluster.write_text("worker: [" + ", ".join(f"127.0.0.1:{p}" for p in free_ports(spec.workers)) + "]\n")
+    return [sys.executable, "-m", "tfdist.launch", f"--cluster={cluster}", "--local", "--", *train]
+
+
+class _Process:
+    """A started command: its own session (its group is killed by ``kill``), its output in files of ``directory``."""
+
+    def __init__(self, argv: list[str], directory: Path, name: str):
+        env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+        env.update(TF_CPP_MIN_LOG_LEVEL="2", TMPDIR=str(directory))  # scratch checkpoints go with the directory
+        self.out, self.err = directory / f"{name}.out", directory / f"{name}.err"
+        self.started_at = time.time()
+        with open(self.out, "w") as out, open(self.err, "w") as err:
+            self.popen = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env,
+                                          start_new_session=True)
+
+    def text(self) -> str:
+        return self.out.read_text(errors="replace") + self.err.read_text(errors="replace")
+
+    def wait(self, timeout: float, what: str) -> int:
+        try:
+            return self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"preemption benchmark: no {what} after {timeout:g} s: {self.text()[-1500:]}") from None
+
+    def kill(self) -> None:
+        """SIGKILL to the process's group, if it is still running; then reap it."""
+        if self.popen.poll() is None:
+            try:
+                os.killpg(self.popen.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.popen.wait(timeout=30)
+
+
+def _train_rows(metrics: Path) -> tuple[list[int], float]:
+    """The steps of the train rows in ``metrics`` so far, and when the file was last written (unix time)."""
+    try:
+        before = metrics.stat().st_mtime
+        lines = metrics.read_text().splitlines()
+        after = metrics.stat().st_mtime
+    except FileNotFoundError:
+        return [], 0.0
+    steps = []
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:  # a row being written
+            continue
+        if row.get("split") == "train":
+            steps.append(row["step"])
+    return steps, (after if before == after else time.time())
+
+
+def _wait_for_rows(proc: _Process, metrics: Path, signal_at: int, timeout: float) -> float:
+    """Wait for a train row at ``signal_at`` or later; returns when the first train row was written (unix time)."""
+    deadline = time.monotonic() + timeout
+    first_row_at = None
+    while time.monotonic() < deadline:
+        steps, written_at = _train_rows(metrics)
+        if steps and first_row_at is None:
+            # The file's write time is the first row's while that row is alone in it; else now (a bound).
+            first_row_at = written_at if len(steps) == 1 else time.time()
+        if steps and max(steps) >= signal_at:
+            return first_row_at
+        if proc.popen.poll() is not None:
+            raise RuntimeError(f"preemption benchmark: the run ended (status {proc.popen.returncode}) before a "
+                               f"train row at step {signal_at}: {proc.text()[-1500:]}")
+        time.sleep(POLL_SECONDS)
+    raise RuntimeError(f"preemption benchmark: no train row at step {signal_at} after {timeout:g} s: "
+                       f"{proc.text()[-1500:]}")
+
+
+def _expect(status: int, expected: int, what: str, proc: _Process) -> None:
+    if status != expected:
+        raise RuntimeError(f"preemption benchmark: {what} ended with status {status}, expected {expected}: "
+                           f"{proc.text()[-1500:]}")
+
+
+def _reached_step(text: str, spec: PreemptionSpec) -> int:
+    """The step every task of the preempted run saved; one step for all (synchronous), else it raises."""
+    steps = {int(m.group(1)) for m in PREEMPTED_LINE.finditer(text)}
+    count = len(PREEMPTED_LINE.findall(text))
+    if len(steps) != 1 or count != spec.workers:
+        raise RuntimeError(f"preemption benchmark: expected {spec.workers} `error: Preempted at step N` line(s) "
+                           f"with one N, received steps {sorted(steps)} in {count} line(s): {text[-1500:]}")
+    return steps.pop()
+
+
+def measure(spec: PreemptionSpec) -> PreemptionMeasured:
+    """Preempt a fresh run of ``spec`` with SIGTERM mid-run, relaunch it, and time both (see the module docstring).
+
+    Raises:
+      RuntimeError: a status other than 42 then 0, no resume, a resumed step other than the step reached,
+        or a wait past ``spec.timeout``.
+    """
+    began = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="tfdist-bench-preemption-") as tmp:
+        directory = Path(tmp)
+        argv = command(spec, directory)
+        metrics, summary = directory / "run" / "metrics.jsonl", directory / "run" / "summary.json"
+        started: list[_Process] = []
+        try:
+            started.append(fresh := _Process(argv, directory, "fresh"))
+            first_row_at = _wait_for_rows(fresh, metrics, spec.signal_at, spec.timeout)
+            fresh.popen.send_signal(signal.SIGTERM)
+            sent = time.monotonic()
+            status = fresh.wait(spec.timeout, "exit after SIGTERM")
+            exit_seconds = time.monotonic() - sent
+            _expect(status, PREEMPTED_EXIT_CODE, "the preempted run", fresh)
+            reached = _reached_step(fresh.text(), spec)
+            if not 0 < reached < spec.steps:
+                raise RuntimeError(f"preemption benchmark: preempted at step {reached}, not mid-run (1 to "
+                                   f"{spec.steps - 1}); raise `steps` above `signal_at` ({spec.signal_at}).")
+            started.append(again := _Process(argv, directory, "relaunch"))
+            again_status = again.wait(spec.timeout, "end of the relaunch")
+            _expect(again_status, DONE_EXIT_CODE, "the relaunch", again)
+            resumed_line = RESUMED_LINE.search(again.text())
+            result = json.loads(summary.read_text())
+        finally:
+            for proc in started:
+                proc.kill()
+    resumed = result["start_step"]
+    if resumed_line is None or int(resumed_line.group(2)) != resumed or resumed != reached:
+        raise RuntimeError(f"preemption benchmark: preempted at step {reached}, but the relaunch resumed at "
+                           f"step {resumed} ({resumed_line.group(0) if resumed_line else 'no resuming line'}); "
+                           "a synchronous strategy must resume at the step it reached.")
+    fresh_seconds = first_row_at - fresh.started_at
+    resumed_seconds = result["first_step_at"] - again.started_at
+    return PreemptionMeasured(name=spec.name, strategy=spec.strategy, workers=spec.workers, steps=spec.steps,
+                              signal_at=spec.signal_at,
+                              exit_seconds=exit_seconds, fresh_first_step_seconds=fresh_seconds,
+                              resumed_first_step_seconds=resumed_seconds, resume_ratio=resumed_seconds / fresh_seconds,
+                              reached_step=reached, resumed_step=resumed, statuses=(status, again_status),
+                              row_seconds=time.monotonic() - began)
+
+
+def run_all(specs: Sequence[PreemptionSpec], log: Callable[[str], None] = print) -> dict:
+    """Each spec measured once, in order (not repeated: see the module docstring).
+
+    Returns the ``"preemption"`` part of the results JSON: ``{"runs": 1, "rows": [{"name", ...}]}``.
+    """
+    rows = []
+    for spec in specs:
+        log(f"bench: {spec.name} ...")
+        m = measure(spec)
+        log(f"bench: {spec.name}: exit {m.exit_seconds:.1f} s, first step {m.fresh_first_step_seconds:.1f} s "
+            f"fresh, {m.resumed_first_step_seconds:.1f} s resumed ({m.resume_ratio:.2f}x), step "
+            f"{m.reached_step} -> {m.resumed_step} ({m.row_seconds:.0f} s)")
+        rows.append(m.to_dict())
+    return {"runs": 1, "rows": rows}
+
+
+def markdown(section: Mapping[str, Any]) -> list[str]:
+    """The ``"preemption"`` part of the results as Markdown lines: a table, and how each row was measured."""
+    lines = ["| preemption | s SIGTERM to exit 42 | s to first step, fresh | s to first step, resumed | "
+             "resumed / fresh | step reached | resumed at |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in section["rows"]:
+        lines.append(f"| {r['name']} | {r['exit_seconds']:.1f} | {r['fresh_first_step_seconds']:.1f} | "
+                     f"{r['resumed_first_step_seconds']:.1f} | {r['resume_ratio']:.2f} | {r['reached_step']} | "
+                     f"{r['resumed_step']} |")
+    when = sorted({(r["signal_at"], r["steps"]) for r in section["rows"]})
+    runs = "One run of each preemption row" if section["runs"] == 1 else f"{section['runs']} runs of each"
+    lines += ["", f"{runs} (not repeated): SIGTERM once a train row at step "
+              + " / ".join(f"{k} of {n}" for k, n in when) + " or later is logged, then the same command again."]
+    return lines
