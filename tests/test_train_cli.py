@@ -186,7 +186,7 @@ def _bad_mask(tmp_path, stack):
 
 #: Cases whose check runs after TensorFlow has started (and printed its start-up lines): the rendezvous
 #: of the peers runs right before the strategy is built, once TensorFlow's devices are set up.
-AFTER_TENSORFLOW_STARTS = {"connect_timeout"}
+AFTER_TENSORFLOW_STARTS = {"connect_timeout", "batch_over_replicas"}
 
 
 #: (case, flags or a function (tmp_path, ExitStack) -> (flags, needle), what the line must name)
@@ -203,6 +203,9 @@ BAD_INPUT = [
     ("positional", ["positional"], "positional"),
     ("connect_timeout", _connect_timeout, None),
     ("address_in_use", _address_in_use, None),
+    # Known only once the strategy has its replicas (after TensorFlow starts), still before anything is written.
+    ("batch_over_replicas", ["--strategy=mirrored", "--cpu_devices=2", "--global_batch_size=3"],
+     "global_batch_size=3 with 2 replicas"),
 ]
 
 

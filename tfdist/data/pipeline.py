@@ -106,13 +106,17 @@ def _per_replica_batch(global_batch_size: int, input_context: tf.distribute.Inpu
     """The batch one replica gets; the global batch must split evenly over the replicas."""
     if input_context is None:
         return global_batch_size
-    replicas = input_context.num_replicas_in_sync
+    check_global_batch(global_batch_size, input_context.num_replicas_in_sync)
+    return input_context.get_per_replica_batch_size(global_batch_size)
+
+
+def check_global_batch(global_batch_size: int, replicas: int) -> None:
+    """Refuse a global batch that does not split evenly over ``replicas`` (a ``UserError``, status 2)."""
     if global_batch_size % replicas:
         raise UserError(
             f"Invalid value for `--global_batch_size`. Received: global_batch_size={global_batch_size} "
             f"with {replicas} replicas. Expected a multiple of the number of replicas."
         )
-    return input_context.get_per_replica_batch_size(global_batch_size)
 
 
 def _flip(seed: int) -> Callable:

@@ -224,6 +224,7 @@ def _train(config, task: Task | None, run_dir: RunDir, strategy, *, verbose: boo
     """Build, restore, train, evaluate and write the outputs under ``strategy``; returns the summary and model."""
     import tensorflow as tf
 
+    from tfdist.data.pipeline import check_global_batch
     from tfdist.models import build_from_config
     from tfdist.training.checkpoints import Checkpoints
     from tfdist.training.controller import Controller
@@ -233,6 +234,8 @@ def _train(config, task: Task | None, run_dir: RunDir, strategy, *, verbose: boo
     from tfdist.training.step import Steps
 
     train_cfg = config.train
+    # Known once the strategy has its replicas, and checked before anything is written or printed.
+    check_global_batch(train_cfg.global_batch_size, strategy.num_replicas_in_sync)
     epoch_steps = steps_per_epoch(config)
     total_steps = train_cfg.epochs * epoch_steps
 
