@@ -10,8 +10,9 @@ cannot be done (not root, no Slurm and no apt-get, no network namespaces).
 All the batch jobs are submitted at once when the module starts (``sbatch
 --wait``, each from a submit directory of its own, as a user would with a
 checkout on shared storage): two multi-worker jobs on the same two nodes at
-the same time, the parameter-server form, and a job with a bad flag. Each
-test then waits for its own job; on 2 cores they take a few minutes together.
+the same time, the parameter-server form, a job with a bad flag and one that
+is preempted mid-run. Each check then waits for its own job; on 2 cores they
+take a few minutes together.
 The jobs run this venv's ``python`` (first on PATH, which sbatch hands to the
 job) and a tiny experiment.
 """
@@ -33,7 +34,7 @@ from cluster_runs import SHORT
 from tfdist.cluster import slurm
 from tfdist.errors import USAGE_EXIT_CODE
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm_cluster")]
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parent.parent
 LOCAL_SLURM = REPO / "tests" / "clusters" / "local_slurm.sh"
@@ -43,6 +44,10 @@ JOB_TIMEOUT_S = 480
 #: 4 steps of the shared tiny experiment, a checkpoint every 2.
 TINY = [f.replace("steps_per_epoch=6", "steps_per_epoch=4").replace("checkpoint_every=10", "checkpoint_every=2")
         for f in SHORT]
+
+#: Long enough to be preempted mid-run.
+LONGER = [f.replace("steps_per_epoch=4", "steps_per_epoch=160").replace("checkpoint_every=2", "checkpoint_every=50")
+          for f in TINY]
 
 
 def _why_not() -> str | None:
@@ -144,12 +149,14 @@ def jobs(slurm_cluster, tmp_path_factory) -> dict[str, Job]:
     """Every batch job of the module, submitted together."""
     root = tmp_path_factory.mktemp("slurm_jobs")
     submitted = {
-        # two 2-node jobs at once on the same nodes (one task, 4 CPUs, on each node; each node has 24)
+        # two 2-node jobs at once on the same nodes (one task, 4 CPUs, on each node; each node has 32)
         "mwm_a": Job(root / "a", "tfdist-a", [], TINY),
         "mwm_b": Job(root / "b", "tfdist-b", [], TINY),
         "ps": Job(root / "ps", "tfdist-ps", ["--ntasks=4"], TINY,
                   TFDIST_STRATEGY="parameter_server", TFDIST_TASKS="chief=1,worker=2,ps=1"),
         "bad_flag": Job(root / "bad", "tfdist-bad", [], [*TINY, "--epochs=0"]),
+        # preempted mid-run by the test (the time limit's SIGUSR1), requeued by the script, resumed
+        "requeue": Job(root / "requeue", "tfdist-rq", [], [*LONGER, "--log_every=5"]),
     }
     yield submitted
     for job in submitted.values():
@@ -179,7 +186,7 @@ def _assert_trained(job: Job, strategy: str) -> None:
     assert not list(job.dir.glob(".tfdist-job-*"))  # the status file went with the job
 
 
-def test_srun_tfconfig_gives_each_task_its_own_tf_config(jobs):  # the jobs start first, this runs meanwhile
+def check_srun_tfconfig_gives_each_task_its_own_tf_config(jobs):
     proc = subprocess.run(
         ["srun", "--nodes=2", "--ntasks=2", "--label", "bash", "-c",
          'echo "job $SLURM_JOB_ID" >&2; exec python -m tfdist.tfconfig --cluster slurm'],
@@ -195,7 +202,7 @@ def test_srun_tfconfig_gives_each_task_its_own_tf_config(jobs):  # the jobs star
     }
 
 
-def test_two_multi_worker_jobs_at_once_on_the_same_nodes(jobs):
+def check_two_multi_worker_jobs_at_once_on_the_same_nodes(jobs):
     a, b = jobs["mwm_a"].wait(), jobs["mwm_b"].wait()
     for job in (a, b):
         _assert_trained(job, "multi_worker_mirrored")
@@ -209,14 +216,14 @@ def test_two_multi_worker_jobs_at_once_on_the_same_nodes(jobs):
     assert len(ports[0]) == len(ports[1]) == 2 and not ports[0] & ports[1], ports  # no port shared
 
 
-def test_parameter_server_job(jobs):
+def check_parameter_server_job(jobs):
     job = jobs["ps"].wait()
     _assert_trained(job, "parameter_server")
     configs = _tf_configs(job.log())
     assert sorted(c["task"]["type"] for c in configs.values()) == ["chief", "ps", "worker", "worker"]
 
 
-def test_a_bad_flag_is_the_jobs_exit_code_2(jobs):
+def check_a_bad_flag_is_the_jobs_exit_code_2(jobs):
     job = jobs["bad_flag"].wait()
     log = job.log()
     assert job.status == USAGE_EXIT_CODE, f"sbatch --wait exited {job.status}\n{log[-3000:]}"
@@ -225,7 +232,7 @@ def test_a_bad_flag_is_the_jobs_exit_code_2(jobs):
     assert not list(job.dir.glob("runs/*/checkpoints/*"))  # nothing trained
 
 
-def test_a_job_that_can_never_start_is_refused_by_test_only(slurm_cluster, tmp_path):
+def check_a_job_that_can_never_start_is_refused_by_test_only(jobs, tmp_path):
     # The 2-node script on the 1-node partition "one": sbatch alone would queue it for ever (PartitionNodeLimit).
     proc = subprocess.run(["sbatch", "--test-only", "--partition=one", str(SBATCH)], cwd=tmp_path, env=job_env(),
                           capture_output=True, text=True, timeout=60)
@@ -233,3 +240,47 @@ def test_a_job_that_can_never_start_is_refused_by_test_only(slurm_cluster, tmp_p
     fits = subprocess.run(["sbatch", "--test-only", str(SBATCH)], cwd=tmp_path, env=job_env(),
                           capture_output=True, text=True, timeout=60)
     assert fits.returncode == 0 and "to start at" in fits.stderr, fits.stderr
+
+
+def check_a_preempted_job_is_requeued_and_resumes_its_own_run(jobs):
+    job = jobs["requeue"]
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    while "train  step" not in job.log():  # training has started: checkpoints can be written
+        assert job.proc.poll() is None and time.monotonic() < deadline, job.log()[-3000:]
+        time.sleep(2)
+    job_id = subprocess.run(["squeue", "-h", f"--name={job.name}", "-o", "%i"], capture_output=True, text=True,
+                            timeout=30, check=True).stdout.strip()
+    # What Slurm sends 90 s before the time limit (#SBATCH --signal=USR1@90): every task of the steps.
+    subprocess.run(["scancel", "--signal=USR1", job_id], timeout=30, check=True)
+    job.wait()
+    log = job.log()
+    assert job.status == 0, f"sbatch --wait exited {job.status}\n{log[-3000:]}"
+    (run_dir,) = job.dir.glob("runs/*")  # one run directory over both starts
+    assert f"requeueing job {job_id}" in log and f"job {job_id} (start 2): run directory {run_dir.relative_to(job.dir)}" in log
+    assert re.search(rf"resuming from {re.escape(str(run_dir.relative_to(job.dir)))}/checkpoints/ckpt-[0-9]+ at step [1-9]", log)
+    assert json.loads((run_dir / "summary.json").read_text())["steps"] == 160
+    assert job.show()["Restarts"] == "1"
+
+
+#: Each check, in the order they run (the srun and --test-only ones while the batch jobs run).
+CHECKS = [
+    check_srun_tfconfig_gives_each_task_its_own_tf_config,
+    check_a_job_that_can_never_start_is_refused_by_test_only,
+    check_a_preempted_job_is_requeued_and_resumes_its_own_run,  # before it ends by itself
+    check_a_bad_flag_is_the_jobs_exit_code_2,
+    check_two_multi_worker_jobs_at_once_on_the_same_nodes,
+    check_parameter_server_job,
+]
+
+
+def test_train_sbatch_on_a_two_node_slurm(jobs, tmp_path):
+    """Every check above, in one test: the cluster and its jobs belong to one pytest worker (pytest-xdist's
+    loadgroup does not keep a module's tests together with pytest 9 here), and a failed check does not stop
+    the others."""
+    failed = {}
+    for check in CHECKS:
+        try:
+            check(jobs, tmp_path) if check is check_a_job_that_can_never_start_is_refused_by_test_only else check(jobs)
+        except (AssertionError, pytest.fail.Exception) as e:
+            failed[check.__name__] = str(e)
+    assert not failed, "\n\n".join(f"{name}: {why}" for name, why in failed.items())

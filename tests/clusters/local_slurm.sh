@@ -19,10 +19,11 @@
 #   one `slurmd -N nI` per node, started with `nsenter --net=` inside its
 #   namespace (`ip netns exec` remounts /sys, and slurmd then dies with
 #   "No filesystem mounted on /sys/fs/cgroup").
-# Each node declares 24 CPUs (SlurmdParameters=config_overrides), whatever the
-# box has: three 2-node jobs of configs/slurm/train.sbatch (4 CPUs a task) and
+# Each node declares 32 CPUs (SlurmdParameters=config_overrides), whatever the
+# box has: four 2-node jobs of configs/slurm/train.sbatch (4 CPUs a task) and
 # its 4-task parameter-server form fit at once. A second partition, "one",
-# holds n1 alone (a 2-node job there can never start).
+# holds n1 alone (a 2-node job there can never start). A requeued job starts
+# again 10 s after it ended (AuthInfo=cred_expire=10; Slurm's default is 120).
 set -euo pipefail
 
 STATE="${TFDIST_SLURM_STATE:-/var/lib/tfdist-slurm}"
@@ -32,7 +33,7 @@ BRIDGE=tfslurm0
 SUBNET_PREFIX=10.213.0
 CTLD_ADDR="$SUBNET_PREFIX.1"
 NODES=(n1 n2)
-CPUS_PER_NODE=24
+CPUS_PER_NODE=32
 WAIT_S=60
 
 say() { echo "local_slurm: $*" >&2; }
@@ -74,7 +75,7 @@ start_munge() {
   if munge -n </dev/null >/dev/null 2>&1; then
     return  # a munged already answers (ours from an earlier `up`, or the machine's)
   fi
-  runuser -u munge -- munged
+  runuser -u munge -- munged 9>&-   # daemons must not keep the lock (fd 9)
   touch "$STATE/munged.ours"
   for _ in $(seq 50); do munge -n </dev/null >/dev/null 2>&1 && return; sleep 0.2; done
   die "munged does not answer"
@@ -124,6 +125,7 @@ $MARK: written by tests/clusters/local_slurm.sh up, removed by its down.
 ClusterName=tfdist
 SlurmctldHost=$(hostname -s)($CTLD_ADDR)
 AuthType=auth/munge
+AuthInfo=cred_expire=10
 CredType=cred/munge
 MpiDefault=none
 ProctrackType=proctrack/linuxproc
@@ -159,12 +161,12 @@ EOF
 
 start_daemons() {
   if ! pid_alive "$STATE/slurmctld.pid"; then
-    slurmctld || die "slurmctld did not start (see $STATE/slurmctld.log)"
+    slurmctld 9>&- || die "slurmctld did not start (see $STATE/slurmctld.log)"
   fi
   for node in "${NODES[@]}"; do
     install -d "$STATE/slurmd/$node"
     if ! pid_alive "$STATE/slurmd-$node.pid"; then
-      nsenter --net="/run/netns/$(netns "$node")" slurmd -N "$node" \
+      nsenter --net="/run/netns/$(netns "$node")" slurmd -N "$node" 9>&- \
         || die "slurmd -N $node did not start (see $STATE/slurmd-$node.log)"
     fi
   done
@@ -256,9 +258,14 @@ down() {
   say "down"
 }
 
+lock() {  # one `up` or `down` at a time on this machine
+  exec 9>/run/tfdist-local-slurm.lock
+  flock -w 300 9 || die "another local_slurm.sh up/down holds /run/tfdist-local-slurm.lock"
+}
+
 case "${1:-}" in
-  up) up ;;
-  down) down ;;
+  up) require_root; lock; up ;;
+  down) require_root; lock; down ;;
   status) nodes_idle ;;
   *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
 esac
