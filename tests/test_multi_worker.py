@@ -104,5 +104,5 @@ def test_parameter_server_cluster_trains_with_variables_on_the_ps_task(tmp_path)
     for name in ("chief:0", "worker:0", "worker:1", "ps:0", "evaluator:0"):
         assert f"[launch] {name} exited with status 0" in text  # each ended by itself
     assert "stopping them" not in text
-    assert "[ps:0] tfdist: ps:0 at" in text and "chief:0 is done; stopping" in text
+    assert "[ps:0] tfdist: ps:0 at" in text and "chief:0 ended with status 0 (done); stopping" in text
     assert [r["step"] for r in rows(model_dir / "evaluator.jsonl")] == [10, 12]  # ckpt-10 and the final one

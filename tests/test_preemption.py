@@ -260,6 +260,11 @@ def by_hand(procs, cluster, model_dir, tasks, *flags, name="first"):
 PS_TASKS = ("chief:0", "worker:0", "worker:1", "ps:0")
 
 
+def cluster_address(cluster, task_type: str) -> str:
+    """The first address of ``task_type`` in a ``loopback_cluster`` file."""
+    return re.search(rf"^{task_type}: \[([^,\]]+)", cluster.read_text(), re.M).group(1)
+
+
 def test_parameter_server_tasks_tell_a_vanished_chief_from_one_that_finished(tmp_path):
     cluster = loopback_cluster(tmp_path / "cluster.yaml", chief=1, worker=2, ps=1)
     model_dir = tmp_path / "run"
@@ -274,7 +279,7 @@ def test_parameter_server_tasks_tell_a_vanished_chief_from_one_that_finished(tmp
             "127.0.0.1:" in line and "(killed or crashed)" in line, tasks[task].text()[-2000:]
 
 
-def test_a_lost_ps_ends_the_chief_with_one_line_naming_it_and_the_relaunch_resumes(tmp_path):
+def test_a_lost_ps_ends_every_task_with_status_4_and_the_chief_names_it_in_one_line(tmp_path):
     cluster = loopback_cluster(tmp_path / "cluster.yaml", chief=1, worker=2, ps=1)
     model_dir = tmp_path / "run"
     with Processes(tmp_path) as procs:
@@ -283,14 +288,11 @@ def test_a_lost_ps_ends_the_chief_with_one_line_naming_it_and_the_relaunch_resum
         tasks["ps:0"].kill()
         statuses = {task: proc.wait(120) for task, proc in tasks.items() if task != "ps:0"}
         saved = latest_checkpoint_step(model_dir)
-        again = by_hand(procs, cluster, model_dir, PS_TASKS, name="again")
-        again_statuses = {task: proc.wait(300) for task, proc in again.items()}
     chief = tasks["chief:0"].text()
     assert statuses == {"chief:0": 4, "worker:0": 4, "worker:1": 4}, chief[-3000:]
-    assert "Traceback" not in chief and "ps:0" in last_line(chief) and f"ckpt-{saved}" in last_line(chief), \
-        last_line(chief)
-    assert again_statuses == dict.fromkeys(PS_TASKS, 0), again["chief:0"].text()[-3000:]
-    assert f"/ckpt-{saved} at step" in again["chief:0"].text()
+    line = last_line(chief)
+    assert "Traceback" not in chief and f"ps:0 at {cluster_address(cluster, 'ps')} does not answer" in line, line
+    assert f"ckpt-{saved}" in line  # what a relaunch resumes from (as the preempted chief's test shows)
 
 
 def test_a_signal_before_the_loop_ends_at_once_and_inside_it_is_remembered():
