@@ -1,0 +1,217 @@
+"""``python -m tfdist.doctor``: a cluster probed from one host, and the tasks of a cluster meeting.
+
+Probing (no task): an unresolvable host (the reserved ``.invalid`` TLD never
+resolves, and sends nothing anywhere), a port held by this test on
+127.0.0.1, and, inside network namespaces of our own (``tests/netns.py``,
+root only), a remote port that is refused (free: good), one that something
+listens on, and an address of the namespaces' subnet that no namespace holds
+(a connect that never gets an answer: "filtered or down"). Each bad task is
+named on one line, within 10 s.
+
+Meeting (a task): real processes on 127.0.0.1, under ``tfdist.launch
+--local`` (every task prints the same report and exits 0), started by hand
+with a ``--model_dir`` of their own each (both exit 2 naming the storage),
+and one task alone (its missing peer named). What a task reports cannot be
+changed from outside, so the comparison of versions, GPUs and clocks is
+checked as the pure function it is (``cluster.agree.problems``).
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+import netns
+from cluster_runs import REPO, Processes, env, launcher, loopback_cluster
+from tfdist.cluster import agree
+from tfdist.cluster.network import free_ports
+
+DOCTOR = [sys.executable, "-m", "tfdist.doctor"]
+#: A task's line in a problem list: ``worker:1 (host:port): ...``.
+PROBLEM = re.compile(r"^(\w+:\d+) \(")
+
+
+def doctor(*args: str, timeout: float = 60, **extra_env: str):
+    """``python -m tfdist.doctor ARGS`` in a fresh process without TF_CONFIG: (result, seconds)."""
+    started = time.monotonic()
+    result = subprocess.run([*DOCTOR, *args], capture_output=True, text=True, timeout=timeout, env=env(**extra_env),
+                            cwd=REPO)
+    return result, time.monotonic() - started
+
+
+def problem_tasks(text: str) -> list[str]:
+    """The tasks named at the start of a problem line, in order."""
+    return [m.group(1) for line in text.splitlines() if (m := PROBLEM.match(line))]
+
+
+def test_probing_names_the_unresolvable_host_and_the_port_in_use_within_10_s(tmp_path):
+    held, free_a, free_b = free_ports(3)
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text(f"chief: 127.0.0.1:{free_a}\nworker: [nohost.invalid:2222, 127.0.0.1:{held}, "
+                       f"localhost:{free_b}]\n")
+    with socket.create_server(("127.0.0.1", held)):
+        result, seconds = doctor(f"--cluster={cluster}")
+        running, _ = doctor(f"--cluster={cluster}", "--running")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert seconds < 10
+    assert problem_tasks(result.stdout) == ["worker:0", "worker:1"], result.stdout
+    lines = result.stdout.splitlines()
+    assert "worker:0 (nohost.invalid:2222): the host does not resolve (" in result.stdout
+    assert f"worker:1 (127.0.0.1:{held}): port {held} is in use by another process on this machine. Fix: " \
+           in result.stdout
+    assert re.search(rf"^chief:0 +127\.0\.0\.1:{free_a} +127\.0\.0\.1 +free \(this machine\) +no$", result.stdout, re.M)
+    assert lines[-1] == "doctor: 2 problems: the cluster cannot start"
+    # --running: the held port answers, the free ones do not
+    assert running.returncode == 2
+    assert problem_tasks(running.stdout) == ["chief:0", "worker:0", "worker:2"], running.stdout
+    assert f"chief:0 (127.0.0.1:{free_a}): nothing answers at 127.0.0.1:{free_a}" in running.stdout
+
+
+def test_probing_a_good_cluster_with_a_strategy_that_does_not_fit(tmp_path):
+    cluster = loopback_cluster(tmp_path / "c.yaml", worker=2)
+    result, _ = doctor(f"--cluster={cluster}")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.splitlines()[-1] == "doctor: the cluster can start"
+    result, _ = doctor(f"--cluster={cluster}", "--strategy=parameter_server")
+    assert result.returncode == 2
+    assert "--strategy=parameter_server: Invalid cluster for strategy='parameter_server'" in result.stdout
+
+
+_NO_NETNS = netns.unavailable()
+
+
+@pytest.mark.skipif(_NO_NETNS is not None, reason=f"no network namespaces: {_NO_NETNS}")
+def test_probing_from_a_namespace_names_the_filtered_port_and_the_remote_listener(tmp_path):
+    port, taken = 2222, 2223
+    with netns.Hosts(2) as hosts, Processes(tmp_path) as procs:
+        nobody = hosts.address(0).rsplit(".", 1)[0] + ".250"  # on the subnet, held by no namespace
+        cluster = tmp_path / "c.yaml"
+        cluster.write_text(f"worker: [{hosts.address(0)}:{port}, {hosts.address(1)}:{port}, {nobody}:{port}, "
+                           f"{hosts.address(1)}:{taken}]\n")
+        listener = procs.start("listener", hosts.command(1, [sys.executable, "-c", (
+            f"import socket, time; s = socket.create_server(('', {taken})); print('up', flush=True); time.sleep(60)")]))
+        listener.wait_for(lambda text: "up" in text, 30, "the listener in namespace 1")
+        started = time.monotonic()
+        result = subprocess.run(hosts.command(0, [*DOCTOR, f"--cluster={cluster}"]), capture_output=True, text=True,
+                                timeout=30, env=env(), cwd=REPO)
+        seconds = time.monotonic() - started
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert seconds < 10
+    assert problem_tasks(result.stdout) == ["worker:2", "worker:3"], result.stdout
+    assert (f"worker:2 ({nobody}:{port}): the port is closed (filtered by a firewall) or the host is down"
+            in result.stdout)
+    assert f"worker:3 ({hosts.address(1)}:{taken}): something already listens on" in result.stdout
+    assert re.search(rf"^worker:0 .* free \(this machine\) +no$", result.stdout, re.M)  # namespace 0 is "here"
+    assert re.search(rf"^worker:1 +{re.escape(hosts.address(1))}:{port} .* free +no$", result.stdout, re.M)
+
+
+def _reports_by_task(text: str) -> dict[str, list[str]]:
+    """Each launched task's lines from its ``doctor: TASK met`` line on (prefix removed), head line excluded."""
+    found: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        match = re.match(r"^\[(\w+:\d+)\] (.*)$", line)
+        if not match:
+            continue
+        task, rest = match.groups()
+        if rest.startswith(f"doctor: {task} met "):
+            found[task] = [rest]
+        elif task in found:
+            found[task].append(rest)
+    return found
+
+
+def test_a_launched_cluster_meets_and_every_task_prints_the_same_report(tmp_path):
+    model_dir = tmp_path / "run"
+    with Processes(tmp_path) as procs:
+        proc = procs.start("launch", launcher(REPO / "configs/clusters/local_mwm.yaml", *DOCTOR,
+                                              f"--model_dir={model_dir}"))
+        status = proc.wait(120)
+    text = proc.text()
+    assert status == 0, text[-3000:]
+    reports = _reports_by_task(text)
+    assert sorted(reports) == ["worker:0", "worker:1"], text[-3000:]
+    head, *report = reports["worker:0"]
+    assert reports["worker:1"][1:] == report
+    assert float(re.search(r" in ([0-9.]+) s \(", head).group(1)) < 10
+    assert report[-1] == "doctor: every task agrees: the cluster can start"
+    assert re.search(rf"^worker:1 +127\.0\.0\.1:\d+ .* 0 +[-+]0\.\d{{3}} s +{re.escape(str(model_dir))} \(shared\)$",
+                     "\n".join(report), re.M), report
+    assert not (model_dir / ".tfdist-doctor").exists()  # every token cleaned up
+
+
+def test_tasks_whose_model_dirs_are_not_shared_both_exit_2_naming_the_storage(tmp_path):
+    cluster = loopback_cluster(tmp_path / "c.yaml", worker=2)
+    with Processes(tmp_path) as procs:
+        started = {f"worker:{i}": procs.start(f"worker-{i}", [*DOCTOR, f"--cluster={cluster}", f"--task=worker:{i}",
+                                                               f"--model_dir={tmp_path / f'dir{i}'}", "--devices=driver"])
+                   for i in (0, 1)}
+        statuses = {name: proc.wait(60) for name, proc in started.items()}
+    texts = {name: proc.text() for name, proc in started.items()}
+    assert statuses == {"worker:0": 2, "worker:1": 2}, texts
+    for observer, other in (("worker:0", 1), ("worker:1", 0)):
+        line = (f"{observer} does not see what worker:{other} wrote to --model_dir: {observer}'s "
+                f"{tmp_path / f'dir{observer[-1]}'} is not the same storage as theirs ({tmp_path / f'dir{other}'})")
+        assert all(line in text for text in texts.values()), texts
+    assert texts["worker:0"].splitlines()[1:] == texts["worker:1"].splitlines()[1:]  # the same report
+
+
+def test_a_task_that_never_shows_up_is_named(tmp_path):
+    cluster = loopback_cluster(tmp_path / "c.yaml", worker=2)
+    absent = cluster.read_text().split(", ")[1].rstrip("]\n")
+    result, seconds = doctor(f"--cluster={cluster}", "--task=worker:0", "--connect_timeout=1", "--devices=none")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"worker:1 ({absent}): never answered within --connect_timeout=1s (connection refused)" in result.stdout
+    assert re.search(r"^worker:1 .*\(never answered\)$", result.stdout, re.M)
+    assert seconds < 10
+
+
+def _report(task: str, **changes) -> agree.Report:
+    values = dict(task=task, cluster={"worker": ["a:1", "b:1", "c:1"]}, python="3.11.7", tensorflow="2.21.0",
+                  keras="3.15.1", tfdist="0.1.0", gpus=2, model_dir="/shared/run", token="t")
+    return agree.Report(**{**values, **changes})
+
+
+def test_a_mismatch_names_the_task_that_differs():
+    names = ["worker:0", "worker:1", "worker:2"]
+    reports = {n: _report(n, tensorflow="2.20.0") if n == "worker:1" else _report(n) for n in names}
+    observations = {n: agree.Observation(task=n) for n in names}
+    compute = agree.compute_tasks(reports["worker:0"].cluster, coordinator=False)
+    assert agree.problems(reports, observations, leader="worker:0", compute=compute) == [
+        "worker:1 has TensorFlow 2.20.0, the others 2.21.0. Fix: install the same TensorFlow on every host."]
+    # GPUs of the computing tasks, a clock 3.2 s ahead, storage that worker:2 does not share
+    reports["worker:1"] = _report("worker:1", gpus=1)
+    observations["worker:1"] = agree.Observation(task="worker:1", clock_offset=3.2)
+    observations["worker:2"] = agree.Observation(task="worker:2", unseen=("worker:0", "worker:1"))
+    lines = agree.problems(reports, observations, leader="worker:0", compute=compute)
+    assert [line.split(". Fix:")[0] for line in lines] == [
+        "worker:1 has 1 GPU, the others 2 GPUs",
+        "worker:1's clock is 3.2 s ahead of worker:0's (the leader)",
+        "worker:2 does not see what worker:0, worker:1 wrote to --model_dir: worker:2's /shared/run is not the same "
+        "storage as theirs (/shared/run)",
+    ]
+    # a tie goes the leader's way; only computing tasks compare GPUs
+    two = {"chief:0": _report("chief:0", keras="3.14.0", gpus=0), "worker:0": _report("worker:0")}
+    assert agree.disagreements({t: r.keras for t, r in two.items()}, "chief:0", "Keras") == [
+        "worker:0 has Keras 3.15.1, the others 3.14.0"]
+    assert agree.compute_tasks({"chief": ["a:1"], "worker": ["b:1"], "ps": ["c:1"]}, coordinator=True) == ["worker:0"]
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--bogus"], "error: invalid command line: Unknown command line flag 'bogus'"),
+    (["--cluster=configs/clusters/local_mwm.yaml", "--task=worker:0", "--running"], "error: Unexpected `--running`"),
+    (["--cluster=configs/clusters/local_mwm.yaml", "--model_dir=/tmp/x"], "error: Unexpected `--model_dir`"),
+    (["--cluster=configs/clusters/local_mwm.yaml", "--task=worker:7"], "error: Invalid value for `--task`"),
+    (["--devices=gpu"], "error: invalid command line: flag --devices=gpu"),
+    ([], "error: Missing `--cluster`"),
+])
+def test_bad_flags_are_one_line_and_status_2(args, expected):
+    result, _ = doctor(*args, timeout=30)
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(expected), result.stderr
+    assert result.stdout == ""
