@@ -72,6 +72,7 @@ class RuntimeConfig:
     bytes_per_pack: int = 0  # gradient packing for all-reduce; 0: TensorFlow's default
     collective_timeout: float = 0.0  # seconds; 0: no timeout
     connect_timeout: float = 120.0  # seconds to wait for cluster peers
+    progress_timeout: float = 1800.0  # seconds without a step (eval, checkpoint) that end the run, naming who is behind; 0: off
     ps_shards: int = 0  # 0 or 1: whole variables (Keras 3 cannot train partitioned ones: strategies.check_ps_shards)
     ps_min_shard_bytes: int = 256 << 10
 
@@ -254,7 +255,7 @@ def validate(config: Config) -> Config:
     _choice("lr_scaling", train.lr_scaling, LR_SCALINGS)
     _choice("lr_decay", train.lr_decay, LR_DECAYS)
     for name, low in (
-        ("cpu_devices", 0), ("bytes_per_pack", 0), ("collective_timeout", 0), ("connect_timeout", 1),
+        ("cpu_devices", 0), ("bytes_per_pack", 0), ("collective_timeout", 0), ("connect_timeout", 1), ("progress_timeout", 0),
         ("ps_shards", 0), ("ps_min_shard_bytes", 1), ("image_size", 8), ("num_classes", 0),
         ("train_examples", 1), ("eval_examples", 1), ("shuffle_buffer", 1), ("base_filters", 1),
         ("depth", 1), ("dropout", 0), ("global_batch_size", 1), ("epochs", 1), ("steps_per_epoch", 0),

@@ -13,6 +13,7 @@ saves the checkpoint of the step reached and ends with ``Preempted``
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import time
@@ -42,11 +43,13 @@ class Controller:
       verbose: print progress lines (the chief only).
       preemption: a ``training.preemption.Preemption`` (its ``requested`` is this task's vote to stop after
         the next chunk), or None.
+      watchdog: a ``training.watchdog.Watchdog`` told what runs (training, evaluating, checkpointing) and
+        when each finished (progress), or None.
     """
 
     def __init__(self, *, loop, checkpoints, outputs, num_classes, global_batch_size, steps_per_epoch,
                  steps_per_loop, log_every, checkpoint_every, learning_rate, preview=None, verbose=True,
-                 preemption=None):
+                 preemption=None, watchdog=None):
         self.loop = loop
         self.checkpoints = checkpoints
         self.outputs = outputs
@@ -60,6 +63,7 @@ class Controller:
         self.preview = preview
         self.verbose = verbose
         self.preemption = preemption
+        self.watchdog = watchdog
         self.train_seconds = 0.0
         self.timed_steps = 0
         self.last_train: dict | None = None
@@ -77,9 +81,23 @@ class Controller:
         if self._bar is not None:
             self._bar.update(step, values=[("loss", loss)], finalize=False)
 
+    @contextlib.contextmanager
+    def _phase(self, phase: str, step: int):
+        """Tell the watchdog that ``phase`` runs, and that it finished (progress at ``step``)."""
+        if self.watchdog is not None:
+            self.watchdog.doing(phase)
+        yield
+        if self.watchdog is not None:
+            self.watchdog.progress(step)
+
+    def _save(self, step: int) -> None:
+        with self._phase("checkpointing", step):
+            self.checkpoints.save(step)
+
     def evaluate(self, step: int) -> dict:
         """One eval pass; logged and returned."""
-        result = metrics_from_stats(self.loop.evaluate(), self.num_classes)
+        with self._phase("evaluating", step):
+            result = metrics_from_stats(self.loop.evaluate(), self.num_classes)
         self.outputs.log("eval", step, result)
         if self.preview is not None:
             images, masks = self.preview
@@ -109,7 +127,8 @@ class Controller:
                 next_boundary(step, self.steps_per_epoch),
             )
             t0 = time.perf_counter()
-            stats, stop = self.loop.train(end - step, self._stop_requested)
+            with self._phase("first_step" if first_chunk else "training", end):
+                stats, stop = self.loop.train(end - step, self._stop_requested)
             elapsed = time.perf_counter() - t0
             if not first_chunk:  # the first chunk traces and compiles: not a speed figure
                 self.train_seconds += elapsed
@@ -146,7 +165,7 @@ class Controller:
                 window_seconds = 0.0
             saved = bool(self.checkpoints) and (step % self.checkpoint_every == 0 or step == total_steps)
             if saved:
-                self.checkpoints.save(step)
+                self._save(step)
             if stop:
                 self._preempted(step, total_steps, saved=saved)
             if step % self.steps_per_epoch == 0 and step != total_steps:
@@ -159,7 +178,7 @@ class Controller:
     def _preempted(self, step: int, total_steps: int, *, saved: bool) -> NoReturn:
         """Every task agreed to stop after ``step``: save that step (every task, as for any save) and end, status 42."""
         if self.checkpoints and not saved:
-            self.checkpoints.save(step)
+            self._save(step)
         where = f"{self.checkpoints.directory}/ckpt-{step}" if self.checkpoints else "no checkpoint (none asked for)"
         raise Preempted(
             f"Preempted at step {step} of {total_steps}: {self.preemption.reason()}. Saved the checkpoint of that "

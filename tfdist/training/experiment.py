@@ -37,7 +37,7 @@ from tfdist import config as config_lib
 from tfdist import strategies
 from tfdist.cluster import network, peers, sources
 from tfdist.cluster.task import Task
-from tfdist.errors import DONE_EXIT_CODE, USAGE_EXIT_CODE, RunFailed, UserError
+from tfdist.errors import DONE_EXIT_CODE, PEER_LOST_EXIT_CODE, USAGE_EXIT_CODE, RunFailed, UserError
 from tfdist.training.inputs import eval_dataset_fn, local_eval_dataset, train_dataset_fn
 from tfdist.training.preemption import Preemption
 from tfdist.training.roles import finish_together, peer_errors, serve, tell_servers
@@ -200,7 +200,7 @@ def run(config, *, verbose: bool = True, cluster_resolver=None, weights_dir: str
     if task is not None:
         peers.check_port_free(task)
     if kind == "serve":
-        serve(task, connect_timeout=rt.connect_timeout, verbose=verbose)
+        serve(task, connect_timeout=rt.connect_timeout, verbose=verbose, heartbeats=run_dir.heartbeats)
     with Preemption(task.name if task else "local") as preemption:
         try:
             strategy = _setup_tensorflow(config, task, cluster_resolver)
@@ -219,6 +219,13 @@ def run(config, *, verbose: bool = True, cluster_resolver=None, weights_dir: str
     return summary
 
 
+def _watched_tasks(task: Task | None) -> list[str]:
+    """The tasks whose heartbeats a watchdog reads: every task of the training cluster (``["local"]`` without one)."""
+    if task is None:
+        return ["local"]
+    return [f"{t}:{i}" for t, i in task.training_spec.task_list()]
+
+
 def _train(config, task: Task | None, run_dir: RunDir, strategy, *, verbose: bool, wall_start: float,
            preemption: Preemption | None = None):
     """Build, restore, train, evaluate and write the outputs under ``strategy``; returns the summary and model."""
@@ -232,6 +239,7 @@ def _train(config, task: Task | None, run_dir: RunDir, strategy, *, verbose: boo
     from tfdist.training.optimizers import learning_rate_at, make_optimizer
     from tfdist.training.outputs import RunOutputs
     from tfdist.training.step import Steps
+    from tfdist.training.watchdog import BatchCounter, Watchdog
 
     train_cfg = config.train
     # Known once the strategy has its replicas, and checked before anything is written or printed.
@@ -251,6 +259,13 @@ def _train(config, task: Task | None, run_dir: RunDir, strategy, *, verbose: boo
                               run_dir=run_dir, is_chief=is_chief, task=task.name if task else "local")
     restored = checkpoints.restore_latest()
     start_step = int(step_counter.numpy())
+    # From here on every task keeps a heartbeat in the run directory (training.watchdog).
+    batches = None if traits.coordinator else BatchCounter(start_step)
+    watchdog = Watchdog(
+        task=task.name if task else "local", tasks=_watched_tasks(task), directory=run_dir.heartbeats,
+        timeout=config.runtime.progress_timeout, step=start_step, total_steps=total_steps, batches=batches,
+        before_exit=(lambda: tell_servers(task, PEER_LOST_EXIT_CODE)) if traits.coordinator else None,
+    )
     outputs = RunOutputs(run_dir=run_dir, is_chief=is_chief)
     outputs.write_params(config)
     if verbose and is_chief:
@@ -262,8 +277,9 @@ def _train(config, task: Task | None, run_dir: RunDir, strategy, *, verbose: boo
                   global_batch_size=train_cfg.global_batch_size, jit_compile=_can_jit(config, strategy))
     if traits.coordinator:
         tf.random.set_seed(None)  # weights are initialised; now each worker's data order is its own
+    dataset_fn = train_dataset_fn(config, start_step, own_order_per_worker=traits.coordinator)
     loop = make_loop(coordinator=traits.coordinator, strategy=strategy, steps=steps, step_counter=step_counter,
-                     train_dataset_fn=train_dataset_fn(config, start_step, own_order_per_worker=traits.coordinator),
+                     train_dataset_fn=batches.wrap(dataset_fn) if batches else dataset_fn,
                      eval_dataset_fn=eval_dataset_fn(config))
     preview = next(iter(local_eval_dataset(config).unbatch().batch(4).take(1))) if is_chief else None
     controller = Controller(
@@ -271,12 +287,13 @@ def _train(config, task: Task | None, run_dir: RunDir, strategy, *, verbose: boo
         global_batch_size=train_cfg.global_batch_size, steps_per_epoch=epoch_steps,
         steps_per_loop=train_cfg.steps_per_loop, log_every=train_cfg.log_every,
         checkpoint_every=train_cfg.checkpoint_every, learning_rate=lambda s: learning_rate_at(train_cfg, total_steps, s),
-        preview=preview, verbose=verbose and is_chief, preemption=preemption,
+        preview=preview, verbose=verbose and is_chief, preemption=preemption, watchdog=watchdog,
     )
     if preemption is not None:
         preemption.deferred()  # from here a signal stops the run at the next chunk, with a checkpoint
     try:
-        final_eval = controller.run(start_step, total_steps)
+        with watchdog:
+            final_eval = controller.run(start_step, total_steps)
     finally:
         checkpoints.close()
         outputs.close()

@@ -38,16 +38,18 @@ import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import NoReturn
 
 from tfdist.cluster.address import split_address
 from tfdist.cluster.network import answers
 from tfdist.cluster.peers import POLL_SECONDS, PeerWatch, grpc_bind_errors
 from tfdist.cluster.task import Task
-from tfdist.errors import EXIT_CODES, PEER_LOST_EXIT_CODE, PREEMPTED_EXIT_CODE, PeerLost
+from tfdist.errors import DONE_EXIT_CODE, EXIT_CODES, PEER_LOST_EXIT_CODE, PREEMPTED_EXIT_CODE, PeerLost
 from tfdist.training.preemption import SIGNALS, signal_name
 from tfdist.strategies import Traits, set_grpc_fail_fast
 from tfdist.training.rundir import RunDir
+from tfdist.training.watchdog import Watchdog
 
 #: TensorFlow error types (by name) that mean a peer of the cluster was lost or stopped answering.
 PEER_ERRORS = ("UnavailableError", "DeadlineExceededError", "AbortedError", "CancelledError")
@@ -182,7 +184,7 @@ def _read_status(path: str) -> int | None:
         return None
 
 
-def serve(task: Task, *, connect_timeout: float, verbose: bool = True) -> NoReturn:
+def serve(task: Task, *, connect_timeout: float, verbose: bool = True, heartbeats: Path | None = None) -> NoReturn:
     """A ps or worker task of a coordinated strategy: serve the chief until it is done, then end with its status.
 
     The chief must answer within ``connect_timeout`` (else a ``UserError``,
@@ -195,6 +197,10 @@ def serve(task: Task, *, connect_timeout: float, verbose: bool = True) -> NoRetu
     chief's checkpoint reads the variables it holds, and ends with the
     chief's status. The process ends with ``os._exit`` because TensorFlow's
     gRPC server aborts when destroyed.
+
+    While it serves, the task keeps a heartbeat in ``heartbeats`` (the run
+    directory's, ``training.watchdog``), so that the chief's watchdog can
+    name a server that stopped; it is removed when the run ended well.
     """
     set_grpc_fail_fast()  # before TensorFlow starts
     import tensorflow as tf
@@ -223,6 +229,9 @@ def serve(task: Task, *, connect_timeout: float, verbose: bool = True) -> NoRetu
     chief.wait_up(connect_timeout, why=f"{me} serves it")
     if verbose:
         print(f"tfdist: {me} serving {chief.name} at {chief.address}", flush=True)
+    watchdog = Watchdog(task=task.name, tasks=[task.name], directory=heartbeats, timeout=0) if heartbeats else None
+    if watchdog is not None:
+        watchdog.start(phase="serving")
     status = None
     while status is None and not chief.gone():
         time.sleep(POLL_SECONDS)
@@ -234,6 +243,8 @@ def serve(task: Task, *, connect_timeout: float, verbose: bool = True) -> NoRetu
     status = _read_status(path) if status is None else status
     with contextlib.suppress(FileNotFoundError):
         os.remove(path)
+    if watchdog is not None:
+        watchdog.stop(ended_well=status == DONE_EXIT_CODE)
     del server
     if status is None:
         # Not a PeerLost raised: the gRPC server cannot be destroyed, so the process ends here, with one line.

@@ -10,6 +10,8 @@ Every file a run leaves is named here and nowhere else::
       checkpoints/         the chief's checkpoints; every worker restores from them
       tensorboard/<split>  scalars and predicted masks (train, eval, evaluator)
       export/              model.keras and saved_model/ (the chief, at the end)
+      heartbeats/          each task's <type>-<index>.json while it runs (training.watchdog); removed by a
+                           task that ends well, kept by one that does not
 
 Workers other than the chief write their checkpoints into a scratch directory
 outside ``model_dir`` (``scratch``), named after the run and the task so that
@@ -72,6 +74,11 @@ class RunDir:
     @property
     def checkpoints(self) -> Path:
         return self.path / "checkpoints"
+
+    @property
+    def heartbeats(self) -> Path:
+        """``heartbeats/``: each task's ``<type>-<index>.json`` while it runs (``training.watchdog``)."""
+        return self.path / "heartbeats"
 
     def tensorboard(self, split: str) -> Path:
         """The TensorBoard log directory of ``split`` (``train``, ``eval``, ``evaluator``)."""
