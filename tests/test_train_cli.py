@@ -185,17 +185,21 @@ def _bad_mask(tmp_path, stack):
 
 
 #: Cases whose check runs after TensorFlow has started (and printed its start-up lines): the rendezvous
-#: of the peers runs right before the strategy is built, once TensorFlow's devices are set up.
-AFTER_TENSORFLOW_STARTS = {"connect_timeout", "batch_over_replicas"}
+#: of the peers ends right before the strategy binds the gRPC port, once TensorFlow's devices are set up.
+AFTER_TENSORFLOW_STARTS = {"connect_timeout"}
 
 
-#: (case, flags or a function (tmp_path, ExitStack) -> (flags, needle), what the line must name)
+#: (case, flags or a function (tmp_path, ExitStack) -> (flags, needle), what the line must name). Each runs
+#: after TINY_FLAGS, on the finished run they made: every user error the README documents (a bad flag,
+#: config, cluster file, dataset or task; a run directory that another run holds).
 BAD_INPUT = [
     ("strategy", ["--strategy=horovod"], "strategy='horovod'"),
     ("flag_type", ["--image_size=abc"], "image_size"),
     ("unknown_flag", ["--no_such_flag=1"], "no_such_flag"),
     ("config", ["--config=nope"], "'nope'"),
-    ("image_size", ["--image_size=60"], "image_size=60"),
+    ("image_size", ["--image_size=30"], "image_size=30"),
+    ("progress_timeout", ["--progress_timeout=-1"], "progress_timeout=-1"),
+    ("ps_shards", ["--ps_shards=2"], "ps_shards=2"),
     ("folder_missing", ["--dataset=folder", "--num_classes=3", "--data_dir=/nonexistent/dir"], "/nonexistent/dir"),
     ("folder_bad_mask", _bad_mask, None),
     ("cluster_file", ["--cluster=/nonexistent.yaml", "--task=worker:0"], "/nonexistent.yaml"),
@@ -203,36 +207,50 @@ BAD_INPUT = [
     ("positional", ["positional"], "positional"),
     ("connect_timeout", _connect_timeout, None),
     ("address_in_use", _address_in_use, None),
-    # Known only once the strategy has its replicas (after TensorFlow starts), still before anything is written.
     ("batch_over_replicas", ["--strategy=mirrored", "--cpu_devices=2", "--global_batch_size=3"],
      "global_batch_size=3 with 2 replicas"),
+    ("resume_other_batch", ["--global_batch_size=16"], "it holds a run with train.global_batch_size=8"),
+    ("resume_other_model", ["--base_filters=8"], "it holds a run with model.base_filters=4"),
 ]
 
 
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """A run that finished (2 steps, exported): what each bad command is pointed at."""
+    model_dir = tmp_path_factory.mktemp("finished") / "run"
+    result = train(f"--model_dir={model_dir}", "--strategy=one_device", "--steps_per_epoch=2", "--epochs=1",
+                   *TINY_FLAGS)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return model_dir
+
+
+def _contents(directory: Path) -> dict:
+    """Every file and directory under ``directory``: bytes and modification time (a rewrite with the same bytes shows)."""
+    return {str(p.relative_to(directory)): (p.read_bytes() if p.is_file() else None, p.stat().st_mtime_ns)
+            for p in sorted(directory.rglob("*"))}
+
+
 @pytest.mark.parametrize("case, args, needle", BAD_INPUT, ids=[case for case, _, _ in BAD_INPUT])
-def test_bad_input_exits_2_with_one_line_and_leaves_model_dir_alone(tmp_path, case, args, needle):
+def test_bad_input_exits_2_with_one_line_and_leaves_a_finished_run_alone(tmp_path, finished_run, case, args, needle):
     """README: a user error ends with exit status 2 and one line on stderr, and leaves --model_dir untouched.
 
-    The model_dir holds an earlier run's files; they must be byte for byte the same afterwards, and no file
-    may be added. Where the check can only run after TensorFlow has started (``AFTER_TENSORFLOW_STARTS``),
-    TensorFlow's own start-up lines come first: there, tfdist's line is the only other one.
+    ``--model_dir`` is a finished run's; every file in it must be byte for byte the same afterwards, not
+    rewritten, and none may be added. Where the check can only run after TensorFlow has started
+    (``AFTER_TENSORFLOW_STARTS``), TensorFlow's own start-up lines may come first (they are filtered
+    unless the filter is off); tfdist's line is the only other one.
     """
-    model_dir = tmp_path / "run"
-    (model_dir / "checkpoints").mkdir(parents=True)
-    (model_dir / "metrics.jsonl").write_text('{"step": 1, "split": "train", "loss": 1.0}\n')
-    (model_dir / "checkpoints" / "checkpoint").write_text('model_checkpoint_path: "ckpt-1"\n')
-    before = {p: p.read_bytes() for p in model_dir.rglob("*") if p.is_file()}
+    before = _contents(finished_run)
     with contextlib.ExitStack() as stack:
         if callable(args):
             args, needle = args(tmp_path, stack)
-        result = train(f"--model_dir={model_dir}", *args, timeout=120)
+        result = train(f"--model_dir={finished_run}", *TINY_FLAGS, *args, timeout=120)
     assert result.returncode == USAGE_EXIT_CODE == 2, (result.returncode, result.stderr[-2000:])
     assert "Traceback" not in result.stderr and result.stdout == ""
     lines = result.stderr.splitlines()
     if case in AFTER_TENSORFLOW_STARTS:
         lines = [line for line in lines if not TF_STARTUP_LINE.match(line)]
     assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], result.stderr
-    assert before == {p: p.read_bytes() for p in model_dir.rglob("*") if p.is_file()}
+    assert before == _contents(finished_run)
 
 
 def test_a_public_address_in_the_cluster_spec_is_warned_about(tmp_path):

@@ -137,6 +137,27 @@ def default_cpu_devices(name: str) -> int:
     return 2 if traits(name).local_devices and not has_gpu() else 1
 
 
+def replicas_in_sync(name: str, *, cpu_devices: int, task: Task | None) -> int:
+    """The replicas strategy ``name`` will have, known before TensorFlow starts (it lists GPUs, starts nothing).
+
+    ``one_device``: 1. ``mirrored``, ``central_storage``: the visible GPUs, or
+    ``cpu_devices`` logical CPUs (``default_cpu_devices`` when 0).
+    ``multi_worker_mirrored``: the training cluster's chief and workers times
+    this host's GPUs (or 1), as every worker is expected to see as many GPUs
+    as this one (``python -m tfdist.doctor`` checks it). ``parameter_server``:
+    this host's GPUs (or 1), the replicas of one worker's step.
+    """
+    import tensorflow as tf
+
+    gpus = len(tf.config.list_physical_devices("GPU"))
+    if name == "one_device":
+        return 1
+    if traits(name).local_devices:
+        return gpus or cpu_devices or default_cpu_devices(name)
+    workers = sum(task.training_spec.count(t) for t in ("chief", "worker")) if task and name != "parameter_server" else 1
+    return workers * max(1, gpus)
+
+
 def setup_host(*, cpu_devices: int = 1, inter_op_threads: int = 0) -> None:
     """Split the CPU into ``cpu_devices`` logical devices and size the inter-op pool.
 

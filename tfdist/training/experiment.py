@@ -166,6 +166,23 @@ def steps_per_epoch(config) -> int:
     return max(1, data_lib.num_examples(config.data, "train") // config.train.global_batch_size)
 
 
+def _check_training(config, task: Task | None, *, in_process_cluster: bool) -> None:
+    """What a training task can check before TensorFlow starts: its dataset, and the global batch over the replicas.
+
+    The replicas are known from the strategy, ``--cpu_devices``, the cluster
+    and the visible GPUs (``strategies.replicas_in_sync``); a cluster made in
+    this process is checked once its strategy exists (``_train``).
+    """
+    from tfdist import data as data_lib
+    from tfdist.data.pipeline import check_global_batch
+
+    data_lib.validate_data(config.data)  # a bad dataset is one line on stderr
+    if not in_process_cluster:
+        rt = config.runtime
+        check_global_batch(config.train.global_batch_size,
+                           strategies.replicas_in_sync(rt.strategy, cpu_devices=rt.cpu_devices, task=task))
+
+
 def run(config, *, verbose: bool = True, cluster_resolver=None, weights_dir: str | Path | None = None) -> dict:
     """Train and evaluate ``config``; returns the summary (also written to ``summary.json``).
 
@@ -186,17 +203,15 @@ def run(config, *, verbose: bool = True, cluster_resolver=None, weights_dir: str
     config = config_lib.validate(config)
     task = None if cluster_resolver is not None else resolve_cluster(config)
     run_dir = RunDir(config.train.model_dir)
-    run_dir.check_resume(config)
     rt = config.runtime
     traits = strategies.traits(rt.strategy)
     kind = traits.role(task.type if task else None)
+    if kind == "train":
+        _check_training(config, task, in_process_cluster=cluster_resolver is not None)
+    run_dir.check_resume(config)
     if kind == "evaluate":
         with Preemption(task.name):  # nothing to save: a signal ends it at once, status 42
             return _evaluate(config, task, verbose)
-    if kind == "train":
-        from tfdist import data as data_lib
-
-        data_lib.validate_data(config.data)  # before TensorFlow starts: a bad dataset is one line on stderr
     if task is not None:
         peers.check_port_free(task)
     if kind == "serve":
@@ -242,7 +257,7 @@ def _train(config, task: Task | None, run_dir: RunDir, strategy, *, verbose: boo
     from tfdist.training.watchdog import BatchCounter, Watchdog
 
     train_cfg = config.train
-    # Known once the strategy has its replicas, and checked before anything is written or printed.
+    # Checked before TensorFlow started (_check_training); again with the replicas the strategy really has.
     check_global_batch(train_cfg.global_batch_size, strategy.num_replicas_in_sync)
     epoch_steps = steps_per_epoch(config)
     total_steps = train_cfg.epochs * epoch_steps
