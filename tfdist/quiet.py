@@ -46,6 +46,7 @@ STARTUP_NOISE = (
     r"cuda_diagnostics\.cc:\d+\] ",
     r"oneDNN custom operations are on\.",
     r"This TensorFlow binary is optimized to use available CPU instructions",
+    r"^To enable the following instructions: .*rebuild TensorFlow with the appropriate compiler flags\.$",
     r"Unable to register (cuDNN|cuFFT|cuBLAS) factory",
     r"computation_placer\.cc:\d+\] computation placer already registered",
     r"TF-TRT Warning: Could not find TensorRT",

@@ -138,24 +138,18 @@ def default_cpu_devices(name: str) -> int:
 
 
 def replicas_in_sync(name: str, *, cpu_devices: int, task: Task | None) -> int:
-    """The replicas strategy ``name`` will have, known before TensorFlow starts (it lists GPUs, starts nothing).
+    """The replicas of strategy ``name``, known before TensorFlow starts (it lists GPUs and starts nothing).
 
-    ``one_device``: 1. ``mirrored``, ``central_storage``: the visible GPUs, or
-    ``cpu_devices`` logical CPUs (``default_cpu_devices`` when 0).
-    ``multi_worker_mirrored``: the training cluster's chief and workers times
-    this host's GPUs (or 1), as every worker is expected to see as many GPUs
-    as this one (``python -m tfdist.doctor`` checks it). ``parameter_server``:
-    this host's GPUs (or 1), the replicas of one worker's step.
+    Local devices: the GPUs, else ``cpu_devices`` (or the default) logical CPUs; multi_worker_mirrored: its
+    chief and workers times this host's GPUs, as many on each (``python -m tfdist.doctor`` checks that).
     """
     import tensorflow as tf
 
-    gpus = len(tf.config.list_physical_devices("GPU"))
-    if name == "one_device":
-        return 1
-    if traits(name).local_devices:
+    gpus, t = len(tf.config.list_physical_devices("GPU")), traits(name)
+    if t.local_devices:
         return gpus or cpu_devices or default_cpu_devices(name)
-    workers = sum(task.training_spec.count(t) for t in ("chief", "worker")) if task and name != "parameter_server" else 1
-    return workers * max(1, gpus)
+    workers = sum(task.training_spec.count(k) for k in ("chief", "worker")) if task and not t.coordinator else 1
+    return workers * max(1, gpus) if t.multi_process else 1
 
 
 def setup_host(*, cpu_devices: int = 1, inter_op_threads: int = 0) -> None:
@@ -285,9 +279,7 @@ def check_ps_shards(ps_shards: int) -> None:
     the Keras optimizer's update ("ShardedVariable doesn't support being used
     as a reference", measured on TF 2.21 + Keras 3.15). Without a partitioner
     the strategy still spreads whole variables over every ps task
-    (round-robin), so several ps tasks share the load.
-
-    Called by ``config.validate`` and ``make_strategy``, before TensorFlow starts.
+    (round-robin). Called by ``config.validate`` and ``make_strategy``.
 
     Raises:
         UserError: ``ps_shards`` is not 0 or 1.
