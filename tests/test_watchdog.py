@@ -12,13 +12,14 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 import time
 
 from cluster_runs import EXPERIMENT, REPO, Processes, loopback_cluster, train_command, train_steps_logged
 from tfdist.errors import PEER_LOST_EXIT_CODE
-from tfdist.training.watchdog import describe
+from tfdist.training.watchdog import describe, heartbeat_name, stopped_tasks
 
 TIMEOUT_S = 6
 #: Long enough not to end before the stall, with log lines each step so the tests see where it is.
@@ -53,6 +54,14 @@ def test_describe_names_the_task_behind_and_what_it_does():
     even = describe({"worker:0": _record(fed=7), "worker:1": _record(fed=7)}, me="worker:0", now=1000.0,
                     stale_after=3, idle=8, step=6, total_steps=200)
     assert "no task is behind the others" in even and "worker:1 is waiting for a collective" in even
+
+
+def test_a_lost_peer_line_names_the_peers_whose_heartbeat_stopped(tmp_path):
+    """``roles.peer_errors`` adds these to its line: a frozen peer still accepts connections."""
+    for task, age in (("worker:0", 1), ("worker:1", 30)):
+        (tmp_path / heartbeat_name(task)).write_text(json.dumps(_record(age=age)))
+    assert stopped_tasks(tmp_path, ["worker:0", "worker:1", "worker:2"], now=1000.0) == [
+        "worker:1 (no heartbeat for 30 s: stopped or frozen)"]
 
 
 def _stall_run(tmp_path, *, stop_worker_1: bool):

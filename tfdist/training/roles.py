@@ -49,7 +49,7 @@ from tfdist.errors import DONE_EXIT_CODE, EXIT_CODES, PEER_LOST_EXIT_CODE, PREEM
 from tfdist.training.preemption import SIGNALS, signal_name
 from tfdist.strategies import Traits, set_grpc_fail_fast
 from tfdist.training.rundir import RunDir
-from tfdist.training.watchdog import Watchdog
+from tfdist.training.watchdog import Watchdog, stopped_tasks
 
 #: TensorFlow error types (by name) that mean a peer of the cluster was lost or stopped answering.
 PEER_ERRORS = ("UnavailableError", "DeadlineExceededError", "AbortedError", "CancelledError")
@@ -112,7 +112,10 @@ def peer_errors(task: Task | None, strategy: str, run_dir: RunDir):
 
         latest = run_dir.latest_checkpoint()
         silent = _silent(task)
+        frozen = stopped_tasks(run_dir.heartbeats, [p.name for p in task.peers()
+                                                    if not any(s.startswith(f"{p.name} ") for s in silent)])
         lost = f"{', '.join(silent)} does not answer; " if silent else ""
+        lost += f"{', '.join(frozen)}; " if frozen else ""
         timed_out = " and every collective to finish within --collective_timeout" if isinstance(
             e, tf.errors.DeadlineExceededError) else ""
         raise PeerLost(

@@ -45,7 +45,7 @@ from typing import Callable
 from tfdist.errors import PEER_LOST_EXIT_CODE
 
 #: Longest seconds between two heartbeats (shorter for a short ``--progress_timeout``).
-MAX_INTERVAL = 5.0
+MAX_INTERVAL = 2.0
 
 #: The phase of a task inside its steps (after its first chunk; that one is "first_step").
 TRAINING = "training"
@@ -56,6 +56,30 @@ STEPPING = (TRAINING, "first_step")
 #: and at least ``FIRST_STEP_SECONDS``.
 FIRST_STEP_FACTOR = 3
 FIRST_STEP_SECONDS = 120.0
+
+
+def stale_after(interval: float = MAX_INTERVAL) -> float:
+    """Seconds after which a heartbeat written every ``interval`` s counts as stopped (three missed, and 2 s)."""
+    return 3 * interval + 2
+
+
+def stopped_tasks(directory: Path, tasks: list[str], *, now: float | None = None) -> list[str]:
+    """Those of ``tasks`` whose heartbeat in ``directory`` stopped (``"worker:1 (no heartbeat for 12 s)"``).
+
+    For a lost-peer line (``roles.peer_errors``): a peer that is up but
+    stopped or frozen still accepts connections, so only its heartbeat tells.
+    A task with no heartbeat file is not named (it may never have started one).
+    """
+    now = time.time() if now is None else now
+    found = []
+    for task in tasks:
+        try:
+            age = now - json.loads((Path(directory) / heartbeat_name(task)).read_text())["time"]
+        except (OSError, ValueError, KeyError):
+            continue
+        if age > stale_after():
+            found.append(f"{task} (no heartbeat for {age:.0f} s: stopped or frozen)")
+    return found
 
 
 def heartbeat_name(task: str) -> str:
@@ -221,7 +245,7 @@ class Watchdog:
                          f"{self.timeout:g}); the Python stacks of its threads:\n")
         sys.stderr.flush()
         faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
-        line = describe(self.read(), me=self.task, now=time.time(), stale_after=3 * self.interval + 2,
+        line = describe(self.read(), me=self.task, now=time.time(), stale_after=stale_after(self.interval),
                         idle=idle, step=self.step, total_steps=self.total_steps)
         if self.before_exit is not None:
             try:
