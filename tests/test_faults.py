@@ -2,13 +2,14 @@
 
 - parameter_server: ``kill -9`` of a worker mid-run; the run still does every
   step and writes its summary (the launcher tolerates that failure).
-- multi_worker_mirrored: ``kill -9`` of a worker; the other ends by itself
-  within a bounded time with one line (exit 4), never hangs; a frozen worker
-  ends the other once a collective outlasts ``--collective_timeout``;
-  relaunched (the ``tfconfig --commands`` lines, run in shells), the cluster
-  resumes from the latest checkpoint and, with ``--deterministic``, ends with
-  the same weights as the uninterrupted run under the launcher.
-- the launcher's ``--max_restarts`` does that relaunch by itself.
+- multi_worker_mirrored (started from the ``tfconfig --commands`` lines, in
+  shells): ``kill -9`` of a worker; the other ends by itself within a bounded
+  time with one line (exit 4) naming the checkpoint to resume from, never
+  hangs; a frozen worker ends the other once a collective outlasts
+  ``--collective_timeout``.
+- the launcher's ``--max_restarts`` relaunches such a cluster, which resumes
+  from the latest checkpoint and, with ``--deterministic``, ends with the
+  same weights as the uninterrupted run.
 - a run killed while it writes a checkpoint resumes from the previous one.
 - bad input: a task missing from the cluster, a port in use, peers that never
   answer within ``--connect_timeout``: one line each, status 2, no traceback.
@@ -113,11 +114,15 @@ def commands(cluster, model_dir) -> list[str]:
     return lines
 
 
-@SHARED_RUN
-def test_a_lost_worker_ends_the_other_with_one_line_and_a_relaunch_resumes_to_the_same_weights(
-        tmp_path, tmp_path_factory):
+def test_a_lost_worker_ends_the_other_with_one_line_naming_the_checkpoint_to_resume_from(tmp_path):
+    """Both workers started from the ``tfdist.tfconfig --commands`` lines, in shells; worker 1 killed after step 10.
+
+    That a relaunch resumes from the checkpoint to the uninterrupted run's weights, bit for bit, is
+    ``test_the_launcher_restarts_a_failed_multi_worker_cluster_which_resumes`` (the launcher relaunches) and
+    test_preemption's relaunch after SIGTERM.
+    """
     cluster = loopback_cluster(tmp_path / "cluster.yaml", worker=2)
-    model_dir, weights = tmp_path / "run", tmp_path / "weights"
+    model_dir = tmp_path / "run"
     lines = commands(cluster, model_dir)
     with Processes(tmp_path) as procs:
         first = [procs.start(f"first-{i}", ["bash", "-c", line]) for i, line in enumerate(lines)]
@@ -126,25 +131,13 @@ def test_a_lost_worker_ends_the_other_with_one_line_and_a_relaunch_resumes_to_th
         killed_at = time.monotonic()
         assert first[0].wait(LOST_PEER_BOUND_S + 30) == 4, first[0].text()[-3000:]
         noticed_after = time.monotonic() - killed_at
-        resume_from = latest_checkpoint_step(model_dir)
-        second = [procs.start(f"second-{i}", ["bash", "-c", f"{line} --dump_weights={weights}"])
-                  for i, line in enumerate(lines)]
-        statuses = [proc.wait(300) for proc in second]
+    resume_from = latest_checkpoint_step(model_dir)
     survivor = first[0].text()
     assert noticed_after < LOST_PEER_BOUND_S, noticed_after
     assert last_line(survivor).startswith(
         "error: Lost a task of the multi_worker_mirrored cluster, or it stopped answering (this is worker:0): ")
     assert "Traceback" not in survivor and f"ckpt-{resume_from}" in last_line(survivor)
-    assert statuses == [0, 0], second[0].text()[-3000:]
     assert 10 <= resume_from < 40
-    assert f"resuming from {model_dir / 'checkpoints'}/ckpt-{resume_from} at step {resume_from}" in second[0].text()
-    summary = json.loads((model_dir / "summary.json").read_text())
-    assert (summary["start_step"], summary["steps"]) == (resume_from, 40)
-    uninterrupted = launched_multi_worker(tmp_path_factory)
-    assert uninterrupted["status"] == 0, uninterrupted["text"][-3000:]
-    reference = npz_weights(uninterrupted["weights"] / "worker-0.npz")
-    for i in (0, 1):
-        assert max_difference(npz_weights(weights / f"worker-{i}.npz"), reference) == 0.0
 
 
 def test_a_frozen_peer_ends_the_other_within_collective_timeout_with_one_line(tmp_path):

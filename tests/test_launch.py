@@ -16,6 +16,7 @@ unchanged.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -570,3 +571,15 @@ def test_ctrl_c_stops_a_training_cluster_and_leaves_no_process_behind(tmp_path):
     tasks = every_started_pid(text)
     assert len(tasks) == 2 and tasks <= seen, (tasks, seen)  # the workers were among its descendants
     assert_none_left(seen | after)
+
+
+def test_tasks_that_end_in_the_same_poll_are_all_told_of(tmp_path):
+    """Both workers exit 42 before the launcher looks again (a 6 s poll): both exits are logged, not only the first."""
+    cluster = cluster_lib.load_cluster_spec(loopback_cluster(tmp_path / "c.yaml", worker=2))
+    out, err = io.BytesIO(), io.BytesIO()
+    together = time.time() + 2.0  # both exit at this moment, between two of the launcher's looks
+    code = f"import sys, time; time.sleep(max(0.0, {together} - time.time())); sys.exit(42)"
+    status = launch.launch(cluster, [sys.executable, "-c", code], local=True, poll=6.0, grace=1.0, out=out, err=err)
+    text = err.getvalue().decode() + out.getvalue().decode()
+    assert status == 42, text
+    assert "[launch] worker:0 exited with status 42" in text and "[launch] worker:1 exited with status 42" in text

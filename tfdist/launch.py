@@ -190,8 +190,10 @@ def _run_once(cluster: LocalCluster, signals: Signals, *, grace: float, shutdown
                 else:
                     cluster.log(f"received {name}; stopping every task (Ctrl-C again: SIGKILL now)")
                 return _Outcome(signals.status())
-            for name, status, address_in_use in cluster.reap():
+            ended = cluster.reap()
+            for name, status, _ in ended:  # every exit first: tasks that ended together are all told of
                 cluster.log(f"{name} exited with status {status}")
+            for name, status, address_in_use in ended:
                 if name == leader:
                     leader_status, leader_done_at = status, time.monotonic()
                 if status != 0 and address_in_use and new_ports:
