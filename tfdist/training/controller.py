@@ -20,7 +20,7 @@ import time
 from typing import NoReturn
 
 from tfdist.errors import Preempted, TrainingDiverged
-from tfdist.training.metrics import StatsAccumulator, metrics_from_stats
+from tfdist.training.metrics import StatsAccumulator
 
 
 def next_boundary(step: int, every: int) -> int:
@@ -32,10 +32,10 @@ class Controller:
     """Drives ``loop`` from ``start_step`` to ``total_steps``.
 
     Args:
-      loop: a ``training.loop.Loop`` (``train(n) -> stats``, ``evaluate() -> stats``, ``predict(images)``).
+      loop: a ``training.loop.Loop`` (``train(n) -> stats``, ``evaluate() -> stats``, ``predict(images)``);
+        its ``steps`` read the stats vectors (``metrics``, ``describe``, ``count_key``).
       checkpoints: a ``Checkpoints`` (or None to never save).
       outputs: a ``RunOutputs``.
-      num_classes: classes per pixel (to read stats vectors).
       global_batch_size: images per step.
       steps_per_epoch, steps_per_loop, log_every, checkpoint_every: the schedule.
       learning_rate: ``step -> float``, logged with the train metrics.
@@ -45,15 +45,21 @@ class Controller:
         the next chunk), or None.
       watchdog: a ``training.watchdog.Watchdog`` told what runs (training, evaluating, checkpointing) and
         when each finished (progress), or None.
+      evaluates: evaluate at each epoch's end (False: the loop has nothing to evaluate).
+      epoch_end: ``(step, train metrics of the epoch's last log window, eval metrics or None) -> stop?``,
+        called at each epoch's end on every task (``tfdist.fit``'s callbacks and early stopping), or None;
+        the run stops when any task says so (``loop.agree``).
     """
 
-    def __init__(self, *, loop, checkpoints, outputs, num_classes, global_batch_size, steps_per_epoch,
+    def __init__(self, *, loop, checkpoints, outputs, global_batch_size, steps_per_epoch,
                  steps_per_loop, log_every, checkpoint_every, learning_rate, preview=None, verbose=True,
-                 preemption=None, watchdog=None):
+                 preemption=None, watchdog=None, evaluates=True, epoch_end=None):
         self.loop = loop
         self.checkpoints = checkpoints
         self.outputs = outputs
-        self.num_classes = num_classes
+        self.steps = loop.steps
+        self.evaluates = evaluates
+        self.epoch_end = epoch_end
         self.global_batch_size = global_batch_size
         self.steps_per_epoch = steps_per_epoch
         self.steps_per_loop = steps_per_loop
@@ -97,25 +103,23 @@ class Controller:
     def evaluate(self, step: int) -> dict:
         """One eval pass; logged and returned."""
         with self._phase("evaluating", step):
-            result = metrics_from_stats(self.loop.evaluate(), self.num_classes)
+            result = self.steps.metrics(self.loop.evaluate())
         self.outputs.log("eval", step, result)
         if self.preview is not None:
             images, masks = self.preview
             self.outputs.log_predictions(step, images, masks, self.loop.predict(images))
-        self._print(
-            f"eval   step {step}: loss {result['loss']:.4f}  pixel_accuracy {result['pixel_accuracy']:.4f}  "
-            f"mean_iou {result['mean_iou']:.4f}"
-        )
+        self._print(f"eval   step {step}: {self.steps.describe('eval', result)}")
         return result
 
-    def run(self, start_step: int, total_steps: int) -> dict:
-        """Train to ``total_steps``; returns the final eval metrics."""
+    def run(self, start_step: int, total_steps: int) -> dict | None:
+        """Train to ``total_steps`` (or until ``epoch_end`` says stop); returns the last eval metrics (None: none)."""
         if self.verbose and sys.stdout.isatty():
             import keras
 
             self._bar = keras.utils.Progbar(total_steps, stateful_metrics=["loss"])
         step = start_step
-        window = StatsAccumulator(self.num_classes)
+        window = StatsAccumulator(self.steps)
+        final = None
         window_seconds = 0.0
         first_chunk = True
         while step < total_steps:
@@ -141,7 +145,7 @@ class Controller:
             step = end
             window_seconds += elapsed
             window.add(stats)
-            chunk_loss = metrics_from_stats(stats, self.num_classes)["loss"]
+            chunk_loss = self.steps.metrics(stats)["loss"]
             self._progress(step, chunk_loss)
             if not math.isfinite(chunk_loss):
                 last = self.checkpoints.latest() if self.checkpoints else None
@@ -153,14 +157,13 @@ class Controller:
             if step % self.log_every == 0 or step == total_steps:
                 result = window.result()
                 # Train time only: evals and checkpoints in between are not counted.
-                result["images_per_second"] = result["images"] / window_seconds if window_seconds > 0 else 0.0
+                count = result[self.steps.count_key]
+                result["images_per_second"] = count / window_seconds if window_seconds > 0 else 0.0
                 result["learning_rate"] = float(self.learning_rate(step))
                 self.outputs.log("train", step, result)
                 self.last_train = result
-                self._print(
-                    f"train  step {step}/{total_steps}: loss {result['loss']:.4f}  "
-                    f"mean_iou {result['mean_iou']:.4f}  {result['images_per_second']:.1f} images/s"
-                )
+                self._print(f"train  step {step}/{total_steps}: {self.steps.describe('train', result)}  "
+                            f"{result['images_per_second']:.1f} {self.steps.count_key}/s")
                 window.reset()
                 window_seconds = 0.0
             saved = bool(self.checkpoints) and (step % self.checkpoint_every == 0 or step == total_steps)
@@ -168,9 +171,14 @@ class Controller:
                 self._save(step)
             if stop:
                 self._preempted(step, total_steps, saved=saved)
-            if step % self.steps_per_epoch == 0 and step != total_steps:
-                self.evaluate(step)
-        return self.evaluate(step)
+            if step % self.steps_per_epoch == 0:
+                final = self.evaluate(step) if self.evaluates else None
+                # Every task's answer is the same: a chief's callback may stop the run for all of them.
+                if self.epoch_end is not None and self.loop.agree(bool(self.epoch_end(step, self.last_train, final))):
+                    break
+        if final is None and self.evaluates:  # nothing ran (resumed at the end): evaluate what was restored
+            final = self.evaluate(step)
+        return final
 
     def _stop_requested(self) -> bool:
         return self.preemption is not None and self.preemption.requested

@@ -26,7 +26,7 @@ from typing import Callable
 import numpy as np
 import tensorflow as tf
 
-from tfdist.training.step import Steps, counted_train_step, stats_size
+from tfdist.training.step import Steps, counted_train_step
 
 #: Seconds between two looks at the closures in flight (and at the preemption signal).
 POLL_SECONDS = 0.005
@@ -55,7 +55,7 @@ class CoordinatorLoop:
         )
         self._train_iterator = iter(per_worker)
         self._eval_dataset = eval_dataset
-        self._size = stats_size(steps.num_classes)
+        self._size = steps.stats_size
         self._worker_fn = tf.function(self._worker_step)
         self._eval_fn = tf.function(self._eval_pass)
         self._closures: dict[int, int] = {}
@@ -89,6 +89,11 @@ class CoordinatorLoop:
         for _, worker in results:
             self._closures[int(worker)] = self._closures.get(int(worker), 0) + 1
         return np.sum([stats for stats, _ in results], axis=0), stop()
+
+    @staticmethod
+    def agree(flag: bool) -> bool:
+        """The chief alone decides (the workers only run closures): ``flag`` itself."""
+        return flag
 
     def step(self) -> int:
         """The step counter's value (on a ps task): the closures that ran, re-runs included."""

@@ -37,7 +37,7 @@ from tfdist import config as config_lib
 from tfdist import strategies
 from tfdist.cluster import network, peers, sources
 from tfdist.cluster.task import Task
-from tfdist.errors import DONE_EXIT_CODE, PEER_LOST_EXIT_CODE, USAGE_EXIT_CODE, RunFailed, UserError
+from tfdist.errors import DONE_EXIT_CODE, USAGE_EXIT_CODE, RunFailed, UserError
 from tfdist.training.inputs import eval_dataset_fn, local_eval_dataset, train_dataset_fn
 from tfdist.training.preemption import Preemption
 from tfdist.training.roles import finish_together, peer_errors, serve, tell_servers
@@ -203,8 +203,7 @@ def run(config, *, verbose: bool = True, cluster_resolver=None, weights_dir: str
     config = config_lib.validate(config)
     task = None if cluster_resolver is not None else resolve_cluster(config)
     run_dir = RunDir(config.train.model_dir)
-    rt = config.runtime
-    traits = strategies.traits(rt.strategy)
+    traits = strategies.traits(config.runtime.strategy)
     kind = traits.role(task.type if task else None)
     if kind == "train":
         _check_training(config, task, in_process_cluster=cluster_resolver is not None)
@@ -212,18 +211,37 @@ def run(config, *, verbose: bool = True, cluster_resolver=None, weights_dir: str
     if kind == "evaluate":
         with Preemption(task.name):  # nothing to save: a signal ends it at once, status 42
             return _evaluate(config, task, verbose)
+
+    def train(strategy, preemption):
+        summary, model = _train(config, task, run_dir, strategy, verbose=verbose, wall_start=wall_start,
+                                preemption=preemption)
+        if weights_dir is not None:
+            dump_weights(weights_dir, task, model)
+        return summary
+
+    return run_task(config, task, run_dir, train, cluster_resolver=cluster_resolver, verbose=verbose)
+
+
+def run_task(config, task: Task | None, run_dir: RunDir, train, *, cluster_resolver=None, verbose: bool = True):
+    """What every training client (``run``, ``tfdist.fit``) does with its task once its input is checked.
+
+    A serving task serves (and never returns); a training task sets up
+    TensorFlow and the strategy (``_setup_tensorflow``), then calls
+    ``train(strategy, preemption)`` under ``Preemption`` and ``peer_errors``,
+    finishes with its peers, and under a coordinator tells the serving tasks
+    how the run ended. Returns what ``train`` returned.
+    """
+    rt = config.runtime
+    traits = strategies.traits(rt.strategy)
     if task is not None:
         peers.check_port_free(task)
-    if kind == "serve":
+    if traits.role(task.type if task else None) == "serve":
         serve(task, connect_timeout=rt.connect_timeout, verbose=verbose, heartbeats=run_dir.heartbeats)
     with Preemption(task.name if task else "local") as preemption:
         try:
             strategy = _setup_tensorflow(config, task, cluster_resolver)
             with peer_errors(task, rt.strategy, run_dir):
-                summary, model = _train(config, task, run_dir, strategy, verbose=verbose, wall_start=wall_start,
-                                        preemption=preemption)
-                if weights_dir is not None:
-                    dump_weights(weights_dir, task, model)
+                result = train(strategy, preemption)
                 finish_together(task, traits, rt.connect_timeout)
         except (RunFailed, UserError) as e:
             if traits.coordinator:
@@ -231,14 +249,7 @@ def run(config, *, verbose: bool = True, cluster_resolver=None, weights_dir: str
             raise
     if traits.coordinator:
         tell_servers(task, DONE_EXIT_CODE)
-    return summary
-
-
-def _watched_tasks(task: Task | None) -> list[str]:
-    """The tasks whose heartbeats a watchdog reads: every task of the training cluster (``["local"]`` without one)."""
-    if task is None:
-        return ["local"]
-    return [f"{t}:{i}" for t, i in task.training_spec.task_list()]
+    return result
 
 
 def _train(config, task: Task | None, run_dir: RunDir, strategy, *, verbose: bool, wall_start: float,
@@ -249,12 +260,10 @@ def _train(config, task: Task | None, run_dir: RunDir, strategy, *, verbose: boo
     from tfdist.data.pipeline import check_global_batch
     from tfdist.models import build_from_config
     from tfdist.training.checkpoints import Checkpoints
-    from tfdist.training.controller import Controller
-    from tfdist.training.loop import make_loop
+    from tfdist.training.drive import drive
     from tfdist.training.optimizers import learning_rate_at, make_optimizer
     from tfdist.training.outputs import RunOutputs
     from tfdist.training.step import Steps
-    from tfdist.training.watchdog import BatchCounter, Watchdog
 
     train_cfg = config.train
     # Checked before TensorFlow started (_check_training); again with the replicas the strategy really has.
@@ -274,13 +283,6 @@ def _train(config, task: Task | None, run_dir: RunDir, strategy, *, verbose: boo
                               run_dir=run_dir, is_chief=is_chief, task=task.name if task else "local")
     restored = checkpoints.restore_latest()
     start_step = int(step_counter.numpy())
-    # From here on every task keeps a heartbeat in the run directory (training.watchdog).
-    batches = None if traits.coordinator else BatchCounter(start_step)
-    watchdog = Watchdog(
-        task=task.name if task else "local", tasks=_watched_tasks(task), directory=run_dir.heartbeats,
-        timeout=config.runtime.progress_timeout, step=start_step, total_steps=total_steps, batches=batches,
-        before_exit=(lambda: tell_servers(task, PEER_LOST_EXIT_CODE)) if traits.coordinator else None,
-    )
     outputs = RunOutputs(run_dir=run_dir, is_chief=is_chief)
     outputs.write_params(config)
     if verbose and is_chief:
@@ -292,26 +294,17 @@ def _train(config, task: Task | None, run_dir: RunDir, strategy, *, verbose: boo
                   global_batch_size=train_cfg.global_batch_size, jit_compile=_can_jit(config, strategy))
     if traits.coordinator:
         tf.random.set_seed(None)  # weights are initialised; now each worker's data order is its own
-    dataset_fn = train_dataset_fn(config, start_step, own_order_per_worker=traits.coordinator)
-    loop = make_loop(coordinator=traits.coordinator, strategy=strategy, steps=steps, step_counter=step_counter,
-                     train_dataset_fn=batches.wrap(dataset_fn) if batches else dataset_fn,
-                     eval_dataset_fn=eval_dataset_fn(config))
-    preview = next(iter(local_eval_dataset(config).unbatch().batch(4).take(1))) if is_chief else None
-    controller = Controller(
-        loop=loop, checkpoints=checkpoints, outputs=outputs, num_classes=config.data.num_classes,
+    controller, loop, final_eval = drive(
+        runtime=config.runtime, task=task, run_dir=run_dir, strategy=strategy, steps=steps, step_counter=step_counter,
+        checkpoints=checkpoints, outputs=outputs, start_step=start_step, total_steps=total_steps,
+        train_dataset_fn=train_dataset_fn(config, start_step, own_order_per_worker=traits.coordinator),
+        eval_dataset_fn=eval_dataset_fn(config), preemption=preemption,
         global_batch_size=train_cfg.global_batch_size, steps_per_epoch=epoch_steps,
         steps_per_loop=train_cfg.steps_per_loop, log_every=train_cfg.log_every,
         checkpoint_every=train_cfg.checkpoint_every, learning_rate=lambda s: learning_rate_at(train_cfg, total_steps, s),
-        preview=preview, verbose=verbose and is_chief, preemption=preemption, watchdog=watchdog,
+        preview=next(iter(local_eval_dataset(config).unbatch().batch(4).take(1))) if is_chief else None,
+        verbose=verbose and is_chief,
     )
-    if preemption is not None:
-        preemption.deferred()  # from here a signal stops the run at the next chunk, with a checkpoint
-    try:
-        with watchdog:
-            final_eval = controller.run(start_step, total_steps)
-    finally:
-        checkpoints.close()
-        outputs.close()
     if is_chief and train_cfg.export:
         plain = build_from_config(config.model, config.data)
         plain.set_weights(model.get_weights())

@@ -28,6 +28,9 @@ class Loop(Protocol):
     def step(self) -> int:
         """The step counter's value: the step the run has reached."""
 
+    def agree(self, flag: bool) -> bool:
+        """Whether any task of the cluster says ``flag``; every task gets the same answer."""
+
     def evaluate(self) -> np.ndarray:
         """One pass over the eval split; its stats, summed."""
 
@@ -42,7 +45,7 @@ def make_loop(*, coordinator: bool, strategy, steps, step_counter, train_dataset
         coordinator: the strategy's ``Traits.coordinator``.
         strategy, steps, step_counter: as both loops take them.
         train_dataset_fn: ``InputContext -> Dataset`` of per-replica batches, repeated.
-        eval_dataset_fn: ``InputContext -> Dataset`` of per-replica batches, finite;
+        eval_dataset_fn: ``InputContext -> Dataset`` of per-replica batches, finite (None: no eval);
             the coordinator reads it as one local pipeline.
     """
     if coordinator:
@@ -52,7 +55,7 @@ def make_loop(*, coordinator: bool, strategy, steps, step_counter, train_dataset
 
         return CoordinatorLoop(strategy=strategy, steps=steps, step_counter=step_counter,
                                train_dataset_fn=train_dataset_fn,
-                               eval_dataset=eval_dataset_fn(tf.distribute.InputContext()))
+                               eval_dataset=eval_dataset_fn(tf.distribute.InputContext()) if eval_dataset_fn else None)
     from tfdist.training.sync_loop import SyncLoop
 
     return SyncLoop(strategy=strategy, steps=steps, step_counter=step_counter,

@@ -31,17 +31,17 @@ def metrics_from_stats(stats, num_classes: int) -> dict[str, float]:
 
 
 class StatsAccumulator:
-    """Sums stats vectors on the host between two reads."""
+    """Sums stats vectors on the host between two reads; ``steps.metrics`` reads the sum."""
 
-    def __init__(self, num_classes: int):
-        self.num_classes = num_classes
+    def __init__(self, steps):
+        self.steps = steps
         self.reset()
 
     def reset(self) -> None:
-        self._total = np.zeros(2 + self.num_classes**2, dtype=np.float64)
+        self._total = np.zeros(self.steps.stats_size, dtype=np.float64)
 
     def add(self, stats) -> None:
         self._total += np.asarray(stats, dtype=np.float64)
 
     def result(self) -> dict[str, float]:
-        return metrics_from_stats(self._total, self.num_classes)
+        return self.steps.metrics(self._total)

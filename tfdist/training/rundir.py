@@ -10,6 +10,7 @@ Every file a run leaves is named here and nowhere else::
       checkpoints/         the chief's checkpoints; every worker restores from them
       tensorboard/<split>  scalars and predicted masks (train, eval, evaluator)
       export/              model.keras and saved_model/ (the chief, at the end)
+      fit-inputs/          tfdist.fit's input under parameter_server, while it runs (the chief)
       heartbeats/          each task's <type>-<index>.json while it runs (training.watchdog); removed by a
                            task that ends well, kept by one that does not
 
@@ -79,6 +80,11 @@ class RunDir:
     def heartbeats(self) -> Path:
         """``heartbeats/``: each task's ``<type>-<index>.json`` while it runs (``training.watchdog``)."""
         return self.path / "heartbeats"
+
+    @property
+    def fit_inputs(self) -> Path:
+        """``fit-inputs/``: ``tfdist.fit``'s numpy or Dataset input, saved for a coordinator's workers to load."""
+        return self.path / "fit-inputs"
 
     def tensorboard(self, split: str) -> Path:
         """The TensorBoard log directory of ``split`` (``train``, ``eval``, ``evaluator``)."""

@@ -68,6 +68,26 @@ class Steps:
         grads = tape.gradient(scaled, variables)
         return grads, logits, per_image
 
+    #: The count in ``metrics``' result (throughput is ``count_key`` per second).
+    count_key = "images"
+
+    @property
+    def stats_size(self) -> int:
+        """Length of this steps' stats vector."""
+        return stats_size(self.num_classes)
+
+    def metrics(self, stats) -> dict[str, float]:
+        """The metrics of a summed stats vector (``metrics.metrics_from_stats``)."""
+        from tfdist.training.metrics import metrics_from_stats
+
+        return metrics_from_stats(stats, self.num_classes)
+
+    @staticmethod
+    def describe(split: str, result: dict) -> str:
+        """The metrics of one progress line: loss and mean IoU (and pixel accuracy for an eval)."""
+        accuracy = f"  pixel_accuracy {result['pixel_accuracy']:.4f}" if split == "eval" else ""
+        return f"loss {result['loss']:.4f}{accuracy}  mean_iou {result['mean_iou']:.4f}"
+
     def train(self, batch):
         """One optimisation step on this replica's batch; returns its stats vector."""
         images, masks = batch

@@ -16,7 +16,7 @@ from typing import Callable
 import numpy as np
 import tensorflow as tf
 
-from tfdist.training.step import Steps, counted_train_step, stats_size
+from tfdist.training.step import Steps, counted_train_step
 
 
 def input_context(strategy) -> tf.distribute.InputContext:
@@ -55,20 +55,22 @@ class SyncLoop:
       steps: the replica functions.
       step_counter: an int64 variable counting optimisation steps.
       train_dataset_fn: ``InputContext -> Dataset`` of per-replica batches, repeated.
-      eval_dataset_fn: ``InputContext -> Dataset`` of per-replica batches, finite.
+      eval_dataset_fn: ``InputContext -> Dataset`` of per-replica batches, finite (None: no eval).
     """
 
     def __init__(self, *, strategy, steps: Steps, step_counter, train_dataset_fn, eval_dataset_fn):
         self.strategy = strategy
         self.steps = steps
         self.step_counter = step_counter
-        self._size = stats_size(steps.num_classes)
+        self._size = steps.stats_size
         options = tf.distribute.InputOptions(experimental_fetch_to_device=True)
         self._train_iterator = train_iterator(strategy, train_dataset_fn, options)
-        self._eval_dataset = strategy.distribute_datasets_from_function(eval_dataset_fn, options)
+        self._eval_dataset = (strategy.distribute_datasets_from_function(eval_dataset_fn, options)
+                              if eval_dataset_fn is not None else None)
         self._train_fn = tf.function(self._train_steps)
         self._train_one_fn = tf.function(self._train_step)
         self._eval_fn = tf.function(self._eval_pass)
+        self._agree_fn = tf.function(self._agree)
 
     def _train_step(self, iterator, vote):
         return counted_train_step(self.strategy, self.steps, self.step_counter, iterator, vote=vote)
@@ -105,6 +107,14 @@ class SyncLoop:
     def step(self) -> int:
         """The step counter's value."""
         return int(self.step_counter.numpy())
+
+    def agree(self, flag: bool) -> bool:
+        """Whether any task says ``flag`` (e.g. stop early): one all-reduce of one number, every task the same answer."""
+        return bool(self._agree_fn(tf.constant(1.0 if flag else 0.0, tf.float32)).numpy() > 0)
+
+    def _agree(self, value):
+        per_replica = self.strategy.run(tf.identity, args=(value,))
+        return self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
 
     def evaluate(self):
         """One pass over the eval split; returns the summed stats vector (numpy)."""

@@ -32,6 +32,7 @@ keep a heartbeat ("serving") so that the chief can name one that stopped.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import json
 import os
@@ -195,6 +196,8 @@ class Watchdog:
             self._thread.join(timeout=2 * self.interval)
         if ended_well:
             self._path(self.task).unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                self.directory.rmdir()  # the last task to end well leaves no empty directory
 
     def __enter__(self) -> Watchdog:
         self.start()

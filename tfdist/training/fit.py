@@ -1,0 +1,136 @@
+"""``tfdist.fit``: Keras' ``fit`` for any compiled Keras 3 model, under every strategy, across processes.
+
+Keras 3's ``model.fit`` does not train under ``MultiWorkerMirroredStrategy``
+with two or more workers (keras-team/keras#20585) and has no
+``ParameterServerStrategy`` path at all (keras#18624). ``fit`` takes the same
+arguments as Keras' ``fit`` (``batch_size`` is the global batch) and trains
+with tfdist's own machinery, the one the UNet experiment uses: the task and
+its role from TF_CONFIG or ``cluster``/``task`` (``experiment.run_task``),
+the strategy, the loop for it, the ``Controller``, checkpoints, resume,
+preemption, the progress watchdog and the chief-only outputs
+(``training.drive``). Only the steps are Keras' own: the model's compiled
+loss and metrics (``training.keras_steps``), on per-replica slices of the
+global batches (``training.keras_data``).
+
+    import keras, numpy as np, tfdist
+
+    def model_fn():
+        model = keras.Sequential([keras.Input((784,)), keras.layers.Dense(64, activation="relu"),
+                                  keras.layers.Dense(10, activation="softmax")])
+        model.compile(optimizer="rmsprop", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+        return model
+
+    history = tfdist.fit(model_fn, x, y, batch_size=64, epochs=3, strategy="mirrored")
+    history.history["loss"], history.model
+
+Limits (what a Keras model must not do under a strategy):
+
+- ``model_fn`` is called once, inside the strategy's scope: it must build and
+  compile the model there (variables made outside it are not distributed).
+- The loss must keep Keras' default reduction (``sum_over_batch_size``);
+  sample weights and class weights are not supported.
+- Metrics must be additive over batches (every variable with
+  ``aggregation="sum"``: Keras' means, accuracies, AUC, precision, recall);
+  others are refused with one line.
+- Batch norm: Keras' ``BatchNormalization`` normalizes each replica's slice
+  with its own statistics, so with several replicas it differs from one
+  device; ``BatchNormalization(synchronized=True)`` all-reduces them and
+  computes what one device computes.
+- Callbacks run on the chief only, at epoch level (``on_train_begin``,
+  ``on_epoch_begin``, ``on_epoch_end``, ``on_train_end``), with the epoch's
+  logs reduced over every replica and worker; batch hooks are not called. A
+  callback that sets ``model.stop_training`` (``EarlyStopping``) stops every
+  task at the same epoch.
+- One strategy per process, as in TensorFlow: logical CPUs and the cluster
+  are fixed once TensorFlow has started.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+
+from tfdist import config as config_lib
+from tfdist import strategies
+from tfdist.errors import UserError
+from tfdist.training.experiment import resolve_cluster, run_task
+from tfdist.training.rundir import RunDir
+
+
+def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy: str = "one_device",
+        validation_data=None, steps_per_epoch: int | None = None, validation_steps: int | None = None,
+        shuffle: bool = True, initial_epoch: int = 0, callbacks=None, verbose: int = 1, model_dir=None,
+        cluster: str | None = None, task: str | None = None, cpu_devices: int = 0, seed: int = 0,
+        cluster_resolver=None, connect_timeout: float = 120.0, progress_timeout: float = 1800.0):
+    """Train the model ``model_fn()`` builds and compiles, as Keras' ``model.fit`` would, under ``strategy``.
+
+    Args:
+      model_fn: ``() -> keras.Model``, compiled with an optimizer, a loss and metrics (Keras objects or names);
+        called inside the strategy's scope.
+      x, y: numpy arrays (or nested structures of them) with one row per example; or ``x`` a
+        ``tf.data.Dataset`` of ``(x, y)`` global batches; or ``x`` a ``dataset_fn(InputContext)`` returning
+        this input pipeline's per-replica batches (as ``distribute_datasets_from_function`` takes it).
+      batch_size: the global batch: examples per step over all replicas and workers (required for numpy and
+        a ``dataset_fn``; a Dataset's own batches are global batches).
+      epochs: the epoch to train to (Keras' meaning, with ``initial_epoch``).
+      strategy: one of ``tfdist.strategies.NAMES``.
+      validation_data: ``(x_val, y_val)`` or a Dataset of global batches, evaluated after each epoch.
+      steps_per_epoch: steps per epoch (default: the whole of numpy data, or a finite Dataset).
+      validation_steps: eval steps (default: all of ``validation_data``).
+      shuffle: shuffle numpy rows each epoch (the same order on every worker).
+      initial_epoch: the epoch to start at when no checkpoint is restored.
+      callbacks: Keras callbacks, run on the chief at epoch level.
+      verbose: 0 silent; otherwise a line per epoch on the chief.
+      model_dir: the run directory (checkpoints every epoch, resume, ``metrics.jsonl``, TensorBoard,
+        heartbeats), as ``tfdist.train`` writes it; None: a temporary one, removed at the end (no resume).
+      cluster, task: a cluster spec file and this task (``worker:1``), as for ``tfdist.train``; default
+        TF_CONFIG (e.g. under ``tfdist.launch``, Slurm or Kubernetes).
+      cpu_devices: logical CPUs for ``mirrored``/``central_storage`` without GPUs (0: 2).
+      seed: Keras' global seed (``keras.utils.set_random_seed``), set before ``model_fn``; also the shuffle's.
+      cluster_resolver: an in-process cluster (``tfdist.cluster.local.in_process_cluster``), instead of TF_CONFIG.
+      connect_timeout, progress_timeout: as ``--connect_timeout`` and ``--progress_timeout``.
+
+    Returns:
+      A ``keras.callbacks.History``: ``history`` holds each epoch's ``loss``, metrics and ``val_*`` (reduced
+      over every replica and worker, as Keras defines them); ``model`` is the trained model. Every task
+      returns the same figures; a serving task (ps, or a worker under ``parameter_server``) never returns.
+
+    Raises:
+      UserError: bad arguments, a model without a loss, a metric that does not add up, a cluster that does
+        not fit the strategy.
+    """
+    wall_start = time.perf_counter()
+    runtime = config_lib.RuntimeConfig(strategy=strategy, cpu_devices=cpu_devices, cluster=cluster or "",
+                                       task=task or "", connect_timeout=connect_timeout,
+                                       progress_timeout=progress_timeout)
+    temporary = model_dir is None
+    model_dir = tempfile.mkdtemp(prefix="tfdist-fit-") if temporary else str(model_dir)
+    config = config_lib.Config(runtime=runtime,
+                               train=config_lib.TrainConfig(seed=seed, model_dir=model_dir))
+    traits = strategies.traits(strategy)
+    if not (isinstance(epochs, int) and epochs >= 1 and 0 <= initial_epoch < epochs):
+        raise UserError(f"Invalid `epochs`/`initial_epoch`. Received: epochs={epochs!r}, "
+                        f"initial_epoch={initial_epoch!r}. Expected 0 <= initial_epoch < epochs.")
+    found = None if cluster_resolver is not None else resolve_cluster(config)
+    if traits.role(found.type if found else None) == "evaluate":
+        raise UserError(f"Invalid task for tfdist.fit: {found.name}. Received: an evaluator task. Expected "
+                        "chief, worker or ps tasks (fit evaluates validation_data itself).")
+    run_dir = RunDir(model_dir)
+
+    def train(strategy_obj, preemption):
+        from tfdist.training.keras_run import train_keras
+
+        return train_keras(
+            model_fn, x, y, runtime=runtime, task=found, run_dir=run_dir, strategy=strategy_obj,
+            preemption=preemption, batch_size=batch_size, epochs=epochs, validation_data=validation_data,
+            steps_per_epoch=steps_per_epoch, validation_steps=validation_steps, shuffle=shuffle,
+            initial_epoch=initial_epoch, callbacks=callbacks, verbose=verbose, seed=config.train.seed,
+            keep_checkpoints=not temporary, wall_start=wall_start,
+        )
+
+    try:
+        return run_task(config, found, run_dir, train, cluster_resolver=cluster_resolver, verbose=bool(verbose))
+    finally:
+        if temporary:
+            shutil.rmtree(model_dir, ignore_errors=True)

@@ -1,0 +1,133 @@
+"""``tfdist.fit``'s inputs: numpy arrays, a ``tf.data.Dataset`` or a ``dataset_fn``, as per-replica slices.
+
+Keras' ``fit`` walks numpy arrays in batches of ``batch_size`` (the last one
+of an epoch smaller), shuffled each epoch when ``shuffle``. Here every input
+pipeline (one per worker) walks the same global batches, in the same order
+(the same shuffle seed on every worker), and cuts from each the slices of its
+own replicas: replica ``r`` of ``R`` gets examples ``[r*b, (r+1)*b)`` of the
+global batch, ``b = batch_size / R`` (fewer, or none, in a smaller last
+batch). Each element is ``(x, y, p)`` with ``p`` the global batch's number of
+examples, which ``KerasSteps`` divides by: N replicas compute what one device
+computes on the same global batch.
+
+A ``tf.data.Dataset`` is taken as Keras takes it: ``(x, y)`` batches, each a
+global batch, cut the same way. A ``dataset_fn(InputContext)`` is taken as
+``strategy.distribute_datasets_from_function`` takes it: it returns this
+pipeline's per-replica batches of ``input_context.get_per_replica_batch_size
+(batch_size)``, and every step has ``batch_size`` examples. Under a
+coordinator each worker shuffles in its own order (``inputs.per_worker_order``:
+asynchronous steps are not reproducible step for step anyway).
+"""
+
+from __future__ import annotations
+
+import math
+
+import tensorflow as tf
+
+from tfdist.errors import UserError
+from tfdist.training.inputs import batches_per_step
+
+
+def _cut(context, batch_size: int):
+    """A flat_map fn: a global batch ``(x, y)`` -> this pipeline's replicas' slices ``(x, y, p)``."""
+    replicas = context.num_replicas_in_sync
+    per_replica = batch_size // replicas
+    local = batches_per_step(context)
+    first = context.input_pipeline_id * local
+
+    def cut(x, y):
+        p = tf.shape(tf.nest.flatten(x)[0])[0]
+
+        def piece(j):
+            start = tf.minimum(tf.cast(first + j, tf.int32) * per_replica, p)
+            stop = tf.minimum(start + per_replica, p)
+            take = lambda t: t[start:stop]  # noqa: E731
+            return tf.nest.map_structure(take, x), tf.nest.map_structure(take, y), p
+
+        return tf.data.Dataset.range(local).map(piece)
+
+    return cut
+
+
+def check_batch(batch_size, replicas: int) -> None:
+    """Refuse a global batch that does not split evenly over the replicas (one line, status 2)."""
+    if not isinstance(batch_size, int) or batch_size < 1 or batch_size % replicas:
+        raise UserError(
+            f"Invalid value for `batch_size`. Received: batch_size={batch_size!r} with {replicas} replicas. "
+            "Expected the global batch: a positive multiple of the number of replicas."
+        )
+
+
+def dataset_fns(x, y, *, batch_size, shuffle: bool, seed: int, training: bool, start_step: int = 0,
+                own_order_per_worker: bool = False, stage_dir=None):
+    """``(InputContext -> Dataset of (x, y, p)``, steps per epoch or None) for numpy arrays, a Dataset or a fn.
+
+    Args:
+      x, y: numpy arrays (or nested structures of them) with as many rows; or ``x`` a ``tf.data.Dataset`` of
+        ``(x, y)`` global batches (``y`` None); or ``x`` a callable ``dataset_fn(InputContext)`` (``y`` None).
+      batch_size: the global batch.
+      shuffle: shuffle numpy rows each epoch (Keras' ``shuffle``); never for eval.
+      seed: the shuffle's seed, the same on every worker.
+      training: repeat (the loop counts steps); eval passes are finite.
+      start_step: the step a resumed run starts at: the global batches of the steps before are skipped, so
+        it sees the examples an uninterrupted run would.
+      own_order_per_worker: under a coordinator, each worker shuffles in its own order.
+      stage_dir: under a coordinator, where the chief saves numpy rows or a Dataset (``Dataset.save``) for
+        the workers to load: a dataset function sent to a remote worker cannot carry its data as constants
+        (gRPC refuses messages over 4 MB: "Unable to parse tensor proto"). On storage every task shares.
+    """
+    if callable(x) and not isinstance(x, tf.data.Dataset):
+        def from_fn(context):
+            ds = x(context).map(lambda xb, yb: (xb, yb, batch_size))
+            return ds.repeat().skip(start_step * batches_per_step(context)) if training else ds
+
+        return from_fn, None
+    if isinstance(x, tf.data.Dataset):
+        if y is not None:
+            raise UserError("Invalid `y` with a tf.data.Dataset `x`. Received: y given. Expected the dataset to "
+                            "yield (x, y) batches and y=None, as Keras' fit takes it.")
+        source, steps, rows = _source(x, stage_dir), _cardinality(x), None
+    else:
+        if y is None:
+            raise UserError("Missing `y`. Received: numpy `x` and y=None. Expected the targets, one row per row of x.")
+        counts = {len(a) for a in tf.nest.flatten((x, y))}
+        if len(counts) != 1:
+            raise UserError(f"Invalid `x`/`y`: their numbers of rows differ. Received: {sorted(counts)}. "
+                            "Expected one row of y per row of x.")
+        (rows,) = counts
+        source, steps = _source(tf.data.Dataset.from_tensor_slices((x, y)), stage_dir), math.ceil(rows / batch_size)
+
+    def fn(context):
+        batches = source()  # made inside the function: a coordinator's workers make their own
+        if rows is not None:
+            if shuffle and training:
+                batches = batches.shuffle(rows, seed=seed, reshuffle_each_iteration=True)
+            batches = batches.batch(batch_size)
+        if training:
+            batches = batches.repeat().skip(start_step)
+        return batches.flat_map(_cut(context, batch_size))
+
+    if own_order_per_worker and training:
+        from tfdist.training.inputs import per_worker_order
+
+        return per_worker_order(fn), steps
+    return fn, steps
+
+
+def _source(dataset, stage_dir):
+    """``() -> dataset``; with ``stage_dir``, the dataset is saved there now and each call loads it from the files."""
+    if stage_dir is None:
+        return lambda: dataset
+    import shutil
+
+    shutil.rmtree(stage_dir, ignore_errors=True)
+    dataset.save(str(stage_dir))
+    spec, path = dataset.element_spec, str(stage_dir)
+    return lambda: tf.data.Dataset.load(path, element_spec=spec)
+
+
+def _cardinality(dataset) -> int | None:
+    """The batches of a finite dataset, or None when TensorFlow does not know (or it repeats)."""
+    count = int(dataset.cardinality().numpy())
+    return count if count > 0 else None
