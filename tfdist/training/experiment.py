@@ -76,8 +76,8 @@ def resolve_cluster(config) -> Task | None:
     return task
 
 
-def _setup_tensorflow(config, task: Task | None, cluster_resolver=None):
-    """Devices, threads, precision, seeds and determinism, then the strategy."""
+def _setup_tensorflow(config, task: Task | None, cluster_resolver=None, *, keras_setup: bool = True):
+    """Devices, threads, then the strategy; then (``keras_setup``) precision, seeds and determinism."""
     rt = config.runtime
     traits = strategies.traits(rt.strategy)
     if traits.coordinator:
@@ -92,7 +92,8 @@ def _setup_tensorflow(config, task: Task | None, cluster_resolver=None):
             bytes_per_pack=rt.bytes_per_pack, collective_timeout=rt.collective_timeout, ps_shards=rt.ps_shards,
             ps_min_shard_bytes=rt.ps_min_shard_bytes,
         )
-    _setup_keras(config)
+    if keras_setup:
+        _setup_keras(config)
     return strategy
 
 
@@ -222,14 +223,17 @@ def run(config, *, verbose: bool = True, cluster_resolver=None, weights_dir: str
     return run_task(config, task, run_dir, train, cluster_resolver=cluster_resolver, verbose=verbose)
 
 
-def run_task(config, task: Task | None, run_dir: RunDir, train, *, cluster_resolver=None, verbose: bool = True):
+def run_task(config, task: Task | None, run_dir: RunDir, train, *, cluster_resolver=None, verbose: bool = True,
+             keras_setup: bool = True):
     """What every training client (``run``, ``tfdist.fit``) does with its task once its input is checked.
 
     A serving task serves (and never returns); a training task sets up
     TensorFlow and the strategy (``_setup_tensorflow``), then calls
     ``train(strategy, preemption)`` under ``Preemption`` and ``peer_errors``,
     finishes with its peers, and under a coordinator tells the serving tasks
-    how the run ended. Returns what ``train`` returned.
+    how the run ended. Returns what ``train`` returned. ``keras_setup`` False
+    leaves Keras' precision policy and seeds as the caller set them
+    (``tfdist.fit``, as Keras' own ``fit`` does).
     """
     rt = config.runtime
     traits = strategies.traits(rt.strategy)
@@ -239,7 +243,7 @@ def run_task(config, task: Task | None, run_dir: RunDir, train, *, cluster_resol
         serve(task, connect_timeout=rt.connect_timeout, verbose=verbose, heartbeats=run_dir.heartbeats)
     with Preemption(task.name if task else "local") as preemption:
         try:
-            strategy = _setup_tensorflow(config, task, cluster_resolver)
+            strategy = _setup_tensorflow(config, task, cluster_resolver, keras_setup=keras_setup)
             with peer_errors(task, rt.strategy, run_dir):
                 result = train(strategy, preemption)
                 finish_together(task, traits, rt.connect_timeout)

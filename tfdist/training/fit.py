@@ -61,7 +61,7 @@ from tfdist.training.rundir import RunDir
 def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy: str = "one_device",
         validation_data=None, steps_per_epoch: int | None = None, validation_steps: int | None = None,
         shuffle: bool = True, initial_epoch: int = 0, callbacks=None, verbose: int = 1, model_dir=None,
-        cluster: str | None = None, task: str | None = None, cpu_devices: int = 0, seed: int = 0,
+        cluster: str | None = None, task: str | None = None, cpu_devices: int = 0, seed: int | None = None,
         cluster_resolver=None, connect_timeout: float = 120.0, progress_timeout: float = 1800.0):
     """Train the model ``model_fn()`` builds and compiles, as Keras' ``model.fit`` would, under ``strategy``.
 
@@ -87,7 +87,8 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy:
       cluster, task: a cluster spec file and this task (``worker:1``), as for ``tfdist.train``; default
         TF_CONFIG (e.g. under ``tfdist.launch``, Slurm or Kubernetes).
       cpu_devices: logical CPUs for ``mirrored``/``central_storage`` without GPUs (0: 2).
-      seed: Keras' global seed (``keras.utils.set_random_seed``), set before ``model_fn``; also the shuffle's.
+      seed: if given, Keras' global seed (``keras.utils.set_random_seed``) right before ``model_fn``; the
+        shuffle's seed (default 0), the same on every worker. Keras' precision policy is left as it is.
       cluster_resolver: an in-process cluster (``tfdist.cluster.local.in_process_cluster``), instead of TF_CONFIG.
       connect_timeout, progress_timeout: as ``--connect_timeout`` and ``--progress_timeout``.
 
@@ -107,7 +108,7 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy:
     temporary = model_dir is None
     model_dir = tempfile.mkdtemp(prefix="tfdist-fit-") if temporary else str(model_dir)
     config = config_lib.Config(runtime=runtime,
-                               train=config_lib.TrainConfig(seed=seed, model_dir=model_dir))
+                               train=config_lib.TrainConfig(seed=0 if seed is None else seed, model_dir=model_dir))
     traits = strategies.traits(strategy)
     if not (isinstance(epochs, int) and epochs >= 1 and 0 <= initial_epoch < epochs):
         raise UserError(f"Invalid `epochs`/`initial_epoch`. Received: epochs={epochs!r}, "
@@ -121,6 +122,11 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy:
     def train(strategy_obj, preemption):
         from tfdist.training.keras_run import train_keras
 
+        if seed is not None:
+            import keras
+
+            keras.utils.set_random_seed(seed)
+
         return train_keras(
             model_fn, x, y, runtime=runtime, task=found, run_dir=run_dir, strategy=strategy_obj,
             preemption=preemption, batch_size=batch_size, epochs=epochs, validation_data=validation_data,
@@ -130,7 +136,8 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy:
         )
 
     try:
-        return run_task(config, found, run_dir, train, cluster_resolver=cluster_resolver, verbose=bool(verbose))
+        return run_task(config, found, run_dir, train, cluster_resolver=cluster_resolver, verbose=bool(verbose),
+                        keras_setup=False)
     finally:
         if temporary:
             shutil.rmtree(model_dir, ignore_errors=True)

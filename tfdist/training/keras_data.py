@@ -30,14 +30,18 @@ from tfdist.training.inputs import batches_per_step
 
 
 def _cut(context, batch_size: int):
-    """A flat_map fn: a global batch ``(x, y)`` -> this pipeline's replicas' slices ``(x, y, p)``."""
+    """A flat_map fn: a global batch ``(x, y)`` -> this pipeline's replicas' slices ``(x, y, p)``.
+
+    ``batch_size`` None (a Dataset's own batches): each replica takes a ``ceil(p / R)`` share of each.
+    """
     replicas = context.num_replicas_in_sync
-    per_replica = batch_size // replicas
     local = batches_per_step(context)
     first = context.input_pipeline_id * local
 
     def cut(x, y):
         p = tf.shape(tf.nest.flatten(x)[0])[0]
+        # A Dataset's own batches (batch_size None): each replica a ceil(p / R) share.
+        per_replica = batch_size // replicas if batch_size else (p + replicas - 1) // replicas
 
         def piece(j):
             start = tf.minimum(tf.cast(first + j, tf.int32) * per_replica, p)

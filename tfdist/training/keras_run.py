@@ -45,6 +45,23 @@ def _logs(train: dict | None, evaluated: dict | None) -> dict:
     return logs
 
 
+def _warn_unsynchronized_batch_norm(model, replicas: int) -> None:
+    """With several replicas, a ``BatchNormalization(synchronized=False)`` differs from one device: say so once."""
+    import keras
+    from absl import logging
+
+    if replicas < 2:
+        return
+    layers = [layer.name for layer in model._flatten_layers(include_self=False)
+              if isinstance(layer, keras.layers.BatchNormalization) and not layer.synchronized]
+    if layers:
+        logging.warning(
+            "%d replicas and batch norm without synchronized=True (%s): each replica normalizes its own slice "
+            "of the global batch, so training differs from one device. "
+            "keras.layers.BatchNormalization(synchronized=True) all-reduces the statistics.",
+            replicas, ", ".join(layers))
+
+
 def train_keras(model_fn, x, y, *, runtime, task, run_dir, strategy, preemption, batch_size, epochs,
                 validation_data, steps_per_epoch, validation_steps, shuffle, initial_epoch, callbacks, verbose,
                 seed, keep_checkpoints: bool, wall_start: float):
@@ -70,6 +87,7 @@ def train_keras(model_fn, x, y, *, runtime, task, run_dir, strategy, preemption,
         optimizer.build(model.trainable_variables)
         step_counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="step",
                                    aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+    _warn_unsynchronized_batch_norm(model, replicas)
     steps = KerasSteps(model=model, optimizer=optimizer, sample=_sample(x, y))
     checkpoints = Checkpoints(checkpoint=tf.train.Checkpoint(model=model, optimizer=optimizer, step=step_counter),
                               run_dir=run_dir, is_chief=is_chief, task=task.name if task else "local")

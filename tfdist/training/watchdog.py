@@ -123,7 +123,7 @@ class BatchCounter:
         def tick(*batch):
             count = tf.py_function(self._tick, [], tf.int64)
             with tf.control_dependencies([count]):
-                return tuple(tf.identity(t) for t in batch)
+                return tf.nest.map_structure(tf.identity, batch)
 
         def fn(context):
             from tfdist.training.inputs import batches_per_step
