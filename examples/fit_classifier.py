@@ -55,6 +55,8 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--model_dir", default=None)
+    parser.add_argument("--patience", type=int, default=2, help="EarlyStopping on val_loss: epochs without gain")
+    parser.add_argument("--min_delta", type=float, default=0.0, help="EarlyStopping: the least gain that counts")
     args = parser.parse_args()
 
     import keras
@@ -65,7 +67,8 @@ def main() -> None:
     x_val, y_val = make_data(200, seed=1)
     history = tfdist.fit(model_fn, x, y, batch_size=args.batch_size, epochs=args.epochs, strategy=args.strategy,
                          validation_data=(x_val, y_val), shuffle=False, model_dir=args.model_dir,
-                         callbacks=[keras.callbacks.EarlyStopping(monitor="val_loss", patience=2)])
+                         callbacks=[keras.callbacks.EarlyStopping(monitor="val_loss", patience=args.patience,
+                                                                  min_delta=args.min_delta)])
     print("HISTORY " + json.dumps(history.history), flush=True)
 
 
