@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from tfdist.training.metrics import StatsAccumulator, metrics_from_stats
-from tfdist.training.step import per_image_loss, step_stats
+from tfdist.training.step import per_image_loss, stats_size, step_stats
 
 
 def _batch(seed, n=6, size=8, classes=4):
@@ -20,7 +20,7 @@ def _batch(seed, n=6, size=8, classes=4):
 
 @pytest.mark.parametrize("classes", [2, 4])
 def test_mean_iou_accuracy_and_loss_match_keras(classes):
-    acc = StatsAccumulator(classes)
+    acc = StatsAccumulator(stats_size(classes), lambda total: metrics_from_stats(total, classes))
     keras_iou = keras.metrics.MeanIoU(num_classes=classes)
     keras_acc = keras.metrics.Accuracy()
     losses = []

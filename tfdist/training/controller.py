@@ -118,7 +118,7 @@ class Controller:
 
             self._bar = keras.utils.Progbar(total_steps, stateful_metrics=["loss"])
         step = start_step
-        window = StatsAccumulator(self.steps)
+        window = StatsAccumulator(self.steps.stats_size, self.steps.metrics)
         final = None
         window_seconds = 0.0
         first_chunk = True

@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import time
 
 from tfdist import config as config_lib
 from tfdist import strategies
@@ -101,7 +100,6 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy:
       UserError: bad arguments, a model without a loss, a metric that does not add up, a cluster that does
         not fit the strategy.
     """
-    wall_start = time.perf_counter()
     runtime = config_lib.RuntimeConfig(strategy=strategy, cpu_devices=cpu_devices, cluster=cluster or "",
                                        task=task or "", connect_timeout=connect_timeout,
                                        progress_timeout=progress_timeout)
@@ -132,7 +130,7 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy:
             preemption=preemption, batch_size=batch_size, epochs=epochs, validation_data=validation_data,
             steps_per_epoch=steps_per_epoch, validation_steps=validation_steps, shuffle=shuffle,
             initial_epoch=initial_epoch, callbacks=callbacks, verbose=verbose, seed=config.train.seed,
-            keep_checkpoints=not temporary, wall_start=wall_start,
+            keep_checkpoints=not temporary,
         )
 
     try:

@@ -64,7 +64,7 @@ def _warn_unsynchronized_batch_norm(model, replicas: int) -> None:
 
 def train_keras(model_fn, x, y, *, runtime, task, run_dir, strategy, preemption, batch_size, epochs,
                 validation_data, steps_per_epoch, validation_steps, shuffle, initial_epoch, callbacks, verbose,
-                seed, keep_checkpoints: bool, wall_start: float):
+                seed, keep_checkpoints: bool):
     """Train under ``strategy``; returns the ``keras.callbacks.History`` (see ``tfdist.fit`` for the arguments)."""
     import keras
 

@@ -9,6 +9,8 @@ labels or the predictions, of TP / (TP + FP + FN).
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 
@@ -31,17 +33,21 @@ def metrics_from_stats(stats, num_classes: int) -> dict[str, float]:
 
 
 class StatsAccumulator:
-    """Sums stats vectors on the host between two reads; ``steps.metrics`` reads the sum."""
+    """Sums stats vectors of ``size`` on the host between two reads; ``read(sum)`` gives the metrics.
 
-    def __init__(self, steps):
-        self.steps = steps
+    The controller makes one from its steps (``Steps`` or ``KerasSteps``: ``stats_size``, ``metrics``).
+    """
+
+    def __init__(self, size: int, read: Callable[[np.ndarray], dict]):
+        self.size = size
+        self.read = read
         self.reset()
 
     def reset(self) -> None:
-        self._total = np.zeros(self.steps.stats_size, dtype=np.float64)
+        self._total = np.zeros(self.size, dtype=np.float64)
 
     def add(self, stats) -> None:
         self._total += np.asarray(stats, dtype=np.float64)
 
     def result(self) -> dict[str, float]:
-        return self.steps.metrics(self._total)
+        return self.read(self._total)
