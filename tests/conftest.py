@@ -40,6 +40,22 @@ def run_python(code_or_args, *, timeout: float = 240, env=None, cwd=None):
     )
 
 
+#: The longest tests (a minute or more each on 2 cores, measured), started first: pytest-xdist hands tests
+#: out in collection order, and one of them started last would run alone while the other worker idles.
+SLOW_FIRST = (
+    "tests/test_slurm_cluster.py", "tests/test_notebooks.py::test_notebook_executes_top_to_bottom",
+    "tests/test_preemption.py::test_a_run_resumes_on_another_world_size",
+    "tests/test_faults.py::test_the_launcher_restarts", "tests/test_fit.py",
+    "tests/test_preemption.py::test_parameter_server_a_preempted_worker", "tests/test_multi_worker.py",
+    "tests/test_watchdog.py", "tests/test_netns.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    """``SLOW_FIRST`` tests first; the others keep their order (a stable sort)."""
+    items.sort(key=lambda item: not item.nodeid.startswith(SLOW_FIRST))
+
+
 @pytest.fixture
 def python():
     """``run_python`` as a fixture."""

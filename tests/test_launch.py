@@ -501,6 +501,8 @@ task = config["task"]
 address = config["cluster"][task["type"]][task["index"]]
 host, port = address.rsplit(":", 1)
 with socket.socket() as sock:
+    # As gRPC binds (SO_REUSEADDR): a port an earlier connection left in TIME_WAIT is free for it too.
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, int(port)))
     sock.listen()
     if os.path.exists(marker):
