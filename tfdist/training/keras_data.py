@@ -63,6 +63,26 @@ def check_batch(batch_size, replicas: int) -> None:
         )
 
 
+def rows_and_steps(x, y, batch_size) -> tuple[int | None, int | None]:
+    """``(rows, steps per epoch)`` of numpy ``x``/``y`` (checked: as many rows each), or ``(None, batches)`` of a
+    Dataset (None when TensorFlow does not know); ``(None, None)`` for a ``dataset_fn``. Builds no dataset."""
+    if callable(x) and not isinstance(x, tf.data.Dataset):
+        return None, None
+    if isinstance(x, tf.data.Dataset):
+        if y is not None:
+            raise UserError("Invalid `y` with a tf.data.Dataset `x`. Received: y given. Expected the dataset to "
+                            "yield (x, y) batches and y=None, as Keras' fit takes it.")
+        return None, _cardinality(x)
+    if y is None:
+        raise UserError("Missing `y`. Received: numpy `x` and y=None. Expected the targets, one row per row of x.")
+    counts = {len(a) for a in tf.nest.flatten((x, y))}
+    if len(counts) != 1:
+        raise UserError(f"Invalid `x`/`y`: their numbers of rows differ. Received: {sorted(counts)}. "
+                        "Expected one row of y per row of x.")
+    (rows,) = counts
+    return rows, math.ceil(rows / batch_size)
+
+
 def dataset_fns(x, y, *, batch_size, shuffle: bool, seed: int, training: bool, start_step: int = 0,
                 own_order_per_worker: bool = False, stage_dir=None):
     """``(InputContext -> Dataset of (x, y, p)``, steps per epoch or None) for numpy arrays, a Dataset or a fn.
@@ -87,20 +107,9 @@ def dataset_fns(x, y, *, batch_size, shuffle: bool, seed: int, training: bool, s
             return ds.repeat().skip(start_step * batches_per_step(context)) if training else ds
 
         return from_fn, None
-    if isinstance(x, tf.data.Dataset):
-        if y is not None:
-            raise UserError("Invalid `y` with a tf.data.Dataset `x`. Received: y given. Expected the dataset to "
-                            "yield (x, y) batches and y=None, as Keras' fit takes it.")
-        source, steps, rows = _source(x, stage_dir), _cardinality(x), None
-    else:
-        if y is None:
-            raise UserError("Missing `y`. Received: numpy `x` and y=None. Expected the targets, one row per row of x.")
-        counts = {len(a) for a in tf.nest.flatten((x, y))}
-        if len(counts) != 1:
-            raise UserError(f"Invalid `x`/`y`: their numbers of rows differ. Received: {sorted(counts)}. "
-                            "Expected one row of y per row of x.")
-        (rows,) = counts
-        source, steps = _source(tf.data.Dataset.from_tensor_slices((x, y)), stage_dir), math.ceil(rows / batch_size)
+    rows, steps = rows_and_steps(x, y, batch_size)
+    dataset = x if rows is None else tf.data.Dataset.from_tensor_slices((x, y))
+    source = _source(dataset, stage_dir)
 
     def fn(context):
         batches = source()  # made inside the function: a coordinator's workers make their own

@@ -19,7 +19,7 @@ import tensorflow as tf
 from tfdist.errors import UserError
 from tfdist.training.checkpoints import Checkpoints
 from tfdist.training.drive import drive
-from tfdist.training.keras_data import check_batch, dataset_fns
+from tfdist.training.keras_data import check_batch, dataset_fns, rows_and_steps
 from tfdist.training.keras_steps import KerasSteps
 from tfdist.training.outputs import RunOutputs
 
@@ -92,8 +92,7 @@ def train_keras(model_fn, x, y, *, runtime, task, run_dir, strategy, preemption,
     checkpoints = Checkpoints(checkpoint=tf.train.Checkpoint(model=model, optimizer=optimizer, step=step_counter),
                               run_dir=run_dir, is_chief=is_chief, task=task.name if task else "local")
     restored = checkpoints.restore_latest()
-    _, epoch_steps = dataset_fns(x, y, batch_size=batch_size, shuffle=shuffle, seed=seed, training=True)
-    epoch_steps = steps_per_epoch or epoch_steps
+    epoch_steps = steps_per_epoch or rows_and_steps(x, y, batch_size)[1]
     if not epoch_steps:
         raise UserError("Missing `steps_per_epoch`. Received: an input of unknown length. Expected "
                         "steps_per_epoch=N with a dataset_fn or a Dataset that repeats.")
