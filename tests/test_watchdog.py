@@ -42,6 +42,11 @@ def test_describe_names_the_task_behind_and_what_it_does():
     assert stalled.startswith("No progress for 8 s (--progress_timeout) at step 6 of 200 (this is worker:0): ")
     assert "worker:1 is behind, reading input (its batch for step 7 has not come from its input pipeline)" in stalled
     assert "worker:0 waits for it in a collective" in stalled
+    # Inside a chunk of several steps both have fed past step 6; the one that has fed fewer waits for input.
+    ahead = describe({"worker:0": _record(fed=8), "worker:1": _record(fed=7)}, me="worker:0", now=1000.0,
+                     stale_after=3, idle=8, step=6, total_steps=200)
+    assert "worker:1 is behind, reading input (its batch for step 8 has not come" in ahead, ahead
+    assert "worker:0 is behind" not in ahead
     stopped = describe({"worker:0": _record(fed=7), "worker:1": _record(age=20)}, me="worker:0", now=1000.0,
                        stale_after=3, idle=8, step=6, total_steps=200)
     assert "worker:1 is behind: it has not written its heartbeat for 20 s (the process is stopped or frozen" in stopped
