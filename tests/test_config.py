@@ -1,7 +1,11 @@
 """The config tree: one precedence, unknown keys rejected by name, YAML round trip."""
 
+import subprocess
+import sys
+
 import pytest
 
+from conftest import REPO
 from tfdist import config as config_lib
 from tfdist import strategies
 from tfdist.errors import UserError
@@ -86,6 +90,9 @@ def test_unknown_experiment_name_lists_known_ones():
         ({"bogus": 1}, r"Unknown setting.*'bogus'"),
         ({"ps_shards": 2}, r"`--ps_shards`: variable partitioning does not work with Keras 3.*Received: ps_shards=2\."),
         ({"ps_shards": -1}, r"ps_shards=-1\. Expected a number >= 0"),
+        ({"norm": "bogus"}, r"`--norm`\. Received: norm='bogus'\. Expected one of: batch, group, replica_batch, none\.$"),
+        ({"batch_norm": False, "norm": "group"}, r"norm='group' and batch_norm=False\. Expected norm='none'"),
+        ({"batch_norm": False, "norm": "replica_batch"}, r"norm='replica_batch' and batch_norm=False"),
     ],
 )
 def test_bad_values(overrides, match):
@@ -101,3 +108,32 @@ def test_ps_shards_zero_and_one_keep_whole_variables():
     for ps_shards in (0, 1):
         built = config_lib.build_config(overrides={"strategy": "parameter_server", "ps_shards": ps_shards})
         assert built.runtime.ps_shards == ps_shards
+
+
+@pytest.mark.parametrize(
+    "overrides, norm",
+    [({}, "batch"), ({"batch_norm": False}, "none"), ({"norm": "none"}, "none"), ({"norm": "group"}, "group"),
+     ({"batch_norm": False, "norm": "none"}, "none"), ({"norm": "replica_batch"}, "replica_batch")],
+)
+def test_norm_and_nobatch_norm_resolve_to_one_consistent_pair(tmp_path, overrides, norm):
+    """--nobatch_norm is --norm none; the resolved config says the same in both fields and reads back the same."""
+    config = config_lib.build_config(overrides=overrides)
+    assert (config.model.norm, config.model.batch_norm) == (norm, norm != "none")
+    path = tmp_path / "params.yaml"
+    path.write_text(config_lib.to_yaml(config))
+    assert config_lib.build_config(str(path)) == config
+
+
+@pytest.mark.parametrize("flags, needle", [(["--norm=bogus"], "norm='bogus'"),
+                                           (["--nobatch_norm", "--norm=group"], "norm='group' and batch_norm=False")])
+def test_the_cli_refuses_a_bad_norm_with_one_line(tmp_path, flags, needle):
+    """Exit status 2, one line on stderr, nothing written: the check runs before TensorFlow starts.
+    (A tiny run's flags, so that a missing check fails fast rather than training.)"""
+    tiny = ["--strategy=one_device", "--image_size=32", "--base_filters=4", "--depth=2", "--epochs=1",
+            "--steps_per_epoch=1", "--noexport"]
+    result = subprocess.run([sys.executable, "-m", "tfdist.train", f"--model_dir={tmp_path / 'run'}", *tiny, *flags],
+                            capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], result.stderr
+    assert not (tmp_path / "run").exists()

@@ -54,16 +54,29 @@ def assert_weights_close(a, b, rtol):
 
 
 @pytest.fixture(scope="module")
-def one_device_run(tmp_path_factory):
-    path = tmp_path_factory.mktemp("one")
-    summary = run(tiny(path, "one", strategy="one_device"), verbose=False)
-    return path / "one", summary
+def one_device_runs(tmp_path_factory):
+    """norm -> (model_dir, summary) of the tiny run on one device, each run once per module."""
+    runs = {}
+
+    def get(norm: str = "batch"):
+        if norm not in runs:
+            path = tmp_path_factory.mktemp(f"one_{norm}")
+            runs[norm] = path / "one", run(tiny(path, "one", strategy="one_device", norm=norm), verbose=False)
+        return runs[norm]
+
+    return get
 
 
-@pytest.mark.parametrize("strategy", ["mirrored", "central_storage"])
-def test_two_replicas_equal_one_device_with_the_global_batch(tmp_path, one_device_run, strategy):
-    one_dir, one = one_device_run
-    summary = run(tiny(tmp_path, strategy, strategy=strategy, cpu_devices=2), verbose=False)
+@pytest.fixture(scope="module")
+def one_device_run(one_device_runs):
+    return one_device_runs()
+
+
+# --norm batch all-reduces the batch statistics; --norm group has none (README: --norm): both are exact.
+@pytest.mark.parametrize("strategy, norm", [("mirrored", "batch"), ("central_storage", "batch"), ("mirrored", "group")])
+def test_two_replicas_equal_one_device_with_the_global_batch(tmp_path, one_device_runs, strategy, norm):
+    one_dir, one = one_device_runs(norm)
+    summary = run(tiny(tmp_path, strategy, strategy=strategy, cpu_devices=2, norm=norm), verbose=False)
     assert summary["num_replicas"] == 2 and one["num_replicas"] == 1
     losses, reference = train_losses(tmp_path / strategy), train_losses(one_dir)
     assert len(losses) == len(reference) == 4

@@ -1,4 +1,4 @@
-"""The UNet: shapes, mixed precision, clear errors, and batch norm equal on N replicas."""
+"""The UNet: shapes, mixed precision, clear errors, batch norm equal on N replicas, and the --norm choices."""
 
 import keras
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from tfdist.errors import UserError
-from tfdist.models import ReplicaBatchNorm, build_unet
+from tfdist.models import LocalBatchNorm, ReplicaBatchNorm, build_unet
 
 
 @pytest.mark.parametrize("depth, size", [(2, 32), (3, 48), (4, 64)])
@@ -25,10 +25,46 @@ def test_options_change_the_model():
     assert wider.count_params() > build_unet(image_size=32, depth=2, base_filters=4).count_params()
 
 
+NORM_LAYERS = {"batch": ReplicaBatchNorm, "group": keras.layers.GroupNormalization, "replica_batch": LocalBatchNorm}
+
+
+def _norm_layers(model):
+    return [layer for layer in model.layers if isinstance(layer, (keras.layers.BatchNormalization,
+                                                                  keras.layers.GroupNormalization))]
+
+
+@pytest.mark.parametrize("norm", ["batch", "group", "replica_batch", "none"])
+def test_norm_picks_the_layer_after_every_convolution(norm):
+    """A conv has a bias exactly when no normalization (with its learned offset) follows; group norm's
+    groups divide the channels, at most 8 (4 channels: 4 groups)."""
+    model = build_unet(image_size=32, depth=2, base_filters=4, norm=norm)
+    convs = [layer for layer in model.layers if type(layer) is keras.layers.Conv2D and layer.name != "logits_conv"]
+    layers = _norm_layers(model)
+    assert len(convs) == 10 and all(conv.use_bias == (norm == "none") for conv in convs)
+    if norm == "none":
+        assert layers == []
+        return
+    assert len(layers) == len(convs) and {type(layer) for layer in layers} == {NORM_LAYERS[norm]}
+    if norm == "group":
+        assert [layer.groups for layer in layers[:6]] == [4, 4, 8, 8, 8, 8]  # 4, 4, 8, 8, 16, 16 channels
+
+
+def test_nobatch_norm_is_no_normalization_and_refuses_another_norm():
+    plain = build_unet(image_size=32, depth=2, base_filters=4, batch_norm=False)
+    assert _norm_layers(plain) == [] and plain.get_layer("down0_conv1").use_bias
+    with pytest.raises(UserError, match=r"norm='group' and batch_norm=False"):
+        build_unet(image_size=32, depth=2, base_filters=4, batch_norm=False, norm="group")
+    with pytest.raises(UserError, match=r"norm='layer'.*Expected one of: batch, group, replica_batch, none"):
+        build_unet(image_size=32, depth=2, base_filters=4, norm="layer")
+
+
 def test_mobilenetv2_encoder_builds_without_download():
-    model = build_unet(image_size=64, num_classes=3, base_filters=8, encoder="mobilenetv2")
+    model = build_unet(image_size=64, num_classes=3, base_filters=8, encoder="mobilenetv2", norm="group")
     assert model.output_shape == (None, 64, 64, 3)
     assert any(layer.name == "mobilenetv2_encoder" for layer in model.layers)
+    # --norm reaches the decoder: a group norm after each of its convolutions, none of tfdist's batch norms.
+    assert len(_norm_layers(model)) == 9 and not any(isinstance(layer, ReplicaBatchNorm) for layer in model.layers)
+    assert not model.get_layer("up0_conv1").use_bias
 
 
 def test_mixed_precision_keeps_logits_float32():
@@ -56,18 +92,19 @@ def test_invalid_sizes_fail_clearly(kwargs, match):
         build_unet(**kwargs)
 
 
-def test_saved_and_loaded_model_predicts_the_same(tmp_path):
-    model = build_unet(image_size=32, depth=2, base_filters=4)
+@pytest.mark.parametrize("norm", ["batch", "group", "replica_batch"])
+def test_saved_and_loaded_model_predicts_the_same(tmp_path, norm):
+    model = build_unet(image_size=32, depth=2, base_filters=4, norm=norm)
     x = np.random.default_rng(0).random((2, 32, 32, 3), dtype=np.float32)
     model.save(tmp_path / "m.keras")
     loaded = keras.models.load_model(tmp_path / "m.keras")
     np.testing.assert_allclose(loaded(x), model(x), rtol=1e-5, atol=1e-5)
 
 
-def _bn_forward(strategy, x):
+def _bn_forward(strategy, x, layer_class=ReplicaBatchNorm):
     with strategy.scope():
         keras.utils.set_random_seed(1)
-        layer = ReplicaBatchNorm()
+        layer = layer_class()
         layer.build(x.shape)
 
     @tf.function
@@ -93,6 +130,26 @@ def test_batch_norm_on_two_replicas_equals_one_device(name):
     np.testing.assert_allclose(
         two_layer.moving_variance.numpy(), one_layer.moving_variance.numpy(), rtol=1e-5, atol=1e-6
     )
+
+
+@pytest.mark.parametrize("name", ["mirrored", "central_storage"])
+def test_local_batch_norm_on_two_replicas_normalizes_each_slice_on_its_own(name):
+    """--norm replica_batch: each replica normalizes its own half of the global batch (so, unlike one device,
+    no all-reduce of the statistics), and under central_storage too the moving statistics update: towards
+    the replicas' mean of the slice statistics (aggregation "mean")."""
+    from tfdist.strategies import make_strategy
+
+    x = np.random.default_rng(0).normal(size=(8, 4, 4, 3)).astype(np.float32) * np.arange(1, 9).reshape(8, 1, 1, 1)
+    one, one_layer = _bn_forward(make_strategy("one_device"), x, LocalBatchNorm)
+    two, two_layer = _bn_forward(make_strategy(name, cpu_devices=2), x, LocalBatchNorm)
+    assert not np.allclose(two, one, rtol=1e-3, atol=1e-3)  # it did not synchronize the statistics
+    halves = [_bn_forward(make_strategy("one_device"), half, LocalBatchNorm) for half in (x[:4], x[4:])]
+    np.testing.assert_allclose(two, np.concatenate([out for out, _ in halves]), rtol=1e-5, atol=1e-5)
+    for stat in ("moving_mean", "moving_variance"):
+        expected = np.mean([getattr(layer, stat).numpy() for _, layer in halves], axis=0)
+        np.testing.assert_allclose(getattr(two_layer, stat).numpy(), expected, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(two_layer.moving_mean.numpy(), 0.0)  # the call did update them
+    assert not np.allclose(two_layer.moving_variance.numpy(), one_layer.moving_variance.numpy(), rtol=1e-3)
 
 
 def test_replica_batch_norm_on_one_device_is_keras_batch_normalization():

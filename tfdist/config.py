@@ -29,6 +29,9 @@ STRATEGIES = strategies.NAMES
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 DATASETS = ("shapes", "oxford_iiit_pet", "folder")
 ENCODERS = ("unet", "mobilenetv2")
+#: The ``--norm`` names (tfdist/models/unet.py): batch (exact, all-reduced), group (exact, no collective),
+#: replica_batch (each replica its own statistics), none.
+NORMS = ("batch", "group", "replica_batch", "none")
 OPTIMIZERS = ("adam", "sgd")
 LR_SCALINGS = ("none", "linear")
 LR_DECAYS = ("cosine", "none")
@@ -99,7 +102,8 @@ class ModelConfig:
     encoder: str = "unet"
     base_filters: int = 16
     depth: int = 3
-    batch_norm: bool = True
+    batch_norm: bool = True  # False (--nobatch_norm): no normalization, as --norm none
+    norm: str = "batch"  # batch (synchronized, exact), group (exact, no collective), replica_batch (per replica), none
     dropout: float = 0.0
     encoder_weights: str = ""  # mobilenetv2 only: a local weights file; empty: random init
 
@@ -238,6 +242,23 @@ def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
         raise UserError(f"Invalid value for `--{name}`. Received: {name}={value!r}. Expected one of: {', '.join(choices)}.")
 
 
+def resolve_norm(norm: str, batch_norm: bool) -> str:
+    """The normalization that ``norm`` and the older ``batch_norm`` switch ask for together.
+
+    ``batch_norm=False`` (``--nobatch_norm``) means no normalization: it turns the default ``"batch"``
+    into ``"none"``; with ``"group"`` or ``"replica_batch"`` the pair contradicts itself and is refused.
+    """
+    _choice("norm", norm, NORMS)
+    if batch_norm:
+        return norm
+    if norm not in ("batch", "none"):
+        raise UserError(
+            f"Invalid value for `--norm` with --nobatch_norm. Received: norm={norm!r} and batch_norm=False. "
+            f"Expected norm='none' (or no --norm) with --nobatch_norm, or --batch_norm with norm={norm!r}."
+        )
+    return "none"
+
+
 def _at_least(name: str, value: float, low: float) -> None:
     if not value >= low:  # also catches NaN
         raise UserError(f"Invalid value for `--{name}`. Received: {name}={value!r}. Expected a number >= {low}.")
@@ -251,6 +272,8 @@ def validate(config: Config) -> Config:
     _choice("communication", rt.communication, COMMUNICATIONS)
     _choice("dataset", data.dataset, DATASETS)
     _choice("encoder", model.encoder, ENCODERS)
+    norm = resolve_norm(model.norm, model.batch_norm)
+    model = dataclasses.replace(model, norm=norm, batch_norm=norm != "none")
     _choice("optimizer", train.optimizer, OPTIMIZERS)
     _choice("lr_scaling", train.lr_scaling, LR_SCALINGS)
     _choice("lr_decay", train.lr_decay, LR_DECAYS)
@@ -293,7 +316,8 @@ def validate(config: Config) -> Config:
     model_dir = train.model_dir or str(Path("runs") / rt.strategy)
     steps_per_loop = train.steps_per_loop or strategies.traits(rt.strategy).default_steps_per_loop
     return dataclasses.replace(
-        config, data=data, train=dataclasses.replace(train, model_dir=model_dir, steps_per_loop=steps_per_loop)
+        config, data=data, model=model,
+        train=dataclasses.replace(train, model_dir=model_dir, steps_per_loop=steps_per_loop),
     )
 
 

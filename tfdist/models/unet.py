@@ -7,17 +7,76 @@ from one device; and it creates its moving statistics with aggregation
 Strategy cannot update. ``ReplicaBatchNorm`` therefore synchronises the batch
 statistics across replicas and creates the moving statistics with
 aggregation "mean", so that N replicas compute what one device computes.
+
+The normalization after each convolution is ``norm`` (``--norm``):
+
+- ``batch`` (default): ``ReplicaBatchNorm``. Exact (N replicas = one device),
+  but one all-reduce per layer in the forward pass and one in the backward
+  pass: over gRPC (multi_worker_mirrored, 2 workers) 106 images/s against 364
+  without normalization (issue 17).
+- ``group``: ``keras.layers.GroupNormalization`` (Wu & He 2018). Statistics
+  of each example's own channel groups, no batch statistics: exact with no
+  collective at all, and independent of the per-device batch size (why
+  segmentation models use it with small per-device batches). No moving
+  statistics: training and inference normalize the same way.
+- ``replica_batch``: ``LocalBatchNorm``, batch norm over each replica's own
+  slice of the global batch: no all-reduce of batch statistics in the
+  forward or backward pass, and NOT what one device computes (N replicas
+  normalize N smaller batches). Its moving statistics are still created
+  with aggregation "mean" (the trap above), so they are the replicas' mean:
+  under the mirrored strategies that update is still a small cross-replica
+  mean of 2 vectors per layer and step (ReplicaBatchNorm: those 2 and the 2
+  of its batch statistics), off the path of the gradients.
+- ``none``: no normalization (``batch_norm=False``, ``--nobatch_norm``).
+
+A convolution has a bias only when no normalization with a learned offset
+(``beta``) follows it.
 """
 
 from __future__ import annotations
 
 import keras
 
+from tfdist.config import resolve_norm
 from tfdist.errors import UserError
+
+#: Groups of ``GroupNormalization``: the largest divisor of the channels up to this.
+MAX_GROUPS = 8
+
+
+class _MeanMovingStatistics(keras.layers.BatchNormalization):
+    """Batch norm whose moving statistics are created with aggregation "mean" (DESIGN.md), momentum 0.9."""
+
+    def __init__(self, momentum: float = 0.9, **kwargs):
+        kwargs.pop("synchronized", None)
+        super().__init__(momentum=momentum, **kwargs)
+
+    def add_weight(self, *args, **kwargs):
+        if kwargs.get("name") in ("moving_mean", "moving_variance"):
+            kwargs.setdefault("aggregation", "mean")
+        return super().add_weight(*args, **kwargs)
 
 
 @keras.saving.register_keras_serializable(package="tfdist")
-class ReplicaBatchNorm(keras.layers.BatchNormalization):
+class LocalBatchNorm(_MeanMovingStatistics):
+    """Batch norm over each replica's own slice of the batch (``norm="replica_batch"``).
+
+    On one device this is Keras' ``BatchNormalization`` with momentum 0.9. On N
+    replicas each one normalizes with the mean and variance of its own slice,
+    with no all-reduce of them forward or backward, so training differs from
+    one device with the global batch (DESIGN.md: 2.5e-4 relative after 5
+    steps): the price of skipping the collective. The moving statistics have
+    aggregation "mean", so that a custom loop can update them under
+    CentralStorageStrategy and ParameterServerStrategy, and mirrored copies
+    stay equal (each update is a cross-replica mean there): each step they
+    move towards the replicas' mean of the slice statistics (the moving mean
+    towards the global batch's mean, the moving variance towards the mean of
+    the slices' variances, which lacks the spread between the slices).
+    """
+
+
+@keras.saving.register_keras_serializable(package="tfdist")
+class ReplicaBatchNorm(_MeanMovingStatistics):
     """Batch norm whose statistics are the same on N replicas as on one device.
 
     The batch mean and variance come from one all-reduce of
@@ -30,15 +89,6 @@ class ReplicaBatchNorm(keras.layers.BatchNormalization):
     0.9 (Keras: 0.99) so that the moving statistics follow the short runs
     tfdist is used for; eval results lagged badly with 0.99.
     """
-
-    def __init__(self, momentum: float = 0.9, **kwargs):
-        kwargs.pop("synchronized", None)
-        super().__init__(momentum=momentum, **kwargs)
-
-    def add_weight(self, *args, **kwargs):
-        if kwargs.get("name") in ("moving_mean", "moving_variance"):
-            kwargs.setdefault("aggregation", "mean")
-        return super().add_weight(*args, **kwargs)
 
     def _moments(self, inputs, mask):
         import tensorflow as tf
@@ -59,27 +109,48 @@ class ReplicaBatchNorm(keras.layers.BatchNormalization):
         return tf.cast(mean, inputs.dtype), tf.cast(variance, inputs.dtype)
 
 
-def _norm_act(x, batch_norm: bool, name: str):
-    if batch_norm:
+def _groups(channels: int) -> int:
+    """The largest divisor of ``channels`` up to ``MAX_GROUPS``.
+
+    Wu & He use 32 groups for ResNets of 64 and more channels; this UNet has
+    16 channels at its first level by default (4 in the tests), where 32
+    groups would not divide the channels at all. 8 groups of 2 or more
+    channels keep group norm between layer norm (1 group) and instance norm
+    (1 channel a group) at every level; narrower layers get fewer groups.
+    """
+    return max(g for g in range(1, min(MAX_GROUPS, channels) + 1) if channels % g == 0)
+
+
+def _has_offset(norm: str) -> bool:
+    """Whether the normalization ``norm`` learns an offset (beta), which makes a conv's bias redundant."""
+    return norm != "none"
+
+
+def _norm_act(x, norm: str, name: str):
+    if norm == "batch":
         x = ReplicaBatchNorm(name=f"{name}_bn")(x)
+    elif norm == "replica_batch":
+        x = LocalBatchNorm(name=f"{name}_bn")(x)
+    elif norm == "group":
+        x = keras.layers.GroupNormalization(_groups(x.shape[-1]), name=f"{name}_gn")(x)
     return keras.layers.Activation("relu", name=f"{name}_relu")(x)
 
 
-def _double_conv(x, filters: int, batch_norm: bool, dropout: float, name: str):
-    """Two 3x3 convolutions, each followed by (batch norm and) ReLU."""
+def _double_conv(x, filters: int, norm: str, dropout: float, name: str):
+    """Two 3x3 convolutions, each followed by (a normalization and) ReLU."""
     for i in (1, 2):
-        x = keras.layers.Conv2D(filters, 3, padding="same", use_bias=not batch_norm, name=f"{name}_conv{i}")(x)
-        x = _norm_act(x, batch_norm, f"{name}_{i}")
+        x = keras.layers.Conv2D(filters, 3, padding="same", use_bias=not _has_offset(norm), name=f"{name}_conv{i}")(x)
+        x = _norm_act(x, norm, f"{name}_{i}")
     if dropout:
         x = keras.layers.Dropout(dropout, name=f"{name}_dropout")(x)
     return x
 
 
-def _up(x, skip, filters: int, batch_norm: bool, dropout: float, name: str):
+def _up(x, skip, filters: int, norm: str, dropout: float, name: str):
     """Upsample by 2, concatenate the skip connection, then a double conv."""
     x = keras.layers.Conv2DTranspose(filters, 2, strides=2, padding="same", name=f"{name}_upconv")(x)
     x = keras.layers.Concatenate(name=f"{name}_concat")([x, skip])
-    return _double_conv(x, filters, batch_norm, dropout, name)
+    return _double_conv(x, filters, norm, dropout, name)
 
 
 def _head(x, num_classes: int):
@@ -102,15 +173,15 @@ def _check(image_size: int, num_classes: int, depth: int, channels: int) -> None
         )
 
 
-def _classic(inputs, *, num_classes, base_filters, depth, batch_norm, dropout):
+def _classic(inputs, *, num_classes, base_filters, depth, norm, dropout):
     x, skips = inputs, []
     for level in range(depth):
-        x = _double_conv(x, base_filters * 2**level, batch_norm, 0.0, f"down{level}")
+        x = _double_conv(x, base_filters * 2**level, norm, 0.0, f"down{level}")
         skips.append(x)
         x = keras.layers.MaxPooling2D(2, name=f"down{level}_pool")(x)
-    x = _double_conv(x, base_filters * 2**depth, batch_norm, dropout, "bottleneck")
+    x = _double_conv(x, base_filters * 2**depth, norm, dropout, "bottleneck")
     for level in reversed(range(depth)):
-        x = _up(x, skips[level], base_filters * 2**level, batch_norm, 0.0, f"up{level}")
+        x = _up(x, skips[level], base_filters * 2**level, norm, 0.0, f"up{level}")
     return _head(x, num_classes)
 
 
@@ -119,7 +190,7 @@ _MOBILENET_SKIPS = ("block_1_expand_relu", "block_3_expand_relu", "block_6_expan
 _MOBILENET_BOTTLENECK = "block_16_project"
 
 
-def _mobilenet(inputs, *, image_size, num_classes, base_filters, batch_norm, dropout, weights):
+def _mobilenet(inputs, *, image_size, num_classes, base_filters, norm, dropout, weights):
     """MobileNetV2 encoder with upsampling blocks, as in TensorFlow's segmentation tutorial."""
     if image_size % 32 or image_size < 32:
         raise UserError(
@@ -137,10 +208,10 @@ def _mobilenet(inputs, *, image_size, num_classes, base_filters, batch_norm, dro
     )
     *skips, x = encoder(scaled)
     for level in reversed(range(len(skips))):
-        x = _up(x, skips[level], base_filters * 2**level, batch_norm, dropout if level == len(skips) - 1 else 0.0,
+        x = _up(x, skips[level], base_filters * 2**level, norm, dropout if level == len(skips) - 1 else 0.0,
                 f"up{level}")
     x = keras.layers.Conv2DTranspose(base_filters, 2, strides=2, padding="same", name="up_full")(x)
-    x = _norm_act(x, batch_norm, "up_full")
+    x = _norm_act(x, norm, "up_full")
     return _head(x, num_classes)
 
 
@@ -152,6 +223,7 @@ def build_unet(
     base_filters: int = 16,
     depth: int = 4,
     batch_norm: bool = True,
+    norm: str = "batch",
     dropout: float = 0.0,
     encoder: str = "unet",
     encoder_weights: str | None = None,
@@ -165,25 +237,32 @@ def build_unet(
       channels: input channels (3 for ``mobilenetv2``).
       base_filters: filters of the first level, doubled at each level down.
       depth: number of downsampling levels (classic encoder).
-      batch_norm: add ``ReplicaBatchNorm`` after every convolution.
+      batch_norm: False means no normalization (``norm="none"``); with a
+        normalizing ``norm`` other than the default ``"batch"`` it is an error.
+      norm: the normalization after every convolution: ``"batch"``
+        (``ReplicaBatchNorm``, exact), ``"group"`` (``GroupNormalization``,
+        exact, no collective), ``"replica_batch"`` (``LocalBatchNorm``, each
+        replica's own statistics) or ``"none"`` (see the module docstring).
       dropout: dropout rate at the bottleneck.
       encoder: ``"unet"`` (classic) or ``"mobilenetv2"`` (``keras.applications``).
       encoder_weights: a local MobileNetV2 weights file; None or "" means random
         initialisation (nothing is ever downloaded).
 
     Raises:
-      UserError: invalid sizes, class count or encoder name.
+      UserError: invalid sizes, class count, encoder or norm name, or batch_norm=False with a
+        normalizing norm.
     """
     _check(image_size, num_classes, depth, channels)
+    norm = resolve_norm(norm, batch_norm)
     inputs = keras.Input((image_size, image_size, channels), name="image")
     if encoder == "unet":
         outputs = _classic(inputs, num_classes=num_classes, base_filters=base_filters, depth=depth,
-                           batch_norm=batch_norm, dropout=dropout)
+                           norm=norm, dropout=dropout)
     elif encoder == "mobilenetv2":
         if channels != 3:
             raise UserError(f"Invalid value for `channels` with encoder=mobilenetv2. Received: channels={channels}. Expected 3.")
         outputs = _mobilenet(inputs, image_size=image_size, num_classes=num_classes, base_filters=base_filters,
-                             batch_norm=batch_norm, dropout=dropout, weights=encoder_weights)
+                             norm=norm, dropout=dropout, weights=encoder_weights)
     else:
         raise UserError(f"Invalid value for `encoder`. Received: encoder={encoder!r}. Expected one of: unet, mobilenetv2.")
     return keras.Model(inputs, outputs, name=f"unet_{encoder}")
@@ -197,6 +276,7 @@ def build_from_config(model_config, data_config) -> keras.Model:
         base_filters=model_config.base_filters,
         depth=model_config.depth,
         batch_norm=model_config.batch_norm,
+        norm=model_config.norm,
         dropout=model_config.dropout,
         encoder=model_config.encoder,
         encoder_weights=model_config.encoder_weights or None,
