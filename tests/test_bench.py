@@ -1,11 +1,10 @@
-"""``python -m tfdist.bench``: a small real run writes the JSON, the table and the chart.
+"""``python -m tfdist.bench``: its method (pairing, windows, records, sums), a small real run, and the docs it renders.
 
 Speed is never asserted here (it is measured by the benchmark itself, as
-ratios, in docs/benchmarks.md); this checks the benchmark's shape.
+paired ratios, in docs/benchmarks.md); this checks how it measures.
 """
 
 import json
-import statistics
 import subprocess
 import sys
 
@@ -15,62 +14,124 @@ from conftest import REPO
 
 from tfdist import bench
 from tfdist.bench import children
-from tfdist.bench.rows import Measured
+from tfdist.bench.plan import jobs_for, plan
+from tfdist.bench.report import results
+from tfdist.bench.rows import Job, Measured
 
 
-def test_a_small_benchmark_writes_json_markdown_and_chart(tmp_path):
+def test_a_small_benchmark_writes_json_markdown_and_chart_with_versions_and_machine(tmp_path):
     out = tmp_path / "b.json"
     result = subprocess.run(
-        [sys.executable, "-m", "tfdist.bench", "--only=keras_fit,one_device", "--steps=3", "--repeats=1",
+        [sys.executable, "-m", "tfdist.bench", "--only=one_device", "--steps=3", "--repeats=1",
          "--noscaling", f"--output={out}"], capture_output=True, text=True, timeout=400, cwd=REPO)
     assert result.returncode == 0, result.stderr[-3000:]
     data = json.loads(out.read_text())
-    assert data["baseline"]["name"] == "keras_fit" and data["baseline"]["images_per_second"] > 0
-    names = [r["name"] for r in data["rows"]]
-    assert names == ["keras_fit", "one_device"]
-    baseline = data["baseline"]["images_per_second"]
-    assert data["rows"][0]["images_per_second"] == baseline
+    assert [r["name"] for r in data["rows"]] == ["keras_fit", "one_device"]
+    assert set(data["versions"]) == {"python", "tensorflow", "keras", "tfdist"}
+    assert data["versions"]["tensorflow"].startswith("2.") and data["machine"]["cpus"] > 0
+    assert data["machine"]["cpu_model"] and data["machine"]["wall_seconds"] > 0
+    keras_fit, one_device = data["rows"]
+    for row in data["rows"]:  # each row's figures are its own process's: a fresh one per run
+        rec = row["record"]
+        assert rec["processes"] == 1 and rec["peak_rss_mb"] > 300 and rec["seconds_to_first_step"] > 1
+    ips = one_device["record"]["images_per_second"] / keras_fit["record"]["images_per_second"]
+    assert one_device["ratio"]["runs"] == [pytest.approx(ips, rel=1e-12)]
     table = out.with_suffix(".md").read_text()
-    assert table.startswith("| row |")
-    for row in data["rows"]:
-        # every ratio is the row's images/s over the baseline's, measured in this run
-        assert row["images_per_second"] > 0 and row["peak_rss_mb"] > 0 and row["seconds_to_first_step"] > 0
-        assert row["ratio"] == pytest.approx(row["images_per_second"] / baseline, rel=1e-12)
-        assert f"| {row['name']} | {row['images_per_second']:.1f} | {row['ratio']:.2f} |" in table
+    assert f"| one_device | {one_device['images_per_second']['median']:.1f} | {ips:.2f} |" in table
+    assert "TensorFlow " + data["versions"]["tensorflow"] in table
     assert out.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_every_row_of_the_issue_is_in_the_benchmark():
     names = {r.spec.name for r in bench.rows_for(1, 1)}
-    assert names == {"keras_fit", "one_device", "mirrored_1", "mirrored_2", "central_storage_2",
-                     "multi_worker_mirrored_1", "multi_worker_mirrored_2", "parameter_server_1",
-                     "parameter_server_2", "input_pipeline"}
+    for family in ("multi_worker_mirrored", "parameter_server"):
+        assert {f"{family}_{n}" for n in (1, 2, 3, 4)} <= names
+    assert {"keras_fit", "keras_fit_mirrored_2", "keras_fit_central_storage_2", "one_device", "mirrored_1",
+            "mirrored_2", "central_storage_2", "input_pipeline", "allreduce_2", "allreduce_4", "traced_step_2",
+            "multi_worker_mirrored_2_group_norm", "multi_worker_mirrored_2_replica_batch_norm"} <= names
+    every = plan(steps=8, warmup=4, scaling_steps=4, accuracy=True, preemption=True)
+    assert [s.strategy for s in every.accuracy][:3] == ["one_device", "mirrored", "multi_worker_mirrored"]
+    assert "parameter_server" in [s.strategy for s in every.accuracy]
 
 
-def test_goals_are_read_off_the_results():
-    rows = [{"name": n, "images_per_second": v} for n, v in
-            [("keras_fit", 100.0), ("one_device", 120.0), ("mirrored_1", 96.0), ("parameter_server_1", 10.0),
-             ("parameter_server_2", 14.0)]]
-    rows.append({"name": "input_pipeline", "images_per_second": 100.0, "ratio_to_cached": 0.97})
-    goals = {g["goal"]: g for g in bench.goals({"rows": rows, "allreduce": {"share_of_step": 0.2}})}
-    assert goals["one_device >= 1.00x keras_fit"]["met"] is True
-    assert goals["mirrored_1 >= 0.97x keras_fit"]["met"] is False  # 0.96
-    assert goals["input pipeline >= 0.95x cached tensors"]["met"] is True
-    assert goals["multi_worker_mirrored_2 all-reduce <= 15% of the step"]["met"] is False
-    assert goals["parameter_server_2 >= 1.5x parameter_server_1"]["value"] == 1.4
+def test_every_run_is_a_fresh_process_next_to_its_baseline_and_odd_repeats_run_backwards():
+    rows = bench.rows_for(8, 4) + bench.scaling_rows(4)
+    jobs = jobs_for(rows, repeats=2)
+    first = [j.rows[0].name for j in jobs if j.repeat == 0 and len(j.rows) == 1]
+    second = [j.rows[0].name for j in jobs if j.repeat == 1]
+    assert first[:2] == ["keras_fit", "one_device"]
+    assert first.index("mirrored_2") == first.index("keras_fit_mirrored_2") + 1  # pairs run side by side
+    assert first.index("central_storage_2") == first.index("keras_fit_central_storage_2") + 1
+    once = {"allreduce_2", "allreduce_4", "traced_step_2"}
+    assert second == [n for n in first[::-1] if n not in once]  # the once-only rows run in the first repeat
+    assert all(len(j.rows) == 1 for j in jobs[:-1])  # a row's run shares its process with no other row
+    assert [r.name for r in jobs[-1].rows] == [r.spec.name for r in bench.scaling_rows(4)]  # one process, once
+    by_name = {j.rows[0].name: j.processes for j in jobs}
+    assert [by_name[f"multi_worker_mirrored_{n}"] for n in (1, 2, 3, 4)] == [1, 2, 3, 4]
+    assert by_name["parameter_server_4"] == 1  # an in-process cluster: one process
 
 
-def test_rows_with_the_same_set_up_share_a_process_and_repeats_interleave():
-    rows = bench.rows_for(8, 2) + bench.scaling_rows(4)
-    jobs = bench.jobs_for(rows, repeats=2)
-    names = [[r.name for r in job.rows] for job in jobs]
-    scaling = [r.spec.name for r in bench.scaling_rows(4)]
-    assert names[0] == ["keras_fit", "one_device", "mirrored_1", "input_pipeline"] * 2 + scaling  # scaling once
-    assert names[1] == ["mirrored_2", "central_storage_2"] * 2
-    # A cluster cannot be torn down: each run of a cluster row is a fresh process (or two).
-    assert names[2:] == [[n] for n in ("multi_worker_mirrored_1",) * 2 + ("multi_worker_mirrored_2",) * 2
-                         + ("parameter_server_1",) * 2 + ("parameter_server_2",) * 2]
-    assert [job.processes for job in jobs] == [1, 1] + [1, 1, 2, 2, 1, 1, 1, 1]
+def test_ratios_are_paired_by_repeat_and_a_row_reports_one_repeats_record():
+    planned = plan(steps=8, warmup=4, only=["mirrored_2"])
+    assert [r.spec.name for r in planned.rows] == ["keras_fit", "keras_fit_mirrored_2", "mirrored_2"]
+
+    def runs(name, ips, memory):
+        return [Measured(name=name, repeat=i, images_per_second=v, global_batch_size=16, num_replicas=2,
+                         peak_rss_mb=m, seconds_to_first_step=10.0 + i) for i, (v, m) in enumerate(zip(ips, memory))]
+
+    measured = {"keras_fit": runs("keras_fit", [100.0, 200.0, 100.0], [1.0, 2.0, 3.0]),
+                "keras_fit_mirrored_2": runs("keras_fit_mirrored_2", [50.0, 100.0, 80.0], [1.0, 2.0, 3.0]),
+                "mirrored_2": runs("mirrored_2", [110.0, 120.0, 90.0], [700.0, 800.0, 900.0])}
+    out = json.loads(json.dumps(results(planned, measured, {})))
+    row = out["rows"][2]
+    # Per repeat: 1.10, 0.60, 0.90 -> median 0.90 (repeat 2); the ratio of medians would be 110/100 = 1.10.
+    assert row["ratio"]["runs"] == pytest.approx([1.1, 0.6, 0.9])
+    assert (row["ratio"]["median"], row["ratio"]["min"], row["ratio"]["max"]) == pytest.approx((0.9, 0.6, 1.1))
+    assert row["ratio_to_baseline"]["to"] == "keras_fit_mirrored_2"
+    assert row["ratio_to_baseline"]["runs"] == pytest.approx([2.2, 1.2, 90 / 80])
+    # The record is repeat 2's, every figure of it (not the median of each figure: 110 images/s, 800 MB).
+    assert row["record"]["repeat"] == 2 and row["record"]["images_per_second"] == 90.0
+    assert row["record"]["peak_rss_mb"] == 900.0 and row["record"]["seconds_to_first_step"] == 12.0
+    assert row["record"]["peak_rss_mb_per_replica"] == 450.0
+    assert row["images_per_second"]["median"] == 110.0
+    goal = {g["goal"]: g for g in out["goals"]}["mirrored_2 >= 1.00x keras_fit_mirrored_2"]
+    assert goal["value"] == pytest.approx(1.2) and goal["met"] is True and goal["min"] == pytest.approx(90 / 80)
+
+
+def test_scaling_with_workers_is_measured_speedup_over_one_worker_in_the_same_repeat():
+    planned = plan(steps=8, warmup=4, only=["parameter_server_2", "parameter_server_4"])
+    measured = {"keras_fit": [Measured(name="keras_fit", repeat=i, images_per_second=100.0) for i in range(2)]}
+    for n, ips in ((1, (50.0, 40.0)), (2, (80.0, 80.0)), (4, (100.0, 120.0))):
+        measured[f"parameter_server_{n}"] = [Measured(name=f"parameter_server_{n}", repeat=i, images_per_second=v)
+                                             for i, v in enumerate(ips)]
+    workers = results(planned, measured, {})["workers"]["parameter_server"]
+    assert [w["workers"] for w in workers] == [1, 2, 4]
+    assert workers[1]["speedup_spread"]["runs"] == pytest.approx([1.6, 2.0])
+    assert workers[2]["speedup"] == pytest.approx(2.5) and workers[2]["efficiency"] == pytest.approx(2.5 / 4)
+
+
+def test_the_window_is_from_the_end_of_the_warm_up_to_the_end_of_the_last_step():
+    from tfdist.bench.measure import window
+
+    clock = [(1, 10.0), (2, 10.5), (4, 11.0), (8, 13.0)]
+    assert window(clock, 4, 8) == 2.0
+    with pytest.raises(RuntimeError, match="end of steps 3 and 8"):
+        window(clock, 3, 8)
+
+
+def test_a_clusters_memory_is_the_sum_of_its_processes_and_its_figures_worker_0s():
+    job = Job(rows=(), processes=2, repeat=1)
+    per_process = [[Measured(name="r", images_per_second=10.0, peak_rss_mb=700.0)],
+                   [Measured(name="r", images_per_second=11.0, peak_rss_mb=650.0)]]
+    assert children.combine(job, per_process) == [Measured(name="r", repeat=1, images_per_second=10.0,
+                                                           peak_rss_mb=1350.0, processes=2)]
+
+
+def test_docs_benchmarks_md_is_what_its_committed_json_renders():
+    page = REPO / "docs" / "benchmarks.md"
+    text = page.read_text()
+    assert text.count("<!-- bench: ") >= 2  # the full run's and the quick run's tables
+    assert bench.render_docs(page, root=REPO) == text, "run: python -m tfdist.bench --render docs/benchmarks.md"
 
 
 def test_unknown_rows_are_refused_by_name():
@@ -78,6 +139,8 @@ def test_unknown_rows_are_refused_by_name():
 
     with pytest.raises(UserError, match=r"--only.*Received: one_devise.*Expected names among: keras_fit"):
         bench.run_benchmark(quick=True, only=["one_devise"])
+    with pytest.raises(UserError, match="without `--time_to_accuracy`"):
+        plan(steps=8, warmup=2, only=["accuracy_one_device"])
 
 
 def _python(code: str):
@@ -87,8 +150,8 @@ def _python(code: str):
 def test_children_that_write_much_to_stderr_do_not_block():
     # 256 KB on stderr from each of two children: more than a pipe holds while the other is waited on.
     code = "import sys; sys.stderr.write('x' * (1 << 18)); print('BENCH {\"name\": \"child%d\"}')"
-    results = children._collect([_python(code % 0), _python(code % 1)], timeout=60)
-    assert results == [[Measured(name="child0")], [Measured(name="child1")]]
+    results_ = children._collect([_python(code % 0), _python(code % 1)], timeout=60)
+    assert results_ == [[Measured(name="child0")], [Measured(name="child1")]]
 
 
 def test_a_failed_child_ends_its_peers_at_once():
@@ -101,61 +164,31 @@ def test_a_failed_child_ends_its_peers_at_once():
     assert time.monotonic() - started < 30  # the peer was killed, not waited for (it sleeps 60 s)
 
 
-def test_the_train_step_profile_runs_and_prints_each_step_against_keras():
-    result = subprocess.run([sys.executable, "examples/profile_train_step.py", "--blocks=3", "--steps=1"],
-                            capture_output=True, text=True, timeout=400, cwd=REPO)
-    assert result.returncode == 0, result.stderr[-3000:]
-    lines = [line.split() for line in result.stdout.splitlines()]
-    assert [line[0].rstrip(":") for line in lines] == ["tfdist", "tfdist_no_stats", "keras"]
-    assert all(float(line[1]) > 0 for line in lines) and lines[-1][3] == "(1.000x"
-
-
 def test_a_child_job_and_its_results_cross_the_process_boundary_unchanged():
     from tfdist.bench.rows import ChildJob
 
     job = ChildJob(rows=tuple(r.spec for r in bench.rows_for(4, 2)), spawned_at=12.5)
     assert ChildJob.from_json(job.to_json()) == job
-    measured = Measured(name="one_device", images_per_second=90.0, num_replicas=1, peak_rss_mb=800.0)
+    measured = Measured(name="allreduce_2", repeat=1, details={"sweep": [{"bytes": 65536, "seconds": 0.001}]})
     assert measured.to_line().startswith("BENCH ") and Measured.from_line(measured.to_line()) == measured
     assert "cached_images_per_second" not in measured.to_dict()  # not measured: not in the JSON
 
 
-def test_the_report_writes_medians_ratios_and_the_json_keys_of_each_part():
-    from tfdist.bench.plan import plan
-    from tfdist.bench.report import markdown, results
-
-    rows = plan(steps=8, warmup=2, scaling_steps=4)
-    runs = {}
-    for row in rows.every_row:
-        numbers = ({"allreduce_seconds": 0.01, "gradient_mb": 2.0} if row.spec.kind == "allreduce"
-                   else {"images_per_second": 100.0, "seconds_to_first_step": 9.0})
-        # factors whose median (1.5) is not their mean (1.83): medians, not means, make the report
-        runs[row.spec.name] = [Measured(name=row.spec.name, peak_rss_mb=700.0, row_seconds=3.0, rss_growth_mb=50.0,
-                                        **{k: v * f for k, v in numbers.items()}) for f in (1.0, 1.5, 3.0)]
-    runs["one_device"] = [Measured(name="one_device", images_per_second=v, num_replicas=1, peak_rss_mb=700.0)
-                          for v in (120.0, 180.0, 165.0)]
-    out = json.loads(json.dumps(results(rows, runs, {"steps": 8})))  # as written
-    assert out["baseline"] == {"name": "keras_fit", "images_per_second": 150.0, "seconds_to_first_step": 13.5,
-                               "peak_rss_mb": 700.0, "row_seconds": 3.0, "rss_growth_mb": 50.0,
-                               "runs": [100.0, 150.0, 300.0]}
-    one_device = out["rows"][1]
-    assert list(one_device) == ["name", "images_per_second", "ratio", "num_replicas", "peak_rss_mb", "runs"]
-    assert one_device["images_per_second"] == statistics.median(one_device["runs"]) == 165.0
-    assert one_device["runs"] == [120.0, 180.0, 165.0] and one_device["ratio"] == 165.0 / 150.0
-    for row in out["rows"]:
-        assert row["ratio"] == row["images_per_second"] / out["baseline"]["images_per_second"]
-    assert list(out["allreduce"]) == ["allreduce_seconds", "gradient_mb", "peak_rss_mb", "row_seconds",
-                                      "rss_growth_mb", "runs", "share_of_step"]
-    assert out["allreduce"]["share_of_step"] == 0.015 / (16 / 150.0)
-    assert [s["name"] for s in out["scaling"]] == [r.spec.name for r in bench.scaling_rows(4)]
-    assert out["scaling"][0] == {"name": "epoch_32px_1x", "image_size": 32, "factor": 1,
-                                 "epoch_seconds": 4 * 16 / 150.0, "peak_rss_mb": 700.0, "rss_growth_mb": 50.0}
-    assert [g["met"] for g in out["goals"]][:2] == [True, True]
-    assert markdown(out).startswith("| row |")
-
-
-#: The preemption test's experiment: the benchmark's, with a tiny model and batch (a start costs ~10-15 s here).
+#: The small runs' experiment: the benchmark's, with a tiny model and batch (a start costs ~10-15 s here).
 TINY = {"train_examples": 64, "eval_examples": 16, "base_filters": 4, "depth": 2, "global_batch_size": 8}
+
+
+def test_time_to_accuracy_stops_a_real_run_at_its_first_eval_past_the_target():
+    from tfdist.bench.accuracy import AccuracySpec, measure
+
+    flags = tuple(f"--{k}={v}" for k, v in {**TINY, "epochs": 6, "steps_per_epoch": 2}.items())
+    row = measure(AccuracySpec(name="a", strategy="one_device", flags=flags, target=0.0, timeout=180))
+    assert row["reached"] and row["step"] == 2 and row["status"] == 42  # stopped after epoch 1 of 6
+    assert row["seconds_to_target"] == row["evals"][0][0] > 1
+    never = measure(AccuracySpec(name="b", strategy="one_device", flags=flags[:-2] + ("--epochs=1",
+                                                                                      "--steps_per_epoch=2"),
+                                 target=1.01, timeout=180))
+    assert not never["reached"] and never["status"] == 0 and len(never["evals"]) == 1
 
 
 def test_a_preemption_of_one_device_ends_42_and_resumes_at_the_step_it_reached():
@@ -179,33 +212,3 @@ def test_the_step_reached_is_one_step_of_every_task_or_the_measurement_fails():
     for text in (line.format(0, 9), "\n".join([line.format(0, 9), line.format(1, 10)])):
         with pytest.raises(RuntimeError, match="expected 2 `error: Preempted at step N` line"):
             _reached_step(text, two)
-
-
-def test_preemption_rows_are_selected_like_rows_and_reported_under_their_own_key():
-    from tfdist.bench.plan import plan
-    from tfdist.bench.preemption import markdown as preemption_table
-    from tfdist.errors import UserError
-
-    every = plan(steps=8, warmup=2, preemption=True)
-    assert [s.name for s in every.preemption] == ["preemption_one_device", "preemption_multi_worker_mirrored_2"]
-    assert [s.workers for s in every.preemption] == [1, 2]
-    assert plan(steps=8, warmup=2).preemption == ()  # --nopreemption
-    assert plan(steps=8, warmup=2, only=["one_device"], preemption=True).preemption == ()
-    alone = plan(steps=8, warmup=2, only=["preemption_one_device"], preemption=True)
-    assert [s.name for s in alone.preemption] == ["preemption_one_device"]
-    assert [r.spec.name for r in alone.rows] == ["keras_fit"]  # the baseline runs whatever --only says
-    with pytest.raises(UserError, match="--nopreemption"):
-        plan(steps=8, warmup=2, only=["preemption_one_device"])
-    section = {"runs": 1, "rows": [{"name": "preemption_one_device", "strategy": "one_device", "workers": 1,
-                                    "steps": 24, "signal_at": 8, "exit_seconds": 1.04,
-                                    "fresh_first_step_seconds": 20.0, "resumed_first_step_seconds": 25.0,
-                                    "resume_ratio": 1.25, "reached_step": 9, "resumed_step": 9,
-                                    "statuses": [42, 0], "row_seconds": 60.0}]}
-    table = preemption_table(section)
-    assert table[2] == "| preemption_one_device | 1.0 | 20.0 | 25.0 | 1.25 | 9 | 9 |"
-    assert table[-1].startswith("One run of each preemption row (not repeated): SIGTERM once a train row at step "
-                                "8 of 24 or later")
-    from tfdist.bench.report import markdown, results
-
-    out = results(alone, {"keras_fit": [Measured(name="keras_fit", images_per_second=100.0)]}, {}, preemption=section)
-    assert out["preemption"] == section and "| preemption_one_device | 1.0 |" in markdown(out)

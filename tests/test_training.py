@@ -311,7 +311,7 @@ def test_mixed_float16_computes_in_float16_and_scales_the_loss_dynamically():
     "name, batch_norm, deterministic, compiles, warning",
     [("one_device", True, False, True, None),
      ("one_device", True, True, False, "op determinism is on"),
-     ("mirrored", True, False, False, "with 2 replicas and batch norm: cross-replica batch statistics"),
+     ("mirrored", True, False, False, "with 2 replicas and --norm batch: cross-replica statistics"),
      ("mirrored", False, False, True, None)],
 )
 def test_jit_compile_is_used_where_xla_can_compile_and_refused_with_a_warning_elsewhere(

@@ -10,7 +10,8 @@ processes), ``report`` (medians, ratios, goals, JSON, Markdown, PNG), ``runner``
 """
 
 from tfdist.bench.plan import jobs_for, rows_for, scaling_rows
-from tfdist.bench.report import chart, goals, markdown
+from tfdist.bench.report import goals
+from tfdist.bench.tables import chart, markdown, render_docs
 from tfdist.bench.runner import run_benchmark
 
-__all__ = ["chart", "goals", "jobs_for", "markdown", "rows_for", "run_benchmark", "scaling_rows"]
+__all__ = ["chart", "goals", "jobs_for", "markdown", "render_docs", "rows_for", "run_benchmark", "scaling_rows"]

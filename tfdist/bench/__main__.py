@@ -51,14 +51,11 @@ Markdown tables (``--markdown``, default beside the JSON) and a PNG chart
 
 from __future__ import annotations
 
-import os
-import sys
-import time
 from pathlib import Path
 
 from absl import flags
 
-import tfdist.bench.report as report
+import tfdist.bench.tables as tables
 from tfdist.bench.measure import run_child
 from tfdist.bench.runner import run_benchmark
 from tfdist.errors import UserError, run_main
@@ -76,8 +73,12 @@ def define_flags() -> None:
     flags.DEFINE_string("chart", None, "Where to write the PNG chart (default: OUTPUT with .png).")
     flags.DEFINE_list("only", [], "Run only these rows (names as in the table), e.g. keras_fit,one_device.")
     flags.DEFINE_bool("scaling", True, "Also measure time per epoch at 1x/2x/4x data and two image sizes.")
-    flags.DEFINE_bool("preemption", True, "Also measure preemption (SIGTERM mid-run, exit 42, the relaunch's first "
-                      "step), once each for one_device and 2-worker multi_worker_mirrored.")
+    flags.DEFINE_bool("preemption", None, "Also measure preemption (SIGTERM mid-run, exit 42, the relaunch's first "
+                      "step), once each for one_device and 2-worker multi_worker_mirrored (default: not with --quick).")
+    flags.DEFINE_bool("time_to_accuracy", None, "Also measure the wall time of the default experiment to eval mean IoU "
+                      ">= 0.80, once per strategy (default: not with --quick).")
+    flags.DEFINE_string("render", None, "Only regenerate the `<!-- bench: FILE.json -->` blocks of this Markdown page "
+                        "(e.g. docs/benchmarks.md) from their JSON; measures nothing.")
     flags.DEFINE_string("child", None, "Internal: run these measurements in this process (JSON).")
 
 
@@ -87,10 +88,16 @@ def main(argv: list[str]) -> int:
         return 0
     if len(argv) > 1:
         raise UserError(f"Unexpected arguments. Received: {' '.join(argv[1:])}. Expected only --flags.")
+    if FLAGS.render:
+        page = Path(FLAGS.render)
+        if not page.is_file():
+            raise UserError(f"Invalid value for `--render`. Received: {FLAGS.render}. Expected a Markdown file.")
+        page.write_text(tables.render_docs(page, root=Path.cwd()))
+        return 0
     results = run_benchmark(quick=FLAGS.quick, steps=FLAGS.steps, repeats=FLAGS.repeats, only=FLAGS.only,
-                            scaling=FLAGS.scaling, preemption=FLAGS.preemption, log=lambda m: print(m, flush=True))
-    results["machine"] = {"cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d"), "python": sys.version.split()[0]}
-    print(report.write(results, output=Path(FLAGS.output), markdown_path=FLAGS.markdown, chart_path=FLAGS.chart))
+                            scaling=FLAGS.scaling, accuracy=FLAGS.time_to_accuracy, preemption=FLAGS.preemption,
+                            log=lambda m: print(m, flush=True))
+    print(tables.write(results, output=Path(FLAGS.output), markdown_path=FLAGS.markdown, chart_path=FLAGS.chart))
     return 0
 
 

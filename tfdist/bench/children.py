@@ -81,13 +81,17 @@ def _collect(processes: list[subprocess.Popen], timeout: float = 900) -> list[li
                 f.close()
 
 
-def launch(job: Job) -> list[Measured]:
-    """Run one job's rows in ``job.processes`` processes; the chief's results, peak memory the largest."""
-    n = job.processes
-    if n == 1:
-        return _collect([_spawn(job.rows)])[0]
-    spec = parse_cluster_spec({"worker": [f"127.0.0.1:{p}" for p in free_ports(n)]}, source="bench")
-    per_process = _collect([_spawn(job.rows, {"TF_CONFIG": Task(spec=spec, type="worker", index=i).tf_config_json()})
-                            for i in range(n)])
-    return [dataclasses.replace(row, peak_rss_mb=max(results[i].peak_rss_mb for results in per_process))
+def combine(job: Job, per_process: Sequence[Sequence[Measured]]) -> list[Measured]:
+    """One result per row from each process's: worker 0's figures, the peak memory summed over the processes."""
+    return [dataclasses.replace(row, repeat=job.repeat, processes=len(per_process),
+                                peak_rss_mb=sum(results[i].peak_rss_mb for results in per_process))
             for i, row in enumerate(per_process[0])]
+
+
+def launch(job: Job) -> list[Measured]:
+    """Run one job's rows in ``job.processes`` processes (a cluster's worker tasks when several); ``combine``d."""
+    if job.processes == 1:
+        return combine(job, _collect([_spawn(job.rows)]))
+    spec = parse_cluster_spec({"worker": [f"127.0.0.1:{p}" for p in free_ports(job.processes)]}, source="bench")
+    tasks = [Task(spec=spec, type="worker", index=i) for i in range(job.processes)]
+    return combine(job, _collect([_spawn(job.rows, {"TF_CONFIG": task.tf_config_json()}) for task in tasks]))

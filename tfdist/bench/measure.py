@@ -1,14 +1,22 @@
-"""What a benchmark child runs: each row's measurement, and the row's memory and time to first step.
+"""What a benchmark child runs: each row's measurement, its peak memory and its time to first step.
 
 A child (``python -m tfdist.bench --child JOB``) runs its rows in order and
 prints one ``Measured`` line per row (``run_child``). The parent never imports
-TensorFlow: the imports of TensorFlow, Keras, tfdist's models, data and training
-stack are inside the measurements, so a child pays only for what its rows need.
+TensorFlow: the imports of TensorFlow, Keras and tfdist's training stack are
+inside the measurements.
+
+One timing window for both sides: Keras' ``fit`` and tfdist each run one
+epoch of ``warmup + steps`` steps, and images per second are ``steps x
+global batch`` over the wall time from the end of step ``warmup`` to the end
+of step ``warmup + steps`` (Keras: its batch-end callbacks; tfdist: the
+controller's ``clock``, appended at the end of every chunk). No epoch
+boundary falls inside the window on either side.
 
 Each measurement returns its numbers and the clock time (``time.time()``)
 at which its first step ended, or ``None`` where it has no training step;
-``run_child`` turns that time into ``seconds_to_first_step`` and adds the
-row's peak memory and wall time.
+``run_child`` turns that into ``seconds_to_first_step`` (from the process's
+spawn) and adds the process's peak memory, which is the row's own: every run
+of a row is a fresh process (``plan``), except the scaling rows'.
 """
 
 from __future__ import annotations
@@ -28,84 +36,90 @@ from tfdist.strategies import make_strategy, set_grpc_fail_fast, setup_host
 Measurement = Callable[[RowSpec], tuple[Measured, float | None]]
 
 
-def _reset_peak_rss() -> None:
-    """Start a new high-water mark of this process's memory (Linux; elsewhere the process's peak stays)."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        pass
-
-
-def _proc_status_mb(key: str) -> float | None:
+def peak_rss_mb() -> float:
+    """This process's peak resident memory (Linux VmHWM; ``ru_maxrss`` elsewhere)."""
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith(key + ":"):
+            if line.startswith("VmHWM:"):
                 return int(line.split()[1]) / 1024.0
     except OSError:
         pass
-    return None
-
-
-def _peak_rss_mb() -> float:
-    """Peak resident memory since the last reset (VmHWM), or of the whole process where there is none."""
-    peak = _proc_status_mb("VmHWM")
-    if peak is not None:
-        return peak
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0 / (1024.0 if sys.platform == "darwin" else 1.0)
 
 
+def window(clock: list[tuple[int, float]], start_step: int, end_step: int) -> float:
+    """Seconds from the end of ``start_step`` to the end of ``end_step`` on a ``(step, perf_counter)`` clock."""
+    at = dict(clock)
+    missing = [s for s in (start_step, end_step) if s not in at]
+    if missing:
+        raise RuntimeError(f"the benchmark's window needs the end of steps {start_step} and {end_step}; the run's "
+                           f"chunks ended at {sorted(at)[:12]}...")
+    return at[end_step] - at[start_step]
+
+
 def _measure_keras_fit(spec: RowSpec) -> tuple[Measured, float]:
-    """The baseline: plain Keras ``fit`` on in-memory tensors, one device."""
+    """The baseline: plain Keras ``fit`` on in-memory arrays, one device or under ``spec.strategy``."""
+    p = spec.experiment()
+    setup_host(cpu_devices=p["cpu_devices"])
+    import contextlib
+
     import keras
     import numpy as np
 
     from tfdist.data import generate_shapes
     from tfdist.models import build_unet
 
-    p = spec.experiment()
-    batch, steps = p["global_batch_size"], spec.steps
-    # Timed: the second epoch after its first step, so no epoch boundary falls in the window (each
-    # costs Keras' array adapter about 1 s here, which with a 16-step epoch would halve the baseline).
-    per_epoch = steps + 1
-    images, masks = generate_shapes(batch * per_epoch, p["image_size"], 0)
+    batch, total = p["global_batch_size"], spec.warmup + spec.steps
+    images, masks = generate_shapes(batch * total, p["image_size"], 0)  # one epoch: no boundary in the window
     x, y = images.astype(np.float32) / 255.0, masks.astype(np.int32)
-    model = build_unet(image_size=p["image_size"], num_classes=4, base_filters=p["base_filters"], depth=p["depth"])
-    model.compile(optimizer=keras.optimizers.Adam(2e-3),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    times: list[float] = []
+    strategy = make_strategy(spec.strategy, cpu_devices=p["cpu_devices"]) if spec.strategy else None
+    with strategy.scope() if strategy else contextlib.nullcontext():
+        model = build_unet(image_size=p["image_size"], num_classes=4, base_filters=p["base_filters"],
+                           depth=p["depth"])
+        model.compile(optimizer=keras.optimizers.Adam(2e-3),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    clock: list[tuple[int, float]] = []
     first_step: list[float] = []
 
     class Clock(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
-            times.append(time.perf_counter())
-            if len(times) == 1:
+            clock.append((len(clock) + 1, time.perf_counter()))
+            if len(clock) == 1:
                 first_step.append(time.time())
 
-    model.fit(x, y, batch_size=batch, epochs=2, callbacks=[Clock()], verbose=0, shuffle=True)
-    timed = times[per_epoch:]  # from the end of the second epoch's first step: `steps` steps
-    ips = (len(timed) - 1) * batch / (timed[-1] - timed[0])
-    return Measured(name=spec.name, images_per_second=ips), first_step[0]
+    model.fit(x, y, batch_size=batch, epochs=1, callbacks=[Clock()], verbose=0, shuffle=True)
+    seconds = window(clock, spec.warmup, total)
+    replicas = strategy.num_replicas_in_sync if strategy else 1
+    return Measured(name=spec.name, images_per_second=spec.steps * batch / seconds, global_batch_size=batch,
+                    num_replicas=replicas), first_step[0]
 
 
 def _tfdist_config(spec: RowSpec, model_dir: str):
-    """The row's tfdist experiment: one epoch of its warm-up and timed steps."""
+    """The row's tfdist experiment: ``spec.epochs`` epochs of its warm-up and timed steps."""
     return config_lib.build_config(overrides={
-        **spec.experiment(), "strategy": spec.strategy, "epochs": 1, "steps_per_epoch": spec.warmup + spec.steps,
-        "model_dir": model_dir,
+        **spec.experiment(), "strategy": spec.strategy, "epochs": spec.epochs,
+        "steps_per_epoch": spec.warmup + spec.steps, "model_dir": model_dir,
     })
 
 
-def _measure_tfdist(spec: RowSpec, cluster_resolver=None) -> tuple[Measured, float]:
+def _measure_tfdist(spec: RowSpec, cluster_resolver=None, clock: list | None = None) -> tuple[Measured, float]:
     """A tfdist run with its defaults; a multi_worker_mirrored task finds its cluster in TF_CONFIG."""
     from tfdist.training import run
 
+    clock = [] if clock is None else clock
     with tempfile.TemporaryDirectory(prefix="tfdist-bench-") as tmp:
-        summary = run(_tfdist_config(spec, tmp), verbose=False, cluster_resolver=cluster_resolver)
-    measured = Measured(name=spec.name, images_per_second=summary["images_per_second"],
-                        num_replicas=summary["num_replicas"])
-    return measured, summary["first_step_at"]
+        summary = run(_tfdist_config(spec, tmp), verbose=False, cluster_resolver=cluster_resolver, clock=clock)
+    batch = spec.experiment()["global_batch_size"]
+    per_epoch = spec.warmup + spec.steps
+    if spec.epochs > 1:  # a scaling row: the wall time of its last epoch, boundary and eval included
+        measured = Measured(name=spec.name, epoch_seconds=window(clock, per_epoch * (spec.epochs - 1),
+                                                                 per_epoch * spec.epochs))
+    else:
+        seconds = window(clock, spec.warmup, per_epoch)
+        measured = Measured(name=spec.name, images_per_second=spec.steps * batch / seconds, global_batch_size=batch)
+    return dataclasses.replace(measured, num_replicas=summary["num_replicas"]), summary["first_step_at"]
 
 
 def _measure_parameter_server(spec: RowSpec) -> tuple[Measured, float]:
@@ -115,10 +129,8 @@ def _measure_parameter_server(spec: RowSpec) -> tuple[Measured, float]:
     return _measure_tfdist(spec, in_process_cluster(num_workers=spec.workers, num_ps=1))
 
 
-def _time_steps(step_fn, iterator, warmup: int, steps: int) -> float:
-    """Seconds per step of ``step_fn(iterator)`` after ``warmup`` calls."""
-    for _ in range(warmup):
-        step_fn(iterator)
+def _time_steps(step_fn, iterator, steps: int) -> float:
+    """Seconds per step of ``step_fn(iterator)``."""
     start = time.perf_counter()
     for _ in range(steps):
         step_fn(iterator)
@@ -145,40 +157,78 @@ def _measure_pipeline(spec: RowSpec) -> tuple[Measured, float]:
     step_fn(iterators["pipeline"])
     first_step_at = time.time()
     for iterator in iterators.values():
-        _time_steps(step_fn, iterator, 0, spec.warmup)
+        _time_steps(step_fn, iterator, spec.warmup)
     # Short blocks, alternating, so that a slow moment of the machine hits both alike.
     blocks = 4
     seconds = {name: 0.0 for name in iterators}
     for _ in range(blocks):
         for name, iterator in iterators.items():
-            seconds[name] += _time_steps(step_fn, iterator, 0, max(2, spec.steps // blocks))
+            seconds[name] += _time_steps(step_fn, iterator, max(2, spec.steps // blocks))
     pipeline_ips, cached_ips = (batch * blocks / seconds[name] for name in ("pipeline", "cached"))
     measured = Measured(name=spec.name, images_per_second=pipeline_ips, cached_images_per_second=cached_ips,
-                        ratio_to_cached=pipeline_ips / cached_ips)
+                        ratio_to_cached=pipeline_ips / cached_ips, global_batch_size=batch, num_replicas=1)
     return measured, first_step_at
 
 
-def _measure_allreduce(spec: RowSpec) -> tuple[Measured, None]:
-    """All-reduce of the model's gradient shapes under multi_worker_mirrored (TF_CONFIG from the parent)."""
-    setup_host(inter_op_threads=4)
-    strategy = make_strategy("multi_worker_mirrored", bytes_per_pack=spec.bytes_per_pack)
-    import tensorflow as tf
+def _measure_comm(spec: RowSpec) -> tuple[Measured, None]:
+    """The all-reduce sweep (64 KB to 64 MB) against memcpy (``comm``); with 2 workers, the packing options too."""
+    import math
 
+    from tfdist.bench import comm
     from tfdist.models import build_from_config
 
+    setup_host(inter_op_threads=spec.workers + 2)
+    strategy = make_strategy("multi_worker_mirrored")
     config = _tfdist_config(spec, tempfile.gettempdir())
     with strategy.scope():
         model = build_from_config(config.model, config.data)
-    shapes = [v.shape for v in model.trainable_variables]
-    grads = [tf.ones(s) for s in shapes]
+    shapes = [tuple(v.shape) for v in model.trainable_variables]
+    details = comm.measure(strategy, comm.DEFAULT_SIZES, gradient_shapes=shapes if spec.workers == 2 else None)
+    details.update(workers=spec.workers, gradient_bytes=4 * sum(math.prod(s) for s in shapes))
+    return Measured(name=spec.name, details=details), None
 
-    @tf.function
-    def reduce_once(_):
-        return strategy.run(lambda: tf.distribute.get_replica_context().all_reduce("sum", grads))
 
-    seconds = _time_steps(reduce_once, None, spec.warmup, spec.steps)
-    size_mb = sum(int(tf.size(g)) for g in grads) * 4 / 1e6
-    return Measured(name=spec.name, allreduce_seconds=seconds, gradient_mb=size_mb), None
+class _Profiled(list):
+    """A controller clock that traces the steps after ``start`` up to ``end`` with ``tf.profiler``, step by step.
+
+    Each traced step is one ``trace.STEP_EVENT`` event, from the end of the step before it to its own end, so
+    ``trace.collective_share`` reads the real steps of the real loop.
+    """
+
+    def __init__(self, start: int, end: int, logdir: str):
+        super().__init__()
+        self.start, self.end, self.logdir = start, end, logdir
+        self._step = None
+
+    def append(self, item) -> None:
+        import tensorflow as tf
+
+        from tfdist.bench.trace import STEP_EVENT
+
+        super().append(item)
+        if self._step is not None:
+            self._step.__exit__(None, None, None)
+            self._step = None
+        if item[0] == self.start:
+            tf.profiler.experimental.start(self.logdir)
+        if self.start <= item[0] < self.end:
+            self._step = tf.profiler.experimental.Trace(STEP_EVENT)
+            self._step.__enter__()
+        elif item[0] == self.end:
+            tf.profiler.experimental.stop()
+
+
+def _measure_trace(spec: RowSpec) -> tuple[Measured, float]:
+    """The real 2-worker multi_worker_mirrored step in the real loop, traced: the collectives' share (``trace``)."""
+    from tfdist.bench import trace
+
+    traced = dataclasses.replace(spec, kind="tfdist", steps=max(4, min(spec.steps, 8)),
+                                 overrides={**spec.overrides, "global_batch_size": 16 * spec.workers})
+    with tempfile.TemporaryDirectory(prefix="tfdist-bench-trace-") as logdir:
+        clock = _Profiled(traced.warmup, traced.warmup + traced.steps, logdir)
+        measured, first = _measure_tfdist(traced, clock=clock)
+        details = trace.collective_share(logdir, traced.steps)
+    return dataclasses.replace(measured, name=spec.name, details=details), first
 
 
 _MEASURES: dict[str, Measurement] = {
@@ -186,25 +236,18 @@ _MEASURES: dict[str, Measurement] = {
     "tfdist": _measure_tfdist,
     "parameter_server": _measure_parameter_server,
     "pipeline": _measure_pipeline,
-    "allreduce": _measure_allreduce,
+    "comm": _measure_comm,
+    "trace": _measure_trace,
 }
 
 
 def run_child(job_json: str) -> None:
     """Run a ``ChildJob``'s rows in order in this process; one ``Measured`` line on stdout each."""
     job = ChildJob.from_json(job_json)
-    import tensorflow  # noqa: F401  (start-up is measured up to here: the imports every row needs)
-
-    startup = time.time() - job.spawned_at
     for spec in job.rows:
-        _reset_peak_rss()
-        start_rss = _proc_status_mb("VmRSS")
         row_start = time.time()
         measured, first_step_at = _MEASURES[spec.kind](spec)
-        to_first_step = None if first_step_at is None else startup + first_step_at - row_start
-        peak = _peak_rss_mb()
-        # The growth is the row's own: earlier rows of the process leave ~25 MB each of TensorFlow caches.
-        measured = dataclasses.replace(measured, seconds_to_first_step=to_first_step, peak_rss_mb=peak,
-                                       row_seconds=time.time() - row_start,
-                                       rss_growth_mb=None if start_rss is None else peak - start_rss)
+        measured = dataclasses.replace(
+            measured, peak_rss_mb=peak_rss_mb(), processes=1, row_seconds=time.time() - row_start,
+            seconds_to_first_step=None if first_step_at is None else first_step_at - job.spawned_at)
         print(measured.to_line(), flush=True)

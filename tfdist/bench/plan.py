@@ -1,13 +1,16 @@
-"""The benchmark's plan: which rows to measure, and which processes run them.
+"""The benchmark's plan: which rows to measure, in which processes, in which order.
 
-Rows that need the same process set-up share one process (start-up is most
-of a short row's time): the one-logical-CPU rows (``cpu1``) and the
-two-logical-CPU rows (``cpu2``) each run one after another, ``--repeats``
-times interleaved, so a slow moment of the machine hits every row alike.
-Rows with a cluster (collectives, gRPC servers) get fresh processes per run,
-since a cluster cannot be torn down. The preemption measurements
-(``tfdist.bench.preemption``) start their own ``python -m tfdist.train``
-processes, once each; ``--only`` names them like rows.
+Every run of a row gets fresh processes (a cluster's tasks when it has
+several), so that its start-up and its memory are its own, whatever ran
+before it. The rows run in repeats: each repeat runs every row once, a row
+right after the row it is compared to (``tfdist`` ``mirrored_2`` after Keras
+under the same strategy), and odd repeats run in the reverse order, so a
+drift of the machine within a repeat falls on both sides of a pair alike.
+Ratios are then taken repeat by repeat (``report``). The time-per-epoch rows
+share one process and run once, after the repeats; the all-reduce sweeps and
+the traced step run once, in the first repeat. The time-to-accuracy and
+preemption measurements start ``python -m tfdist.train`` themselves
+(``accuracy``, ``preemption``); ``--only`` names them like rows.
 """
 
 from __future__ import annotations
@@ -15,62 +18,82 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
+from tfdist.bench.accuracy import AccuracySpec, accuracy_specs
 from tfdist.bench.preemption import PreemptionSpec, preemption_specs
 from tfdist.bench.rows import BASE, Job, Row, RowSpec, ScalingRow
 from tfdist.errors import UserError
 from tfdist.strategies import traits
 
-#: The baseline: every ratio is to this row, so it runs whatever ``--only`` says.
+#: The baseline: every row has a ratio to it, so it runs whatever ``--only`` says.
 BASELINE = "keras_fit"
-#: The all-reduce row runs with the row whose step it is a share of.
-ALLREDUCE = "allreduce_2_workers"
-ALLREDUCE_OF = "multi_worker_mirrored_2"
+#: Worker counts of the scaling-with-workers rows (``multi_worker_mirrored_N``, ``parameter_server_N``).
+WORKERS = (1, 2, 3, 4)
+#: The normalizations compared under 2-worker multi_worker_mirrored (``--norm``; "none" is ``--nobatch_norm``).
+NORMS = ("group", "replica_batch", "none")
 
 
 def rows_for(steps: int, warmup: int) -> list[Row]:
-    """Every throughput row: its spec, and its ``group`` (rows that share a process) or ``processes``."""
+    """Every row measured in the repeats: its spec and its processes, in the order of a repeat."""
+    per_worker = BASE["global_batch_size"]
 
-    def tfdist(name: str, strategy: str, cpu_devices: int = 1) -> RowSpec:
-        return RowSpec(name=name, kind="tfdist", strategy=strategy, steps=steps, warmup=warmup,
+    def keras(name: str, strategy: str | None = None, cpu_devices: int = 1) -> RowSpec:
+        return RowSpec(name=name, kind="keras_fit", strategy=strategy, steps=steps, warmup=warmup,
                        overrides={"cpu_devices": cpu_devices})
 
-    def parameter_server(name: str, workers: int) -> RowSpec:
-        # One chunk of closures (tfdist's default per wait) warms up, as it traces; the timed steps are whole chunks.
-        chunk = traits("parameter_server").default_steps_per_loop
-        return dataclasses.replace(tfdist(name, "parameter_server"), kind="parameter_server", workers=workers,
-                                   warmup=chunk, steps=chunk * max(1, -(-steps // chunk)))
+    def tfdist(name: str, strategy: str, cpu_devices: int = 1, **fields) -> RowSpec:
+        overrides = {"cpu_devices": cpu_devices, **fields.pop("overrides", {})}
+        return RowSpec(name=name, kind="tfdist", strategy=strategy, steps=steps, warmup=warmup, overrides=overrides,
+                       **fields)
 
+    def multi_worker(workers: int, suffix: str = "", **overrides) -> Row:
+        # Weak scaling: 16 images per worker and step, as on one device.
+        baseline = "multi_worker_mirrored_1" if workers > 1 else None
+        spec = tfdist(f"multi_worker_mirrored_{workers}{suffix}", "multi_worker_mirrored", workers=workers,
+                      baseline=f"multi_worker_mirrored_{workers}" if suffix else baseline,
+                      overrides={"global_batch_size": per_worker * workers, **overrides})
+        return Row(processes=workers, spec=spec)
+
+    def parameter_server(workers: int) -> Row:
+        # One chunk of closures (tfdist's default per wait) warms up; the window is whole chunks.
+        chunk = traits("parameter_server").default_steps_per_loop
+        spec = dataclasses.replace(tfdist(f"parameter_server_{workers}", "parameter_server"), kind="parameter_server",
+                                   workers=workers, warmup=chunk, steps=chunk * max(1, -(-steps // chunk)),
+                                   baseline="parameter_server_1" if workers > 1 else None)
+        return Row(spec=spec)
+
+    def once(name: str, kind: str, workers: int) -> Row:
+        return Row(processes=workers, once=True, spec=RowSpec(name=name, kind=kind, strategy="multi_worker_mirrored",
+                                                              steps=steps, warmup=warmup, workers=workers))
+
+    norm_values = {"group": {"norm": "group"}, "replica_batch": {"norm": "replica_batch"}, "none": {"batch_norm": False}}
     return [
-        Row(group="cpu1", spec=RowSpec(name=BASELINE, kind="keras_fit", steps=steps)),
-        Row(group="cpu1", spec=tfdist("one_device", "one_device")),
-        Row(group="cpu1", spec=tfdist("mirrored_1", "mirrored", 1)),
-        Row(group="cpu2", spec=tfdist("mirrored_2", "mirrored", 2)),
-        Row(group="cpu2", spec=tfdist("central_storage_2", "central_storage", 2)),
-        Row(processes=1, spec=tfdist("multi_worker_mirrored_1", "multi_worker_mirrored")),
-        Row(processes=2, spec=tfdist(ALLREDUCE_OF, "multi_worker_mirrored")),
-        Row(processes=1, spec=parameter_server("parameter_server_1", 1)),
-        Row(processes=1, spec=parameter_server("parameter_server_2", 2)),
-        Row(group="cpu1", spec=RowSpec(name="input_pipeline", kind="pipeline", strategy="one_device", steps=steps,
-                                       warmup=warmup)),
+        Row(spec=keras(BASELINE)),
+        Row(spec=tfdist("one_device", "one_device")),
+        Row(spec=tfdist("mirrored_1", "mirrored", 1)),
+        Row(spec=RowSpec(name="input_pipeline", kind="pipeline", strategy="one_device", steps=steps, warmup=warmup)),
+        Row(spec=keras("keras_fit_mirrored_2", "mirrored", 2)),
+        Row(spec=tfdist("mirrored_2", "mirrored", 2, baseline="keras_fit_mirrored_2")),
+        Row(spec=keras("keras_fit_central_storage_2", "central_storage", 2)),
+        Row(spec=tfdist("central_storage_2", "central_storage", 2, baseline="keras_fit_central_storage_2")),
+        *(multi_worker(n) for n in WORKERS),
+        *(multi_worker(2, f"_{norm}_norm", **norm_values[norm]) for norm in NORMS),
+        *(parameter_server(n) for n in WORKERS),
+        once("allreduce_2", "comm", 2),
+        once("allreduce_4", "comm", 4),
+        once("traced_step_2", "trace", 2),
     ]
 
 
 def scaling_rows(steps_at_1x: int) -> list[ScalingRow]:
-    """Time per epoch (one_device) at 1x/2x/4x the data at 32 px, and 1x/2x at 64 px."""
+    """Time per epoch (one_device, measured: its second epoch) at 1x/2x/4x the data at 32 px, and 1x/2x at 64 px."""
     rows = []
     for size, factors in ((32, (1, 2, 4)), (64, (1, 2))):
         for factor in factors:
-            rows.append(ScalingRow(group="cpu1", image_size=size, factor=factor, spec=RowSpec(
+            rows.append(ScalingRow(group="scaling", image_size=size, factor=factor, spec=RowSpec(
                 name=f"epoch_{size}px_{factor}x", kind="tfdist", strategy="one_device",
-                steps=steps_at_1x * factor, warmup=0,
+                steps=steps_at_1x * factor, epochs=2,
                 overrides={"image_size": size, "train_examples": BASE["global_batch_size"] * steps_at_1x * factor})))
     return rows
-
-
-def allreduce_row(steps: int, warmup: int) -> Row:
-    """The all-reduce of the model's gradients under 2-worker ``multi_worker_mirrored``."""
-    return Row(processes=2, spec=RowSpec(name=ALLREDUCE, kind="allreduce", strategy="multi_worker_mirrored",
-                                         steps=steps, warmup=warmup))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -78,69 +101,74 @@ class Plan:
     """The rows of one benchmark run.
 
     Attributes:
-      rows: the table's rows, the baseline first where ``--only`` left it out.
-      allreduce: the all-reduce row, or ``None``.
+      rows: the repeated rows (and the once-only ones), the baseline first.
       scaling: the time-per-epoch rows (only when every row runs).
-      preemption: the preemption measurements (run by the parent, not in ``every_row``).
+      accuracy: the time-to-accuracy measurements (run by the parent).
+      preemption: the preemption measurements (run by the parent).
     """
 
     rows: tuple[Row, ...]
-    allreduce: Row | None
-    scaling: tuple[ScalingRow, ...]
+    scaling: tuple[ScalingRow, ...] = ()
+    accuracy: tuple[AccuracySpec, ...] = ()
     preemption: tuple[PreemptionSpec, ...] = ()
 
     @property
     def every_row(self) -> list[Row]:
-        return [*self.rows, *([self.allreduce] if self.allreduce else []), *self.scaling]
+        return [*self.rows, *self.scaling]
 
 
-def plan(*, steps: int, warmup: int, only: Sequence[str] = (), scaling_steps: int = 0,
+def plan(*, steps: int, warmup: int, only: Sequence[str] = (), scaling_steps: int = 0, accuracy: bool = False,
          preemption: bool = False) -> Plan:
-    """The rows named in ``only`` (all where empty), and the all-reduce, scaling and preemption rows that go with them.
+    """The rows named in ``only`` (all where empty), with the rows their ratios need.
 
     Args:
       steps: timed steps per row.
       warmup: steps before the timing starts.
-      only: row names (``--only``), preemption measurements' included; the baseline runs whatever it says.
+      only: row names (``--only``), the parent's measurements' included; the baseline, and each named row's
+        own baseline, run whatever it says.
       scaling_steps: steps per epoch of the 1x scaling rows; 0: no scaling rows.
-      preemption: the preemption measurements too (those named in ``only``, where it names rows).
+      accuracy, preemption: the time-to-accuracy / preemption measurements too (those named in ``only``, where it
+        names rows).
 
     Raises:
-      UserError: a name in ``only`` is not a row's, or names a preemption measurement without ``preemption``.
+      UserError: a name in ``only`` is not a row's, or names a measurement that its flag turned off.
     """
     known = rows_for(steps, warmup)
-    preemptions = preemption_specs()
-    names = [r.spec.name for r in known] + [s.name for s in preemptions]
+    parents = {"--time_to_accuracy": (accuracy, accuracy_specs()), "--preemption": (preemption, preemption_specs())}
+    names = [r.spec.name for r in known] + [s.name for _, specs in parents.values() for s in specs]
     if any(name not in names for name in only):
         raise UserError(f"Invalid value for `--only`. Received: {','.join(only)}. "
                         f"Expected names among: {', '.join(names)}.")
-    if not preemption and any(s.name in only for s in preemptions):
-        raise UserError(f"Invalid value for `--only` with `--nopreemption`. Received: {','.join(only)}. "
-                        "Expected no preemption_* name, or no `--nopreemption`.")
-    rows = [r for r in known if not only or r.spec.name in only]
-    if BASELINE not in {r.spec.name for r in rows}:
-        rows.insert(0, known[0])  # every ratio needs the baseline
-    return Plan(rows=tuple(rows),
-                allreduce=allreduce_row(steps, warmup) if not only or ALLREDUCE_OF in only else None,
+    for flag, (on, specs) in parents.items():
+        if not on and any(s.name in only for s in specs):
+            raise UserError(f"Invalid value for `--only` without `{flag}`. Received: {','.join(only)}. "
+                            f"Expected `{flag}` with those names, or none of them.")
+    wanted = set(only) | {BASELINE}
+    by_name = {r.spec.name: r for r in known}
+    for name in list(wanted):
+        while name in by_name and by_name[name].spec.baseline:  # a row's ratio needs its own baseline
+            name = by_name[name].spec.baseline
+            wanted.add(name)
+    chosen = [s for s in [*accuracy_specs(), *preemption_specs()] if not only or s.name in only]
+    return Plan(rows=tuple(r for r in known if not only or r.spec.name in wanted),
                 scaling=tuple(scaling_rows(scaling_steps)) if scaling_steps and not only else (),
-                preemption=tuple(s for s in preemptions if preemption and (not only or s.name in only)))
+                accuracy=tuple(s for s in chosen if accuracy and isinstance(s, AccuracySpec)),
+                preemption=tuple(s for s in chosen if preemption and isinstance(s, PreemptionSpec)))
 
 
 def jobs_for(rows: Sequence[Row], repeats: int) -> list[Job]:
-    """The processes to launch: one per group (its rows ``repeats`` times, interleaved), else one per run.
+    """The processes to launch, in order: ``repeats`` repeats of every row (odd ones reversed), then the groups.
 
-    Rows marked ``once`` (scaling: a time per epoch, not a ratio) run once, after the group's repeats.
-    A group's job takes the place of its first row.
+    A row marked ``once`` runs in the first repeat only; a group's rows share one job, once, at the end.
     """
-    order: list[str | Job] = []  # a group's name stands where its job goes
-    repeated: dict[str, list[RowSpec]] = {}
-    once: dict[str, list[RowSpec]] = {}
+    single = [row for row in rows if row.group is None]
+    jobs = []
+    for repeat in range(repeats):
+        order = single if repeat % 2 == 0 else single[::-1]
+        jobs += [Job(rows=(row.spec,), processes=row.processes, repeat=repeat) for row in order
+                 if not row.once or repeat == 0]
+    groups: dict[str, list[RowSpec]] = {}
     for row in rows:
-        if row.group is None:
-            order += [Job(rows=(row.spec,), processes=row.processes)] * repeats
-            continue
-        if row.group not in repeated:
-            repeated[row.group], once[row.group] = [], []
-            order.append(row.group)
-        (once if row.once else repeated)[row.group].append(row.spec)
-    return [Job(rows=tuple(repeated[j] * repeats + once[j])) if isinstance(j, str) else j for j in order]
+        if row.group is not None:
+            groups.setdefault(row.group, []).append(row.spec)
+    return jobs + [Job(rows=tuple(specs)) for specs in groups.values()]

@@ -38,18 +38,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 import signal
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from tfdist.bench.rows import BASE
-from tfdist.cluster.network import free_ports
+from tfdist.bench.runs import Process, train_command
 from tfdist.errors import DONE_EXIT_CODE, PREEMPTED_EXIT_CODE
 
 #: ``error: Preempted at step N of M`` (each task's, prefixed ``[worker:i] `` under the launcher).
@@ -133,43 +130,8 @@ class PreemptionMeasured:
 
 def command(spec: PreemptionSpec, directory: Path) -> list[str]:
     """The run's command line: the train CLI, under the launcher (a cluster file on free ports) for workers > 1."""
-    train = [sys.executable, "-m", "tfdist.train", *spec.train_flags(directory / "run")]
-    if spec.workers == 1:
-        return train
-    cluster = directory / "cluster.yaml"
-    cluster.write_text("worker: [" + ", ".join(f"127.0.0.1:{p}" for p in free_ports(spec.workers)) + "]\n")
-    return [sys.executable, "-m", "tfdist.launch", f"--cluster={cluster}", "--local", "--", *train]
-
-
-class _Process:
-    """A started command: its own session (its group is killed by ``kill``), its output in files of ``directory``."""
-
-    def __init__(self, argv: list[str], directory: Path, name: str):
-        env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
-        env.update(TF_CPP_MIN_LOG_LEVEL="2", TMPDIR=str(directory))  # scratch checkpoints go with the directory
-        self.out, self.err = directory / f"{name}.out", directory / f"{name}.err"
-        self.started_at = time.time()
-        with open(self.out, "w") as out, open(self.err, "w") as err:
-            self.popen = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env,
-                                          start_new_session=True)
-
-    def text(self) -> str:
-        return self.out.read_text(errors="replace") + self.err.read_text(errors="replace")
-
-    def wait(self, timeout: float, what: str) -> int:
-        try:
-            return self.popen.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise RuntimeError(f"preemption benchmark: no {what} after {timeout:g} s: {self.text()[-1500:]}") from None
-
-    def kill(self) -> None:
-        """SIGKILL to the process's group, if it is still running; then reap it."""
-        if self.popen.poll() is None:
-            try:
-                os.killpg(self.popen.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.popen.wait(timeout=30)
+    return train_command(spec.train_flags(directory / "run"), directory,
+                         {"worker": spec.workers} if spec.workers > 1 else None)
 
 
 def _train_rows(metrics: Path) -> tuple[list[int], float]:
@@ -191,7 +153,7 @@ def _train_rows(metrics: Path) -> tuple[list[int], float]:
     return steps, (after if before == after else time.time())
 
 
-def _wait_for_rows(proc: _Process, metrics: Path, signal_at: int, timeout: float) -> float:
+def _wait_for_rows(proc: Process, metrics: Path, signal_at: int, timeout: float) -> float:
     """Wait for a train row at ``signal_at`` or later; returns when the first train row was written (unix time)."""
     deadline = time.monotonic() + timeout
     first_row_at = None
@@ -210,7 +172,7 @@ def _wait_for_rows(proc: _Process, metrics: Path, signal_at: int, timeout: float
                        f"{proc.text()[-1500:]}")
 
 
-def _expect(status: int, expected: int, what: str, proc: _Process) -> None:
+def _expect(status: int, expected: int, what: str, proc: Process) -> None:
     if status != expected:
         raise RuntimeError(f"preemption benchmark: {what} ended with status {status}, expected {expected}: "
                            f"{proc.text()[-1500:]}")
@@ -238,9 +200,9 @@ def measure(spec: PreemptionSpec) -> PreemptionMeasured:
         directory = Path(tmp)
         argv = command(spec, directory)
         metrics, summary = directory / "run" / "metrics.jsonl", directory / "run" / "summary.json"
-        started: list[_Process] = []
+        started: list[Process] = []
         try:
-            started.append(fresh := _Process(argv, directory, "fresh"))
+            started.append(fresh := Process(argv, directory, "fresh"))
             first_row_at = _wait_for_rows(fresh, metrics, spec.signal_at, spec.timeout)
             fresh.popen.send_signal(signal.SIGTERM)
             sent = time.monotonic()
@@ -251,7 +213,7 @@ def measure(spec: PreemptionSpec) -> PreemptionMeasured:
             if not 0 < reached < spec.steps:
                 raise RuntimeError(f"preemption benchmark: preempted at step {reached}, not mid-run (1 to "
                                    f"{spec.steps - 1}); raise `steps` above `signal_at` ({spec.signal_at}).")
-            started.append(again := _Process(argv, directory, "relaunch"))
+            started.append(again := Process(argv, directory, "relaunch"))
             again_status = again.wait(spec.timeout, "end of the relaunch")
             _expect(again_status, DONE_EXIT_CODE, "the relaunch", again)
             resumed_line = RESUMED_LINE.search(again.text())

@@ -1,69 +1,119 @@
-"""The benchmark's report: medians, ratios to the Keras baseline, the goals, and the JSON, Markdown and PNG.
+"""The benchmark's results: paired ratios, one repeat's record per row, scaling with workers, and the goals.
 
-``results`` turns each row's runs into the JSON-ready results
-(``{"baseline": {...}, "rows": [{"name", "images_per_second", "ratio", ...}],
-"settings", "allreduce", "scaling", "preemption", "goals"}``); ``goals``,
-``markdown`` and ``chart`` read that JSON shape, so a saved ``bench.json``
-can be read the same way.
+``results`` turns each row's runs into the JSON-ready results. A ratio is
+paired: row X over its baseline B in the same repeat (the two ran next to
+each other, ``plan``), one ratio per repeat, then their median and spread
+(min, max). A row's other figures (images/s, start-up, memory) are one
+repeat's record, not medians taken figure by figure: the repeat whose ratio to
+``keras_fit`` is the median one (for ``keras_fit``: whose images/s is).
+``tables`` renders the JSON as Markdown; ``goals`` reads a saved JSON the
+same way.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import statistics
-from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
-import tfdist.bench.preemption as preemption_lib
-from tfdist.bench.plan import ALLREDUCE_OF, BASELINE, Plan
-from tfdist.bench.rows import BASE, Measured
+from tfdist.bench.plan import BASELINE, WORKERS, Plan
+from tfdist.bench.rows import Measured
 
 
-def median(runs: list[Measured]) -> Measured:
-    """The median of each number the first run measured; ``runs`` lists each run's images/s where there are several."""
-    numbers = {k: statistics.median(getattr(r, k) for r in runs) for k, v in dataclasses.asdict(runs[0]).items()
-               if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    merged = dataclasses.replace(runs[0], **numbers)
-    if len(runs) > 1:
-        merged = dataclasses.replace(merged, runs=tuple(r.images_per_second for r in runs))
-    return merged
+def spread(values: Sequence[float]) -> dict[str, Any]:
+    """``{"median", "min", "max", "runs"}`` of ``values`` (one per repeat)."""
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "runs": list(values)}
 
 
-def _numbers(measured: Measured) -> dict[str, Any]:
-    return {k: v for k, v in measured.to_dict().items() if k != "name"}
+def paired(runs: Sequence[Measured], baseline: Sequence[Measured]) -> dict[str, Any] | None:
+    """Each repeat's ``runs`` images/s over ``baseline``'s in the same repeat, as a ``spread``; None: no pair."""
+    by_repeat = {m.repeat: m.images_per_second for m in baseline}
+    ratios = [m.images_per_second / by_repeat[m.repeat] for m in runs
+              if m.images_per_second and by_repeat.get(m.repeat)]
+    return spread(ratios) if ratios else None
 
 
-def results(plan: Plan, runs: Mapping[str, list[Measured]], settings: Mapping[str, Any],
-            preemption: Mapping[str, Any] | None = None) -> dict:
-    """The JSON-ready results of ``plan``'s rows from their ``runs`` (by row name), goals included.
+def median_record(runs: Sequence[Measured], keys: Sequence[float]) -> Measured:
+    """The run whose key is the median one (the lower of the two middle ones for an even count)."""
+    order = sorted(range(len(runs)), key=lambda i: keys[i])
+    return runs[order[(len(runs) - 1) // 2]]
 
-    ``preemption``: the preemption measurements' part (``preemption.run_all``), kept as it is under its own key.
-    """
-    measured = {row.spec.name: median(runs[row.spec.name]) for row in plan.rows}
-    baseline = measured[BASELINE]
-    rows = []
-    for name, result in measured.items():
-        ips = result.images_per_second
-        rows.append({"name": name, "images_per_second": ips,
-                     "ratio": ips / baseline.images_per_second if ips else None,
-                     **{k: v for k, v in _numbers(result).items() if k != "images_per_second"}})
-    out = {"baseline": baseline.to_dict(), "rows": rows, "settings": dict(settings)}
-    if plan.allreduce is not None:
-        allreduce = _numbers(median(runs[plan.allreduce.spec.name]))
-        mwm = measured.get(ALLREDUCE_OF)
-        if mwm:
-            step_seconds = BASE["global_batch_size"] / mwm.images_per_second
-            allreduce["share_of_step"] = allreduce["allreduce_seconds"] / step_seconds
+
+def _row(spec, runs: list[Measured], measured: Mapping[str, list[Measured]]) -> dict[str, Any]:
+    """One row of the JSON: its paired ratios, its images/s spread, and its median repeat's record."""
+    ratio = paired(runs, measured[BASELINE]) if spec.name != BASELINE else None
+    keys = ratio["runs"] if ratio and len(ratio["runs"]) == len(runs) else [m.images_per_second or 0 for m in runs]
+    record = median_record(runs, keys)
+    row = {"name": spec.name, "kind": spec.kind, "strategy": spec.strategy, "workers": spec.workers,
+           "images_per_second": spread([m.images_per_second for m in runs]) if record.images_per_second else None,
+           "ratio": ratio}
+    if spec.baseline and spec.baseline in measured:
+        row["ratio_to_baseline"] = {"to": spec.baseline, **(paired(runs, measured[spec.baseline]) or {})}
+    rec = record.to_dict()
+    if record.peak_rss_mb and record.num_replicas:
+        rec["peak_rss_mb_per_replica"] = record.peak_rss_mb / record.num_replicas
+    row["record"] = rec
+    return row
+
+
+def _workers(rows: Mapping[str, dict]) -> dict[str, list[dict]]:
+    """Throughput against 1 worker, per strategy: speedup (paired, median) and efficiency (speedup / workers)."""
+    out = {}
+    for family in ("multi_worker_mirrored", "parameter_server"):
+        lines = []
+        for n in WORKERS:
+            row = rows.get(f"{family}_{n}")
+            if row is None:
+                continue
+            speedup = 1.0 if n == 1 else (row.get("ratio_to_baseline") or {}).get("median")
+            lines.append({"workers": n, "images_per_second": row["images_per_second"]["median"],
+                          "speedup": speedup, "efficiency": None if speedup is None else speedup / n,
+                          "speedup_spread": None if n == 1 else row.get("ratio_to_baseline")})
+        if lines:
+            out[family] = lines
+    return out
+
+
+def _allreduce(measured: Mapping[str, list[Measured]], rows: Mapping[str, dict]) -> dict[str, Any]:
+    """The all-reduce sweeps, the packing options, the share in the real step, and the on-paper projection."""
+    out: dict[str, Any] = {}
+    for name in ("allreduce_2", "allreduce_4"):
+        if name in measured:
+            out[name] = dict(measured[name][0].details)
+    if "traced_step_2" in measured:
+        out["traced_step_2"] = dict(measured["traced_step_2"][0].details)
+    one, two = rows.get("one_device"), out.get("allreduce_2")
+    if two and one and one["images_per_second"]:
+        from tfdist.bench import projection
+
+        traced = out.get("traced_step_2", {}).get("by_kind", {})
+        small = round(sum(traced.get(k, {}).get("count_per_step", 0) for k in ("batch_norm", "unscoped")))
+        compute = one["record"]["global_batch_size"] / one["images_per_second"]["median"]
+        common = {"compute_seconds": compute, "gradient_bytes": two["gradient_bytes"], "latency_allreduces": small}
+        fitted = projection.fit_cost(two["sweep"])
+        out["projection"] = {**common, "fit": fitted, "tables": {
+            "datacenter_alpha": projection.table(alpha=projection.DATACENTER_ALPHA_SECONDS, **common),
+            "measured_alpha": projection.table(alpha=fitted["alpha_seconds"], **common)}}
+    return out
+
+
+def results(plan: Plan, runs: Mapping[str, list[Measured]], settings: Mapping[str, Any], *,
+            accuracy: Mapping[str, Any] | None = None, preemption: Mapping[str, Any] | None = None) -> dict:
+    """The JSON-ready results of ``plan``'s rows from their ``runs`` (by row name), goals included."""
+    throughput = [row.spec for row in plan.rows if row.spec.kind not in ("comm", "trace")]
+    rows = {spec.name: _row(spec, runs[spec.name], runs) for spec in throughput}
+    out: dict[str, Any] = {"settings": dict(settings), "baseline": BASELINE, "rows": list(rows.values())}
+    workers = _workers(rows)
+    if workers:
+        out["workers"] = workers
+    allreduce = _allreduce(runs, rows)
+    if allreduce:
         out["allreduce"] = allreduce
     if plan.scaling:
-        out["scaling"] = []
-        for row in plan.scaling:
-            r = median(runs[row.spec.name])
-            epoch_seconds = row.spec.steps * BASE["global_batch_size"] / r.images_per_second
-            out["scaling"].append({"name": row.spec.name, "image_size": row.image_size, "factor": row.factor,
-                                   "epoch_seconds": epoch_seconds, "peak_rss_mb": r.peak_rss_mb,
-                                   "rss_growth_mb": r.rss_growth_mb})
+        out["scaling"] = [{"name": row.spec.name, "image_size": row.image_size, "factor": row.factor,
+                           "steps": row.spec.steps, "epoch_seconds": runs[row.spec.name][0].epoch_seconds}
+                          for row in plan.scaling]
+    if accuracy is not None:
+        out["accuracy"] = dict(accuracy)
     if preemption is not None:
         out["preemption"] = dict(preemption)
     out["goals"] = goals(out)
@@ -71,81 +121,31 @@ def results(plan: Plan, runs: Mapping[str, list[Measured]], settings: Mapping[st
 
 
 def goals(results: Mapping[str, Any]) -> list[dict]:
-    """The speed tfdist must reach (issue 7), read off the results."""
-    by_name = {r["name"]: r for r in results["rows"]}
+    """The speed tfdist must reach, read off the results: each a paired median, with its spread where it has one."""
+    rows = {r["name"]: r for r in results["rows"]}
 
-    def ratio(a, b):
-        if a in by_name and b in by_name and by_name[a]["images_per_second"] and by_name[b]["images_per_second"]:
-            return by_name[a]["images_per_second"] / by_name[b]["images_per_second"]
-        return None
+    def ratio(name: str, to: str) -> dict | None:
+        row = rows.get(name)
+        if row is None:
+            return None
+        return row["ratio"] if to == BASELINE else row.get("ratio_to_baseline")
 
-    pipeline = by_name.get("input_pipeline", {}).get("ratio_to_cached")
-    share = results.get("allreduce", {}).get("share_of_step")
+    pipeline = rows.get("input_pipeline", {}).get("record", {}).get("ratio_to_cached")
+    share = results.get("allreduce", {}).get("traced_step_2", {}).get("share")
     checks = [
-        ("one_device >= 1.00x keras_fit", ratio("one_device", "keras_fit"), lambda v: v >= 1.0),
-        ("mirrored_1 >= 0.97x keras_fit", ratio("mirrored_1", "keras_fit"), lambda v: v >= 0.97),
-        ("input pipeline >= 0.95x cached tensors", pipeline, lambda v: v >= 0.95),
-        ("multi_worker_mirrored_2 all-reduce <= 15% of the step", share, lambda v: v <= 0.15),
-        ("parameter_server_2 >= 1.5x parameter_server_1", ratio("parameter_server_2", "parameter_server_1"),
-         lambda v: v >= 1.5),
+        ("one_device >= 1.00x keras_fit", ratio("one_device", BASELINE), 1.0),
+        ("mirrored_1 >= 0.97x keras_fit", ratio("mirrored_1", BASELINE), 0.97),
+        ("mirrored_2 >= 1.00x keras_fit_mirrored_2", ratio("mirrored_2", "keras_fit_mirrored_2"), 1.0),
+        ("central_storage_2 >= 1.00x keras_fit_central_storage_2",
+         ratio("central_storage_2", "keras_fit_central_storage_2"), 1.0),
+        ("input pipeline >= 0.95x cached tensors", None if pipeline is None else {"median": pipeline}, 0.95),
+        ("parameter_server_2 >= 1.5x parameter_server_1", ratio("parameter_server_2", "parameter_server_1"), 1.5),
     ]
-    return [{"goal": g, "value": v, "met": None if v is None else bool(ok(v))} for g, v, ok in checks]
-
-
-def markdown(results: Mapping[str, Any]) -> str:
-    """The results as Markdown tables."""
-    lines = ["| row | images/s | ratio to keras_fit | s to first step | peak RSS MB |", "|---|---:|---:|---:|---:|"]
-    for r in results["rows"]:
-        ips, ratio = r.get("images_per_second"), r.get("ratio")
-        first = r.get("seconds_to_first_step")
-        lines.append(f"| {r['name']} | {ips:.1f} | {ratio:.2f} | {'' if first is None else f'{first:.1f}'} | "
-                     f"{r.get('peak_rss_mb', 0):.0f} |")
-    if "allreduce" in results:
-        a = results["allreduce"]
-        share = a.get("share_of_step")
-        lines += ["", f"All-reduce of {a['gradient_mb']:.1f} MB of gradients, 2 workers: "
-                      f"{a['allreduce_seconds'] * 1000:.1f} ms"
-                      + ("" if share is None else f", {share:.0%} of a multi_worker_mirrored_2 step") + "."]
-    if results.get("scaling"):
-        lines += ["", "| scaling | image size | data | epoch seconds | peak RSS MB | RSS growth in the row MB |",
-                  "|---|---:|---:|---:|---:|---:|"]
-        for s in results["scaling"]:
-            growth = s.get("rss_growth_mb")
-            lines.append(f"| {s['name']} | {s['image_size']} | {s['factor']}x | {s['epoch_seconds']:.1f} | "
-                         f"{s['peak_rss_mb']:.0f} | {'' if growth is None else f'{growth:.0f}'} |")
-    if results.get("preemption"):
-        lines += ["", *preemption_lib.markdown(results["preemption"])]
-    lines += ["", "| goal | value | met |", "|---|---:|---|"]
-    for g in results["goals"]:
-        value = "" if g["value"] is None else f"{g['value']:.3f}"
-        lines.append(f"| {g['goal']} | {value} | {'' if g['met'] is None else ('yes' if g['met'] else 'no')} |")
-    return "\n".join(lines) + "\n"
-
-
-def chart(results: Mapping[str, Any], path: str) -> None:
-    """A bar chart of each row's ratio to the Keras baseline."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = [r for r in results["rows"] if r.get("ratio")]
-    fig, ax = plt.subplots(figsize=(8, 0.45 * len(rows) + 1.2))
-    ax.barh([r["name"] for r in rows], [r["ratio"] for r in rows], color="#4c72b0")
-    ax.axvline(1.0, color="k", lw=0.8)
-    ax.set_xlabel("images/s relative to plain Keras fit (one device)")
-    ax.invert_yaxis()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
-def write(results: Mapping[str, Any], *, output: Path, markdown_path: str | None = None,
-          chart_path: str | None = None) -> str:
-    """Write the JSON to ``output``, the table and the chart beside it (by default); returns the table."""
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(results, indent=2) + "\n")
-    table = markdown(results)
-    Path(markdown_path or output.with_suffix(".md")).write_text(table)
-    chart(results, chart_path or str(output.with_suffix(".png")))
-    return table
+    out = []
+    for goal, value, at_least in checks:
+        median = None if not value or value.get("median") is None else value["median"]
+        out.append({"goal": goal, "value": median, "min": (value or {}).get("min"), "max": (value or {}).get("max"),
+                    "met": None if median is None else median >= at_least})
+    out.append({"goal": "multi_worker_mirrored_2 collectives <= 15% of the real step", "value": share,
+                "min": None, "max": None, "met": None if share is None else share <= 0.15})
+    return out

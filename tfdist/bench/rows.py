@@ -1,10 +1,10 @@
 """The benchmark's values: what a row measures, where it runs, what a child measured.
 
 Frozen, keyword-only dataclasses instead of dicts with string keys: the
-planner makes ``Row``s, groups their ``RowSpec``s into ``Job``s, a child gets
-its specs as a ``ChildJob`` on its command line and answers one
-``Measured`` per row on stdout, and the report turns medians of those into
-the JSON. ``BASE`` is the one experiment every row trains.
+planner makes ``Row``s, turns each run of a row into a ``Job`` (its
+processes, its repeat), a child gets its specs as a ``ChildJob`` on its
+command line and answers one ``Measured`` per row on stdout, and the report
+pairs those by repeat. ``BASE`` is the one experiment every row trains.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import dataclasses
 import json
 from typing import Any, Literal, Mapping
 
-#: The benchmark's experiment: the default UNet at the default size and batch.
+#: The benchmark's experiment: the default UNet at the default size, 16 images per worker and step.
 BASE = {"image_size": 32, "train_examples": 256, "eval_examples": 32, "global_batch_size": 16,
         "base_filters": 16, "depth": 3, "log_every": 1000, "checkpoint_every": 100000, "eval_steps": 1,
         "deterministic": False, "augment": False, "export": False}
@@ -21,7 +21,7 @@ BASE = {"image_size": 32, "train_examples": 256, "eval_examples": 32, "global_ba
 #: How a child's stdout marks its result lines (one per row; anything else on stdout is ignored).
 RESULT_PREFIX = "BENCH "
 
-Kind = Literal["keras_fit", "tfdist", "parameter_server", "pipeline", "allreduce"]
+Kind = Literal["keras_fit", "tfdist", "parameter_server", "pipeline", "comm", "trace"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -31,12 +31,14 @@ class RowSpec:
     Attributes:
       name: the row's name in the table (and in ``--only``).
       kind: which measurement runs it (``tfdist.bench.measure``).
-      steps: timed steps.
-      warmup: steps (or loop calls) before the timing starts; ``keras_fit`` times its second epoch instead.
-      strategy: the tfdist strategy (``None`` for ``keras_fit``, which uses none).
-      overrides: experiment values over ``BASE`` (e.g. ``cpu_devices``, ``image_size``).
-      workers: worker tasks of the in-process cluster (``parameter_server`` only).
-      bytes_per_pack: all-reduce packing (``allreduce`` only; 0: TensorFlow's default).
+      steps: timed steps (the window: from the end of step ``warmup`` to the end of step ``warmup + steps``).
+      warmup: steps before the window, the same for Keras and tfdist (``parameter_server``: one chunk).
+      strategy: the tfdist strategy (``keras_fit``: the strategy Keras' ``fit`` runs under; None: none).
+      overrides: experiment values over ``BASE`` (e.g. ``cpu_devices``, ``image_size``, ``norm``).
+      workers: worker tasks (``parameter_server``: of the in-process cluster; else the processes).
+      baseline: the row this one's paired ratio is to, besides ``keras_fit`` (Keras under the same strategy,
+        or the same strategy with one worker); None: ``keras_fit`` only.
+      epochs: epochs of the run (scaling rows time their last epoch; 1 elsewhere).
     """
 
     name: str
@@ -45,8 +47,9 @@ class RowSpec:
     warmup: int = 0
     strategy: str | None = None
     overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    workers: int = 0
-    bytes_per_pack: int = 0
+    workers: int = 1
+    baseline: str | None = None
+    epochs: int = 1
 
     def experiment(self) -> dict[str, Any]:
         """``BASE`` with this row's overrides."""
@@ -57,10 +60,11 @@ class RowSpec:
 class Row:
     """A row to measure and where it runs.
 
-    Rows of one ``group`` share a process (start-up is most of a short row's
-    time); a row without a group gets ``processes`` fresh processes for each
-    run (a cluster cannot be torn down). A row marked ``once`` runs once,
-    after its group's repeats.
+    Each run of a row gets ``processes`` fresh processes (a cluster's tasks
+    when 2 or more), so that its start-up and memory are its own. Rows of one
+    ``group`` (the time-per-epoch rows) share a process and run once, after
+    the repeats. A row marked ``once`` runs in the first repeat only (no
+    ratio: the all-reduce sweeps and the traced step).
     """
 
     spec: RowSpec
@@ -85,10 +89,11 @@ class ScalingRow(Row):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Job:
-    """Rows that run one after another in each of ``processes`` processes (a cluster's tasks when 2 or more)."""
+    """Rows that run one after another in each of ``processes`` processes, in repeat ``repeat``."""
 
     rows: tuple[RowSpec, ...]
     processes: int = 1
+    repeat: int = 0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -109,38 +114,40 @@ class ChildJob:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Measured:
-    """One row's numbers: one run as its child measured it, or the median of several (``runs``).
+    """One run of one row, as its child (or the parent, summing its processes) measured it.
 
     ``None`` is "not measured by this kind of row" and is left out of the
     JSON. Field order is the JSON's key order.
 
     Attributes:
       name: the row's name.
-      images_per_second: training throughput after warm-up (all but ``allreduce``).
-      num_replicas: the strategy's replicas (tfdist rows).
+      repeat: which repeat of the benchmark this run belongs to (the pairing of ratios).
+      images_per_second: training throughput in the timed window (all images of all workers).
+      global_batch_size: images per step (all replicas, all workers).
+      num_replicas: the strategy's replicas.
       cached_images_per_second: the same steps fed from cached tensors (``pipeline``).
       ratio_to_cached: ``images_per_second / cached_images_per_second`` (``pipeline``).
-      allreduce_seconds: one all-reduce of the model's gradients (``allreduce``).
-      gradient_mb: the size of those gradients (``allreduce``).
-      seconds_to_first_step: the process's start-up plus the row's build, trace and first step.
-      peak_rss_mb: the process's memory high-water mark since the row started (of all its processes).
+      epoch_seconds: the wall time of the last epoch, measured (scaling rows).
+      seconds_to_first_step: spawn of the process (the cluster's) to the end of its first step.
+      peak_rss_mb: the peak resident memory of the row's processes, summed.
+      processes: how many processes that sum is over.
       row_seconds: the row's wall time in its process.
-      rss_growth_mb: that peak less the memory the process held when the row started.
-      runs: each run's ``images_per_second``, where this is the median of several runs.
+      details: kind-specific results (the all-reduce sweeps, the traced step's collectives).
     """
 
     name: str
+    repeat: int = 0
     images_per_second: float | None = None
+    global_batch_size: int | None = None
     num_replicas: int | None = None
     cached_images_per_second: float | None = None
     ratio_to_cached: float | None = None
-    allreduce_seconds: float | None = None
-    gradient_mb: float | None = None
+    epoch_seconds: float | None = None
     seconds_to_first_step: float | None = None
     peak_rss_mb: float | None = None
+    processes: int | None = None
     row_seconds: float | None = None
-    rss_growth_mb: float | None = None
-    runs: tuple[float | None, ...] | None = None
+    details: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The measured fields, in order (``None`` left out)."""

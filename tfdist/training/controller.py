@@ -49,17 +49,21 @@ class Controller:
       epoch_end: ``(step, train metrics of the epoch's last log window, eval metrics or None) -> stop?``,
         called at each epoch's end on every task (``tfdist.fit``'s callbacks and early stopping), or None;
         the run stops when any task says so (``loop.agree``).
+      clock: a list to which ``(step, time.perf_counter())`` is appended at the end of every chunk, or None:
+        a benchmark's timing window (``tfdist.bench`` times from the end of step W to the end of step W+N,
+        as it times Keras' ``fit`` from its batch-end callbacks).
     """
 
     def __init__(self, *, loop, checkpoints, outputs, global_batch_size, steps_per_epoch,
                  steps_per_loop, log_every, checkpoint_every, learning_rate, preview=None, verbose=True,
-                 preemption=None, watchdog=None, evaluates=True, epoch_end=None):
+                 preemption=None, watchdog=None, evaluates=True, epoch_end=None, clock=None):
         self.loop = loop
         self.checkpoints = checkpoints
         self.outputs = outputs
         self.steps = loop.steps
         self.evaluates = evaluates
         self.epoch_end = epoch_end
+        self.clock = clock
         self.global_batch_size = global_batch_size
         self.steps_per_epoch = steps_per_epoch
         self.steps_per_loop = steps_per_loop
@@ -134,6 +138,8 @@ class Controller:
             with self._phase("first_step" if first_chunk else "training", end):
                 stats, stop = self.loop.train(end - step, self._stop_requested)
             elapsed = time.perf_counter() - t0
+            if self.clock is not None:
+                self.clock.append((end, t0 + elapsed))
             if not first_chunk:  # the first chunk traces and compiles: not a speed figure
                 self.train_seconds += elapsed
                 self.timed_steps += end - step

@@ -148,11 +148,11 @@ def _can_jit(config, strategy) -> bool:
         # As Keras does: XLA has no deterministic implementation of some ops (MaxPool's gradient).
         logging.warning("--jit_compile is ignored: op determinism is on (--deterministic) and XLA cannot honour it.")
         return False
-    if strategy.num_replicas_in_sync > 1 and config.model.batch_norm:
+    if strategy.num_replicas_in_sync > 1 and config.model.norm in ("batch", "replica_batch"):
         logging.warning(
-            "--jit_compile is ignored with %d replicas and batch norm: cross-replica batch statistics "
-            "cannot run inside an XLA-compiled step. Use --nobatch_norm or one replica per worker to compile.",
-            strategy.num_replicas_in_sync,
+            "--jit_compile is ignored with %d replicas and --norm %s: cross-replica statistics (batch or moving) "
+            "cannot run inside an XLA-compiled step. Use --norm group or none, or one replica per worker, to compile.",
+            strategy.num_replicas_in_sync, config.model.norm,
         )
         return False
     return True
@@ -184,7 +184,8 @@ def _check_training(config, task: Task | None, *, in_process_cluster: bool) -> N
                            strategies.replicas_in_sync(rt.strategy, cpu_devices=rt.cpu_devices, task=task))
 
 
-def run(config, *, verbose: bool = True, cluster_resolver=None, weights_dir: str | Path | None = None) -> dict:
+def run(config, *, verbose: bool = True, cluster_resolver=None, weights_dir: str | Path | None = None,
+        clock: list | None = None) -> dict:
     """Train and evaluate ``config``; returns the summary (also written to ``summary.json``).
 
     Args:
@@ -195,6 +196,8 @@ def run(config, *, verbose: bool = True, cluster_resolver=None, weights_dir: str
         ``tfdist.cluster.local.in_process_cluster``; None reads --cluster/TF_CONFIG.
       weights_dir: if given, every training task writes its final weights
         there (``dump_weights``), to compare workers that write no outputs.
+      clock: a list that gets ``(step, time.perf_counter())`` at the end of every chunk of steps
+        (``Controller``): the benchmark's timing window.
 
     Raises:
       UserError: bad input (config, cluster, data, run directory).
@@ -215,7 +218,7 @@ def run(config, *, verbose: bool = True, cluster_resolver=None, weights_dir: str
 
     def train(strategy, preemption):
         summary, model = _train(config, task, run_dir, strategy, verbose=verbose, wall_start=wall_start,
-                                preemption=preemption)
+                                preemption=preemption, clock=clock)
         if weights_dir is not None:
             dump_weights(weights_dir, task, model)
         return summary
@@ -257,7 +260,7 @@ def run_task(config, task: Task | None, run_dir: RunDir, train, *, cluster_resol
 
 
 def _train(config, task: Task | None, run_dir: RunDir, strategy, *, verbose: bool, wall_start: float,
-           preemption: Preemption | None = None):
+           preemption: Preemption | None = None, clock: list | None = None):
     """Build, restore, train, evaluate and write the outputs under ``strategy``; returns the summary and model."""
     import tensorflow as tf
 
@@ -307,7 +310,7 @@ def _train(config, task: Task | None, run_dir: RunDir, strategy, *, verbose: boo
         steps_per_loop=train_cfg.steps_per_loop, log_every=train_cfg.log_every,
         checkpoint_every=train_cfg.checkpoint_every, learning_rate=lambda s: learning_rate_at(train_cfg, total_steps, s),
         preview=next(iter(local_eval_dataset(config).unbatch().batch(4).take(1))) if is_chief else None,
-        verbose=verbose and is_chief,
+        verbose=verbose and is_chief, clock=clock,
     )
     if is_chief and train_cfg.export:
         plain = build_from_config(config.model, config.data)

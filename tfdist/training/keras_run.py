@@ -50,10 +50,13 @@ def _warn_unsynchronized_batch_norm(model, replicas: int) -> None:
     import keras
     from absl import logging
 
+    from tfdist.models import ReplicaBatchNorm
+
     if replicas < 2:
         return
     layers = [layer.name for layer in model._flatten_layers(include_self=False)
-              if isinstance(layer, keras.layers.BatchNormalization) and not layer.synchronized]
+              if isinstance(layer, keras.layers.BatchNormalization) and not layer.synchronized
+              and not isinstance(layer, ReplicaBatchNorm)]  # it all-reduces its statistics itself
     if layers:
         logging.warning(
             "%d replicas and batch norm without synchronized=True (%s): each replica normalizes its own slice "

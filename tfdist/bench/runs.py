@@ -1,0 +1,78 @@
+"""Real ``python -m tfdist.train`` runs started by the benchmark's parent: their command lines and processes.
+
+The time-to-accuracy and preemption measurements run tfdist the way a user
+or a scheduler does: the train CLI, alone or under ``python -m tfdist.launch
+--local`` with a cluster file on free 127.0.0.1 ports. The parent never
+imports TensorFlow; it starts these processes, reads their run directory and
+signals them. Every process gets its own session and is killed (its group)
+if still there at the end; a launcher's tasks die with it
+(``processes.die_with``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from tfdist.cluster.network import free_ports
+
+
+def train_command(flags: Sequence[str], directory: Path, cluster: Mapping[str, int] | None = None) -> list[str]:
+    """``python -m tfdist.train FLAGS``; under the launcher when ``cluster`` gives task counts (e.g. ``{"worker": 2}``).
+
+    The cluster file is written into ``directory``, every task on a free port of 127.0.0.1.
+    """
+    train = [sys.executable, "-m", "tfdist.train", *flags]
+    if not cluster:
+        return train
+    ports = iter(free_ports(sum(cluster.values())))
+    lines = [f"{job}: [" + ", ".join(f"127.0.0.1:{next(ports)}" for _ in range(count)) + "]"
+             for job, count in cluster.items()]
+    path = directory / "cluster.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return [sys.executable, "-m", "tfdist.launch", f"--cluster={path}", "--local", "--", *train]
+
+
+class Process:
+    """A started command: its own session (its group is killed by ``kill``), its output in files of ``directory``.
+
+    Args:
+      argv: the command.
+      directory: where its stdout/stderr files go (and its TMPDIR: scratch files go with the directory).
+      name: the files' stem.
+      label: how errors name the measurement (``"preemption benchmark"``).
+    """
+
+    def __init__(self, argv: list[str], directory: Path, name: str, label: str = "preemption benchmark"):
+        import time
+
+        env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+        env.update(TF_CPP_MIN_LOG_LEVEL="2", TMPDIR=str(directory))
+        self.label = label
+        self.out, self.err = directory / f"{name}.out", directory / f"{name}.err"
+        self.started_at = time.time()
+        with open(self.out, "w") as out, open(self.err, "w") as err:
+            self.popen = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env,
+                                          start_new_session=True)
+
+    def text(self) -> str:
+        return self.out.read_text(errors="replace") + self.err.read_text(errors="replace")
+
+    def wait(self, timeout: float, what: str) -> int:
+        try:
+            return self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"{self.label}: no {what} after {timeout:g} s: {self.text()[-1500:]}") from None
+
+    def kill(self) -> None:
+        """SIGKILL to the process's group, if it is still running; then reap it."""
+        if self.popen.poll() is None:
+            try:
+                os.killpg(self.popen.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.popen.wait(timeout=30)
