@@ -164,6 +164,15 @@ def test_a_failed_child_ends_its_peers_at_once():
     assert time.monotonic() - started < 30  # the peer was killed, not waited for (it sleeps 60 s)
 
 
+def test_the_train_step_profile_runs_and_prints_each_step_against_keras():
+    result = subprocess.run([sys.executable, "examples/profile_train_step.py", "--blocks=3", "--steps=1"],
+                            capture_output=True, text=True, timeout=400, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [line.split() for line in result.stdout.splitlines()]
+    assert [line[0].rstrip(":") for line in lines] == ["tfdist", "tfdist_no_stats", "keras"]
+    assert all(float(line[1]) > 0 for line in lines) and lines[-1][3] == "(1.000x"
+
+
 def test_a_child_job_and_its_results_cross_the_process_boundary_unchanged():
     from tfdist.bench.rows import ChildJob
 
@@ -185,10 +194,6 @@ def test_time_to_accuracy_stops_a_real_run_at_its_first_eval_past_the_target():
     row = measure(AccuracySpec(name="a", strategy="one_device", flags=flags, target=0.0, timeout=180))
     assert row["reached"] and row["step"] == 2 and row["status"] == 42  # stopped after epoch 1 of 6
     assert row["seconds_to_target"] == row["evals"][0][0] > 1
-    never = measure(AccuracySpec(name="b", strategy="one_device", flags=flags[:-2] + ("--epochs=1",
-                                                                                      "--steps_per_epoch=2"),
-                                 target=1.01, timeout=180))
-    assert not never["reached"] and never["status"] == 0 and len(never["evals"]) == 1
 
 
 def test_a_preemption_of_one_device_ends_42_and_resumes_at_the_step_it_reached():

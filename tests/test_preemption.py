@@ -186,10 +186,6 @@ def test_a_run_resumes_on_another_world_size_and_strategy_with_the_same_global_b
             stage = procs.start(f"stage-{i}", args)
             assert stage.wait(300) == 0, stage.text()[-3000:]
             assert f"at step {10 * i}" in stage.text()
-        before = tree_digest(model_dir)
-        other_batch = procs.start("other-batch", train_command(
-            "--strategy=one_device", *ELASTIC, "--epochs=4", "--global_batch_size=16", f"--model_dir={model_dir}"))
-        other_status = other_batch.wait(120)
     assert json.loads((model_dir / "summary.json").read_text())["num_replicas"] == 2  # mirrored, last
     ran, expected = rows(model_dir), rows(reference)
     assert sorted(ran) == sorted(expected) == list(range(1, 31))
@@ -200,12 +196,8 @@ def test_a_run_resumes_on_another_world_size_and_strategy_with_the_same_global_b
     for step in (11, 12, 21, 22):
         assert abs(ran[step]["loss"] - expected[step]["loss"]) < 1e-5, (step, ran[step], expected[step])
         assert ran[step]["images"] == expected[step]["images"] == 8
-    # Another global batch would put the data position and the learning-rate schedule off: refused, one line.
-    text = other_batch.text()
-    assert other_status == 2 and last_line(text).startswith(f"error: Invalid --model_dir {model_dir}: it holds a "
-                                                             "run with train.global_batch_size=8. Received: "
-                                                             "global_batch_size=16."), text[-2000:]
-    assert "Traceback" not in text and tree_digest(model_dir) == before
+    # Resuming with another global batch is refused in one line, the run left as it was: test_train_cli's
+    # BAD_INPUT (resume_other_batch).
 
 
 PS_FLAGS = ["--strategy=parameter_server",

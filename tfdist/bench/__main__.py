@@ -1,52 +1,42 @@
-"""``python -m tfdist.bench``: tfdist's training throughput beside plain Keras, as ratios.
+"""``python -m tfdist.bench``: tfdist's training throughput beside plain Keras, as paired ratios.
 
-Every row trains the same UNet, global batch and shapes data (generated,
-held in memory, no augmentation: the same images Keras gets):
+Every throughput row trains the same UNet and shapes data (generated, held
+in memory, no augmentation: the same images Keras gets), 16 images per
+worker and step:
 
 - ``keras_fit``: the baseline, plain ``model.fit`` on one device, written as a
-  user would write it (``compile("adam", ...)`` with Keras' defaults; on a
-  CPU-only host Keras' ``jit_compile="auto"`` means no XLA, and tfdist's
-  default is no XLA too);
-- tfdist ``one_device``, ``mirrored`` x1/x2, ``central_storage`` x2,
-  ``multi_worker_mirrored`` with 1 and 2 worker processes (gRPC on
-  127.0.0.1), ``parameter_server`` with 1 and 2 workers (an in-process cluster
-  of real gRPC servers), each with tfdist's defaults;
-- the input pipeline against cached tensors (the same steps fed from
-  ``take(n).cache().repeat()`` of already-built batches);
-- the all-reduce time of the model's gradients under 2-worker
-  ``multi_worker_mirrored`` and its share of a step;
-- time from process start to the first finished step, and peak memory (RSS)
-  of each row;
-- scaling: time per epoch at 1x, 2x and 4x the dataset and at two image sizes;
-- preemption (``tfdist.bench.preemption``), ``one_device`` and 2-worker
-  ``multi_worker_mirrored`` under ``python -m tfdist.launch --local``: seconds
-  from SIGTERM mid-run to the exit with status 42, from the relaunch to its
-  first step beside the fresh start's (their ratio is the resume's extra
-  cost), and the step reached against the step resumed at; once each.
+  user would write it; ``keras_fit_mirrored_2`` and
+  ``keras_fit_central_storage_2``: the same under the strategies Keras 3 can
+  still ``fit`` with (2 logical CPUs);
+- tfdist ``one_device``, ``mirrored`` x1/x2, ``central_storage`` x2, each
+  with tfdist's defaults;
+- ``multi_worker_mirrored`` with 1-4 worker processes (gRPC on 127.0.0.1)
+  and ``parameter_server`` with 1-4 workers (an in-process cluster of real
+  gRPC servers): throughput, speedup over 1 worker and efficiency; they all
+  share this machine's cores;
+- 2-worker ``multi_worker_mirrored`` with ``--norm group``, ``replica_batch``
+  and ``none`` against the default (synchronized batch norm);
+- the input pipeline against cached tensors.
 
-Rows that need the same process set-up share one process (start-up is most
-of a short row's time): the one-logical-CPU rows (``keras_fit``,
-``one_device``, ``mirrored_1``, the input pipeline, scaling) and the
-two-logical-CPU rows (``mirrored_2``, ``central_storage_2``); each runs its
-rows one after another, ``--repeats`` times interleaved, so a slow moment of
-the machine hits every row alike. Rows with a cluster (collectives, gRPC
-servers) get fresh processes per run, since a cluster cannot be torn down.
-A row's peak memory is the process's high-water mark reset at the row's start
-(Linux ``clear_refs``); its time to first step is the process's start-up
-(imports) plus the row's own build, trace and first step.
+Once per run: the all-reduce sweep (``comm``: 64 KB to 64 MB, 2 and 4
+processes, bus bandwidth beside memcpy, the packing options), the real
+2-worker step traced with ``tf.profiler`` (``trace``: the collectives' share
+of it), the projection to 8-256 workers (``projection``), time per epoch
+with the data, time to mean IoU 0.80 (``accuracy``) and preemption
+(``preemption``).
 
-Throughput is images per second after warm-up: Keras within its second
-epoch, after that epoch's first step (Keras' array adapter spends about 1 s
-at each epoch boundary here, which the baseline leaves out: the strictest
-baseline for tfdist), tfdist after its first loop call (which traces).
-``--repeats N`` runs each row N times and reports the median (the
-preemption rows run once). ``--only`` names rows, the preemption rows
-(``preemption_one_device``, ``preemption_multi_worker_mirrored_2``) among
-them; ``--noscaling`` and ``--nopreemption`` skip those parts. Output:
-``--output FILE.json`` with ``{"baseline": {...}, "rows": [{"name",
-"images_per_second", "ratio", ...}], "preemption": {"runs", "rows": [...]}}``,
-Markdown tables (``--markdown``, default beside the JSON) and a PNG chart
-(``--chart``).
+Method: every run of a row is a fresh process (its own start-up and memory;
+a cluster's memory summed over its processes); each repeat runs every row
+once, a row right after the row it is compared to, odd repeats backwards;
+ratios are taken repeat by repeat (median, min, max); a row's other figures
+are one repeat's record. Keras and tfdist get the same warm-up steps and the
+same window: from the end of step ``warmup`` to the end of the last step.
+``--only`` names rows (their baselines run too); ``--noscaling``,
+``--time_to_accuracy``, ``--preemption`` switch those parts (the last two
+are off with ``--quick`` unless asked for). Output: ``--output FILE.json``
+(with ``machine`` and ``versions``), Markdown (``--markdown``, default beside
+the JSON) and a PNG chart (``--chart``); ``--render PAGE.md`` regenerates a
+page's ``<!-- bench: FILE.json -->`` blocks from their JSON.
 """
 
 from __future__ import annotations
@@ -64,10 +54,10 @@ FLAGS = flags.FLAGS
 
 
 def define_flags() -> None:
-    flags.DEFINE_bool("quick", False, "Fewer steps and one run of each row: about 7.5 minutes on 2 cores "
-                      "(3 of them the preemption rows).")
+    flags.DEFINE_bool("quick", False, "16 timed steps and one repeat of every row; no time to accuracy and no "
+                      "preemption unless asked for.")
     flags.DEFINE_integer("steps", 0, "Timed steps per row (0: 16 with --quick, else 64).")
-    flags.DEFINE_integer("repeats", 0, "Runs of each row; the median is reported (0: 1 with --quick, else 3).")
+    flags.DEFINE_integer("repeats", 0, "Repeats of every row; ratios are paired within a repeat (0: 1 with --quick, else 3).")
     flags.DEFINE_string("output", "bench.json", "Where to write the JSON results.")
     flags.DEFINE_string("markdown", None, "Where to write the Markdown table (default: OUTPUT with .md).")
     flags.DEFINE_string("chart", None, "Where to write the PNG chart (default: OUTPUT with .png).")
