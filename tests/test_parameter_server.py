@@ -70,3 +70,51 @@ def test_parameter_server_trains_with_variables_on_ps(python, tmp_path):
     assert summary["eval"]["pixel_accuracy"] > initial["pixel_accuracy"] + 0.05, (summary["eval"], initial)
     assert (tmp_path / "ps" / "checkpoints" / "checkpoint").exists()
     assert (tmp_path / "ps" / "export" / "model.keras").exists()
+
+
+CLOSURES = r"""
+import json, os, sys
+os.environ["GRPC_FAIL_FAST"] = "use_caller"
+from tfdist.strategies import make_strategy, setup_host
+setup_host(inter_op_threads=4)
+import keras
+import tensorflow as tf
+from tfdist import config as config_lib
+from tfdist.cluster.local import in_process_cluster
+from tfdist.models import build_from_config
+from tfdist.training.coordinator_loop import CoordinatorLoop
+from tfdist.training.inputs import train_dataset_fn
+from tfdist.training.step import Steps
+config = config_lib.build_config(overrides={
+    "strategy": "parameter_server", "image_size": 8, "train_examples": 16, "base_filters": 2, "depth": 1,
+    "global_batch_size": 2, "optimizer": "sgd", "model_dir": sys.argv[1]})
+strategy = make_strategy("parameter_server", cluster_resolver=in_process_cluster(num_workers=2, num_ps=1))
+with strategy.scope():
+    model = build_from_config(config.model, config.data)
+    optimizer = keras.optimizers.SGD(0.01)
+    optimizer.build(model.trainable_variables)
+    counter = tf.Variable(0, dtype=tf.int64, trainable=False, aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+steps = Steps(model=model, optimizer=optimizer, num_classes=4, global_batch_size=2)
+loop = CoordinatorLoop(strategy=strategy, steps=steps, step_counter=counter, eval_dataset=None,
+                       train_dataset_fn=train_dataset_fn(config, 0, own_order_per_worker=True), steps_per_closure=3)
+out = []
+for n in (1, 2, 7, 3, 5):
+    stats, stop = loop.train(n)
+    out.append({"n": n, "images": float(stats[1]), "counter": loop.step(), "sizes": loop._closure_sizes(n)})
+print("RESULT " + json.dumps({"chunks": out, "per_worker": loop.closures_per_worker}))
+"""
+
+
+def test_closures_of_several_steps_count_every_step_exactly(python, tmp_path):
+    """3 steps per closure, 2 workers: the counter, the images in the stats and the per-worker counts are the steps."""
+    result = python(["-c", CLOSURES, str(tmp_path / "k")], timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    got = tagged(result.stdout, "RESULT")
+    total = 0
+    for chunk in got["chunks"]:
+        total += chunk["n"]
+        assert chunk["counter"] == total, got  # the variable every step increments: each step once
+        assert chunk["images"] == 2 * chunk["n"], got  # the stats of every step, summed
+        assert sum(chunk["sizes"]) == chunk["n"] and max(chunk["sizes"]) <= 3, got
+        assert len(chunk["sizes"]) >= min(chunk["n"], 2), got  # a closure for each worker when there are steps
+    assert sum(got["per_worker"].values()) == total == 18, got
