@@ -171,3 +171,56 @@ def test_replica_batch_norm_on_one_device_is_keras_batch_normalization():
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     assert not np.allclose(ours.moving_mean.numpy(), start[2])  # the call did update them
     np.testing.assert_allclose(ours(x, training=False), keras_bn(x, training=False), rtol=1e-5, atol=1e-5)
+
+
+def _train_moving_statistics(strategy, images, masks, steps=3):
+    """Moving statistics of every ReplicaBatchNorm after ``steps`` real train steps (``Steps.train``) on the
+    same global batches, and the eval-mode logits of the last batch, computed on the replicas."""
+    from tfdist.training.step import Steps
+
+    with strategy.scope():
+        keras.utils.set_random_seed(3)
+        model = build_unet(image_size=16, num_classes=3, base_filters=4, depth=1)
+        optimizer = keras.optimizers.SGD(0.1)
+    train = Steps(model=model, optimizer=optimizer, num_classes=3, global_batch_size=len(images))
+    data = tf.data.Dataset.from_tensor_slices((images, masks)).batch(len(images)).repeat()
+    iterator = iter(strategy.experimental_distribute_dataset(data))
+
+    @tf.function
+    def step():
+        strategy.run(train.train, args=(next(iterator),))
+
+    @tf.function
+    def predict(batch):
+        return strategy.run(lambda b: model(b[0], training=False), args=(batch,))
+
+    for _ in range(steps):
+        step()
+    logits = np.concatenate([np.asarray(t) for t in strategy.experimental_local_results(predict(next(iterator)))])
+    layers = [layer for layer in model.layers if isinstance(layer, ReplicaBatchNorm)]
+    return layers, [v.numpy() for layer in layers for v in (layer.moving_mean, layer.moving_variance)], logits
+
+
+def test_moving_statistics_update_on_read_without_collective_and_equal_one_device():
+    """Under mirrored the moving statistics are on-read copies (each replica assigns its own, no all-reduce:
+    the batch statistics they come from are already synchronized), read from the first replica; after a few
+    train steps on 2 replicas they equal one device's on the same global batches, every replica's copy is
+    the same, and eval (which reads them on each replica) predicts what one device predicts."""
+    from tfdist.strategies import make_strategy
+
+    rng = np.random.default_rng(0)
+    images = (rng.random((8, 16, 16, 3)) * np.arange(1, 9).reshape(8, 1, 1, 1)).astype(np.float32)
+    masks = rng.integers(0, 3, size=(8, 16, 16, 1)).astype(np.int32)
+    _, one, one_logits = _train_moving_statistics(make_strategy("one_device"), images, masks)
+    layers, two, two_logits = _train_moving_statistics(make_strategy("mirrored", cpu_devices=2), images, masks)
+    for layer in layers:
+        for variable in (layer.moving_mean, layer.moving_variance):
+            assert variable.value.synchronization == tf.VariableSynchronization.ON_READ
+            assert variable.value.aggregation == tf.VariableAggregation.ONLY_FIRST_REPLICA
+            first, second = (np.asarray(v) for v in variable.value.values)
+            np.testing.assert_array_equal(first, second)
+        assert layer.gamma.value.synchronization != tf.VariableSynchronization.ON_READ
+    assert len(two) == 2 * 6 and not np.allclose(two[0], 0.0)  # 6 batch norms; the steps did update them
+    for a, b in zip(two, one):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(two_logits, one_logits, rtol=1e-4, atol=1e-5)
