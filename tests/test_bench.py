@@ -128,10 +128,12 @@ def test_a_clusters_memory_is_the_sum_of_its_processes_and_its_figures_worker_0s
 
 
 def test_docs_benchmarks_md_is_what_its_committed_json_renders():
-    page = REPO / "docs" / "benchmarks.md"
+    from pathlib import Path
+
+    page = Path(REPO) / "docs" / "benchmarks.md"
     text = page.read_text()
     assert text.count("<!-- bench: ") >= 1  # the full run's tables
-    assert bench.render_docs(page, root=REPO) == text, "run: python -m tfdist.bench --render docs/benchmarks.md"
+    assert bench.render_docs(page, root=Path(REPO)) == text, "run: python -m tfdist.bench --render docs/benchmarks.md"
 
 
 def test_unknown_rows_are_refused_by_name():
