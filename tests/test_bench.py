@@ -219,3 +219,13 @@ def test_the_step_reached_is_one_step_of_every_task_or_the_measurement_fails():
     for text in (line.format(0, 9), "\n".join([line.format(0, 9), line.format(1, 10)])):
         with pytest.raises(RuntimeError, match="expected 2 `error: Preempted at step N` line"):
             _reached_step(text, two)
+
+
+def test_a_runs_rows_skip_the_line_being_written_and_other_splits(tmp_path):
+    from tfdist.bench.runs import rows
+
+    metrics = tmp_path / "metrics.jsonl"
+    assert rows(metrics, "eval") == []  # not written yet
+    metrics.write_text('{"split": "train", "step": 1}\n{"split": "eval", "step": 1, "mean_iou": 0.5}\n{"split": "tr')
+    assert rows(metrics, "eval") == [{"split": "eval", "step": 1, "mean_iou": 0.5}]
+    assert rows(metrics, "train") == [{"split": "train", "step": 1}]

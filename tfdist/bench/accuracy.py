@@ -25,18 +25,17 @@ mean IoU). Each measurement runs once (a minute or more each).
 from __future__ import annotations
 
 import dataclasses
-import json
 import signal
 import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from tfdist.bench.runs import Process, train_command
+from tfdist.bench import runs
+from tfdist.bench.runs import POLL_SECONDS, Process, train_command
 
 #: The accuracy every row must reach: eval mean IoU of the default experiment.
 TARGET = 0.80
-POLL_SECONDS = 0.05
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -77,23 +76,6 @@ def accuracy_specs() -> list[AccuracySpec]:
                          cluster={"chief": 1, "worker": 2, "ps": 1})]
 
 
-def _evals(metrics: Path) -> list[dict]:
-    """The eval rows of ``metrics`` written so far (a row being written is skipped)."""
-    try:
-        lines = metrics.read_text().splitlines()
-    except FileNotFoundError:
-        return []
-    rows = []
-    for line in lines:
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if row.get("split") == "eval":
-            rows.append(row)
-    return rows
-
-
 def measure(spec: AccuracySpec) -> dict[str, Any]:
     """Run ``spec`` until an eval reaches its target (then SIGTERM), or to its end; returns its figures.
 
@@ -119,7 +101,7 @@ def measure(spec: AccuracySpec) -> dict[str, Any]:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"accuracy benchmark: {spec.name} still running after {spec.timeout:g} s: "
                                        f"{proc.text()[-1500:]}")
-                for row in _evals(metrics)[len(seen):]:
+                for row in runs.rows(metrics, "eval")[len(seen):]:
                     seen.append([time.time() - proc.started_at, row["step"], row["mean_iou"]])
                     if row["mean_iou"] >= spec.target and reached is None:
                         reached = seen[-1]
@@ -127,7 +109,7 @@ def measure(spec: AccuracySpec) -> dict[str, Any]:
             if reached is not None and not spec.full_budget and proc.popen.poll() is None:
                 proc.popen.send_signal(signal.SIGTERM)
             status = proc.wait(120, "exit")
-            for row in _evals(metrics)[len(seen):]:  # written as it ended
+            for row in runs.rows(metrics, "eval")[len(seen):]:  # written as it ended
                 seen.append([time.time() - proc.started_at, row["step"], row["mean_iou"]])
                 reached = reached or (seen[-1] if row["mean_iou"] >= spec.target else None)
             if status not in (0, 42) or (status == 42 and reached is None):

@@ -46,15 +46,13 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from tfdist.bench.rows import BASE
-from tfdist.bench.runs import Process, train_command
+from tfdist.bench.runs import POLL_SECONDS, Process, rows, train_command
 from tfdist.errors import DONE_EXIT_CODE, PREEMPTED_EXIT_CODE
 
 #: ``error: Preempted at step N of M`` (each task's, prefixed ``[worker:i] `` under the launcher).
 PREEMPTED_LINE = re.compile(r"error: Preempted at step (\d+) of (\d+)")
 #: The relaunch's ``tfdist: ... ; resuming from <path> at step N`` line.
 RESUMED_LINE = re.compile(r"resuming from (\S+) at step (\d+)")
-#: How often the parent looks at ``metrics.jsonl`` and the processes.
-POLL_SECONDS = 0.05
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -138,18 +136,13 @@ def _train_rows(metrics: Path) -> tuple[list[int], float]:
     """The steps of the train rows in ``metrics`` so far, and when the file was last written (unix time)."""
     try:
         before = metrics.stat().st_mtime
-        lines = metrics.read_text().splitlines()
+    except FileNotFoundError:
+        return [], 0.0
+    steps = [row["step"] for row in rows(metrics, "train")]
+    try:
         after = metrics.stat().st_mtime
     except FileNotFoundError:
         return [], 0.0
-    steps = []
-    for line in lines:
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:  # a row being written
-            continue
-        if row.get("split") == "train":
-            steps.append(row["step"])
     return steps, (after if before == after else time.time())
 
 

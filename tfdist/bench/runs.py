@@ -11,6 +11,7 @@ if still there at the end; a launcher's tasks die with it
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -19,6 +20,30 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from tfdist.cluster.network import free_ports
+
+#: How often a parent looks at a run's ``metrics.jsonl`` and its processes.
+POLL_SECONDS = 0.05
+
+
+def rows(metrics: Path, split: str) -> list[dict]:
+    """The rows of ``split`` (``"train"``, ``"eval"``) in a run's ``metrics.jsonl`` so far.
+
+    The run appends while the parent reads, so a last line being written (not yet JSON) is skipped; a file not
+    yet there has no rows.
+    """
+    try:
+        lines = metrics.read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    out = []
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if row.get("split") == split:
+            out.append(row)
+    return out
 
 
 def train_command(flags: Sequence[str], directory: Path, cluster: Mapping[str, int] | None = None) -> list[str]:
