@@ -106,7 +106,7 @@ def test_probing_from_a_namespace_names_the_filtered_port_and_the_remote_listene
     assert (f"worker:2 ({nobody}:{port}): the port is closed (filtered by a firewall) or the host is down"
             in result.stdout)
     assert f"worker:3 ({hosts.address(1)}:{taken}): something already listens on" in result.stdout
-    assert re.search(rf"^worker:0 .* free \(this machine\) +no$", result.stdout, re.M)  # namespace 0 is "here"
+    assert re.search(r"^worker:0 .* free \(this machine\) +no$", result.stdout, re.M)  # namespace 0 is "here"
     assert re.search(rf"^worker:1 +{re.escape(hosts.address(1))}:{port} .* free +no$", result.stdout, re.M)
 
 

@@ -97,7 +97,7 @@ def test_a_worker_whose_input_stalls_is_named_by_every_worker_and_both_log_their
     assert ended_after < TIMEOUT_S + 30
     for i, text in enumerate(texts):
         line = last_line(text)
-        assert line.startswith(f"error: No progress for ") and f"(this is worker:{i})" in line, line
+        assert line.startswith("error: No progress for ") and f"(this is worker:{i})" in line, line
         assert "worker:1 is behind, reading input" in line and "worker:0 waits for it in a collective" in line, line
         assert "worker:0 is behind" not in line
         assert "the Python stacks of its threads:" in text and "most recent call first" in text

@@ -21,7 +21,6 @@ data is expected and how to provide it.
 from __future__ import annotations
 
 import fcntl
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
