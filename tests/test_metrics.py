@@ -57,3 +57,12 @@ def test_loss_is_averaged_per_image_then_over_the_global_batch():
     halves = [tf.nn.compute_average_loss(per_image[i : i + 2], global_batch_size=4) for i in (0, 2)]
     whole = tf.nn.compute_average_loss(per_image, global_batch_size=4)
     assert float(sum(halves)) == pytest.approx(float(whole), rel=1e-6)
+
+
+@pytest.mark.parametrize("label", [-1, 4])
+def test_a_mask_label_outside_the_classes_fails_the_step(label):
+    masks, logits = _batch(0, classes=4)
+    masks[0, 0, 0, 0] = label
+    step = tf.function(lambda masks, logits: step_stats(masks, logits, tf.zeros([6]), 4))  # as the loops run it
+    with pytest.raises(tf.errors.InvalidArgumentError, match="mask labels must be"):
+        step(masks, logits)
