@@ -31,8 +31,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from tfdist.bench import runs
-from tfdist.bench.runs import POLL_SECONDS, Process, train_command
+from tfdist.bench.runs import POLL_SECONDS, Process, rows, train_command
 
 #: The accuracy every row must reach: eval mean IoU of the default experiment.
 TARGET = 0.80
@@ -101,7 +100,7 @@ def measure(spec: AccuracySpec) -> dict[str, Any]:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"accuracy benchmark: {spec.name} still running after {spec.timeout:g} s: "
                                        f"{proc.text()[-1500:]}")
-                for row in runs.rows(metrics, "eval")[len(seen):]:
+                for row in rows(metrics, "eval")[len(seen):]:
                     seen.append([time.time() - proc.started_at, row["step"], row["mean_iou"]])
                     if row["mean_iou"] >= spec.target and reached is None:
                         reached = seen[-1]
@@ -109,7 +108,7 @@ def measure(spec: AccuracySpec) -> dict[str, Any]:
             if reached is not None and not spec.full_budget and proc.popen.poll() is None:
                 proc.popen.send_signal(signal.SIGTERM)
             status = proc.wait(120, "exit")
-            for row in runs.rows(metrics, "eval")[len(seen):]:  # written as it ended
+            for row in rows(metrics, "eval")[len(seen):]:  # written as it ended
                 seen.append([time.time() - proc.started_at, row["step"], row["mean_iou"]])
                 reached = reached or (seen[-1] if row["mean_iou"] >= spec.target else None)
             if status not in (0, 42) or (status == 42 and reached is None):
@@ -125,15 +124,15 @@ def measure(spec: AccuracySpec) -> dict[str, Any]:
 
 def run_all(specs: Sequence[AccuracySpec], log: Callable[[str], None] = print) -> dict:
     """Each spec measured once, in order; the ``"accuracy"`` part of the results JSON."""
-    rows = []
+    measured = []
     for spec in specs:
         log(f"bench: {spec.name} ...")
         row = measure(spec)
         last = row["evals"][-1][2] if row["evals"] else float("nan")
         log(f"bench: {spec.name}: " + (f"mean IoU >= {spec.target} after {row['seconds_to_target']:.0f} s (step "
                                        f"{row['step']})" if row["reached"] else f"never reached, last {last:.3f}"))
-        rows.append(row)
-    return {"runs": 1, "target": TARGET, "rows": rows}
+        measured.append(row)
+    return {"runs": 1, "target": TARGET, "rows": measured}
 
 
 def markdown(section: Mapping[str, Any]) -> list[str]:
