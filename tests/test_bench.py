@@ -166,6 +166,62 @@ def test_a_failed_child_ends_its_peers_at_once():
     assert time.monotonic() - started < 30  # the peer was killed, not waited for (it sleeps 60 s)
 
 
+#: A stand-in for TensorFlow's ``profiler_v2.py`` whose ``stop`` aborts the process (as TF 2.21's can, see
+#: ``children``) while ``crashes`` says so; ``elsewhere`` aborts in a function of another name.
+FAKE_PROFILER = """
+import os
+
+def crashes(marker, times):
+    # One more crash per call until ``times``; atomic across the processes of a cluster.
+    for i in range(times):
+        try:
+            os.close(os.open(f"{marker}.{i}", os.O_CREAT | os.O_EXCL))
+            return True
+        except FileExistsError:
+            pass
+    return False
+
+def stop(marker, times):
+    if crashes(marker, times):
+        os.abort()
+
+def elsewhere(marker, times):
+    if crashes(marker, times):
+        os.abort()
+"""
+
+
+def _profiler_cluster(tmp_path, function: str, times: int, processes: int, attempts: int = 5):
+    (tmp_path / "profiler_v2.py").write_text(FAKE_PROFILER)
+    code = (f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import profiler_v2; "
+            f"profiler_v2.{function}({str(tmp_path / 'crash')!r}, {times}); "
+            "import os; print('BENCH {\"name\": \"ok\"}')")
+    logs = []
+    ran = children.run_cluster(lambda: [sys.executable, "-c", code], processes, timeout=60, attempts=attempts,
+                               log=logs.append)
+    return ran, logs
+
+
+def test_a_cluster_whose_child_died_in_the_profilers_stop_runs_again(tmp_path):
+    ran, logs = _profiler_cluster(tmp_path, "stop", times=3, processes=2)  # both crash in run 1, one in run 2
+    assert ran == [[Measured(name="ok")], [Measured(name="ok")]]
+    assert logs == [f"bench: benchmark child died in TensorFlow's profiler ({-6}); running it again ({n} of at most 5)"
+                    for n in (2, 3)]
+
+
+def test_the_profilers_crash_is_run_again_at_most_attempts_times(tmp_path):
+    with pytest.raises(children.ProfilerCrashed, match="died in TensorFlow's profiler"):
+        _profiler_cluster(tmp_path, "stop", times=3, processes=1, attempts=3)
+    assert len(list(tmp_path.glob("crash.*"))) == 3  # three runs, each crashed
+
+
+def test_any_other_crash_fails_at_once(tmp_path):
+    with pytest.raises(RuntimeError, match=r"benchmark child failed \(-6\)") as raised:
+        _profiler_cluster(tmp_path, "elsewhere", times=1, processes=1)
+    assert not isinstance(raised.value, children.ProfilerCrashed)
+    assert "in elsewhere" in str(raised.value)  # the child's Python stack (faulthandler) is in the message
+
+
 def test_the_train_step_profile_runs_and_prints_each_step_against_keras():
     result = subprocess.run([sys.executable, "examples/profile_train_step.py", "--blocks=3", "--steps=1"],
                             capture_output=True, text=True, timeout=400, cwd=REPO)

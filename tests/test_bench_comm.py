@@ -8,19 +8,12 @@ by the tests that read its results.
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
 import sys
-import time
 
 import pytest
 
-from tfdist.bench import comm, projection, trace
-from tfdist.cluster.network import free_ports
+from tfdist.bench import children, comm, projection, trace
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # --- pure functions -----------------------------------------------------------------------------
 
@@ -93,46 +86,27 @@ def test_collective_kinds_from_op_names():
 # --- a real 2-worker cluster --------------------------------------------------------------------
 
 WORKER = """
-import json, sys
+import json, os, sys
 from tfdist.strategies import make_strategy, setup_host
 setup_host(inter_op_threads=4)
 strategy = make_strategy("multi_worker_mirrored")
 from tfdist.bench import comm, trace
+from tfdist.bench.rows import Measured
+index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
 sweep = comm.sweep(strategy, [4 << 10, 4 << 20], warmup=2, iterations=5)
-share = trace.traced_unet(strategy, sys.argv[1], steps=2, warmup=2)
-print("RESULT " + json.dumps({"sweep": sweep, "share": share}), flush=True)
+share = trace.traced_unet(strategy, os.path.join(sys.argv[1], f"trace{index}"), steps=2, warmup=2)
+print(Measured(name=f"worker{index}", details={"sweep": sweep, "share": share}).to_line(), flush=True)
 """
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """Each worker's ``{"sweep": ..., "share": ...}`` from one 2-worker run (bounded, all processes killed)."""
+    """Each worker's ``{"sweep": ..., "share": ...}`` from one 2-worker run (``children.run_cluster``: bounded,
+    every process killed, run again if TensorFlow's profiler crashes as it stops)."""
     tmp = tmp_path_factory.mktemp("comm")
-    workers = {"worker": [f"127.0.0.1:{p}" for p in free_ports(2)]}
-    procs = []
-    try:
-        for i in range(2):
-            tf_config = json.dumps({"cluster": workers, "task": {"type": "worker", "index": i}})
-            env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TF_CONFIG": tf_config}
-            out = open(tmp / f"worker{i}.log", "w")
-            procs.append(subprocess.Popen([sys.executable, "-c", WORKER, str(tmp / f"trace{i}")], cwd=REPO, env=env,
-                                          stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
-            out.close()
-        deadline = time.time() + 240
-        while any(p.poll() is None for p in procs) and not any(p.poll() for p in procs):
-            assert time.time() < deadline, "the 2-worker cluster did not finish in 240 s"
-            time.sleep(0.2)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait(timeout=30)
-    results = []
-    for i, p in enumerate(procs):
-        log = (tmp / f"worker{i}.log").read_text()
-        assert p.returncode == 0, log[-3000:]
-        results.append(json.loads(next(line for line in log.splitlines() if line.startswith("RESULT "))[7:]))
-    return results
+    per_worker = children.run_cluster(lambda: [sys.executable, "-c", WORKER, str(tmp)], 2, timeout=240)
+    assert [results[0].name for results in per_worker] == ["worker0", "worker1"]
+    return [results[0].details for results in per_worker]
 
 
 def test_sweep_on_two_workers(cluster):

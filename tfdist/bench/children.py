@@ -5,19 +5,32 @@ A job runs in one child, or in a cluster of them (one
 ``python -m tfdist.bench --child JOB`` and answers one ``Measured`` line per
 row on stdout. Waits are bounded, and a failed child ends its peers at once,
 since they would wait for it.
+
+One failure is run again: TensorFlow 2.21's profiler can corrupt its own heap
+when it stops (``tf.profiler.experimental.stop`` aborts or segfaults in
+``TraceMeRecorder::Consume``, ``SplitEventTracker::FindStartAndMerge``: it
+keeps pointers to the events of ops that ended on another thread than they
+began, in a vector that can reallocate, and so copy them, before it follows
+them). A traced 2-worker step hit it in about one cluster in four here (9 of
+36 runs, always on worker 1). Nothing in the step causes it, so a cluster
+whose child died that way (``profiler_crashed``, read from the stack that
+``PYTHONFAULTHANDLER`` prints) runs again on fresh ports, at most
+``PROFILER_ATTEMPTS`` times in all; any other failure fails at once.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import re
+import signal
 import subprocess
 import sys
 import tempfile
 import time
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
-from tfdist.bench.rows import RESULT_PREFIX, ChildJob, Job, Measured, RowSpec
+from tfdist.bench.rows import RESULT_PREFIX, ChildJob, Job, Measured
 from tfdist.cluster.network import free_ports
 from tfdist.cluster.spec import parse_cluster_spec
 from tfdist.cluster.task import Task
@@ -30,13 +43,32 @@ def _parse_child_output(stdout: str) -> list[Measured]:
     return results
 
 
-def _spawn(rows: Sequence[RowSpec], env: Mapping[str, str] | None = None) -> subprocess.Popen:
-    """Start a benchmark child on ``rows`` (``env``: a cluster task's TF_CONFIG, else none)."""
-    child_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}
-    if env is None:
-        child_env.pop("TF_CONFIG", None)
-    job = ChildJob(rows=tuple(rows), spawned_at=time.time())
-    return _start([sys.executable, "-m", "tfdist.bench", "--child", job.to_json()], child_env)
+#: How many times in all a cluster is run when TensorFlow's profiler crashes as it stops (one in four, measured).
+PROFILER_ATTEMPTS = 5
+
+#: The Python frame that ``faulthandler`` prints for a crash inside ``tf.profiler.experimental.stop``.
+_PROFILER_STOP_FRAME = re.compile(r'profiler_v2\.py", line \d+ in stop\b')
+
+
+class ProfilerCrashed(RuntimeError):
+    """A child died of TensorFlow's profiler crash (``profiler_crashed``): the run may be made again."""
+
+
+def profiler_crashed(returncode: int | None, stderr: str) -> bool:
+    """Whether a child died (SIGABRT or SIGSEGV) inside ``tf.profiler.experimental.stop``, by its stack on stderr."""
+    return returncode in (-signal.SIGABRT, -signal.SIGSEGV) and bool(_PROFILER_STOP_FRAME.search(stderr))
+
+
+def _env(tf_config: str | None) -> dict[str, str]:
+    """A child's environment: TensorFlow's info lines off, a Python stack on a crash, and its TF_CONFIG or none.
+
+    ``TFDIST_TF_LOGS=1`` keeps ``tfdist.quiet``'s forwarder out of the child,
+    so that a crash's stack is in the child's stderr file when the child has
+    died, not still on its way through the forwarder.
+    """
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONFAULTHANDLER": "1", "TFDIST_TF_LOGS": "1"}
+    env.pop("TF_CONFIG", None)
+    return env if tf_config is None else {**env, "TF_CONFIG": tf_config}
 
 
 def _start(argv: list[str], env: Mapping[str, str]) -> subprocess.Popen:
@@ -68,6 +100,10 @@ def _collect(processes: list[subprocess.Popen], timeout: float = 900) -> list[li
             time.sleep(0.2)
             statuses = [p.poll() for p in processes]
         outputs = [tuple(_read(f) for f in proc.outputs) for proc in processes]
+        # The profiler's crash first: a peer of the crashed child may have failed after it, for want of it.
+        for proc, (_, stderr) in zip(processes, outputs):
+            if profiler_crashed(proc.returncode, stderr):
+                raise ProfilerCrashed(f"benchmark child died in TensorFlow's profiler ({proc.returncode})")
         for proc, (_, stderr) in zip(processes, outputs):
             if proc.returncode:
                 raise RuntimeError(f"benchmark child failed ({proc.returncode}): {stderr.strip()[-1500:]}")
@@ -88,10 +124,36 @@ def combine(job: Job, per_process: Sequence[Sequence[Measured]]) -> list[Measure
             for i, row in enumerate(per_process[0])]
 
 
-def launch(job: Job) -> list[Measured]:
+def run_cluster(command: Callable[[], Sequence[str]], processes: int, *, timeout: float = 900,
+                attempts: int = PROFILER_ATTEMPTS, log: Callable[[str], None] = print) -> list[list[Measured]]:
+    """Run ``command()`` in ``processes`` children, each one worker task of a cluster on 127.0.0.1 when several.
+
+    Returns each child's ``Measured`` lines, in task order. A run whose child
+    died of the profiler's crash (``ProfilerCrashed``) is made again, on
+    fresh ports and with a fresh ``command()``, up to ``attempts`` runs in
+    all, each retry logged; any other failure raises at once
+    (``RuntimeError``).
+    """
+    attempt = 1
+    while True:
+        if processes == 1:
+            envs = [_env(None)]
+        else:
+            spec = parse_cluster_spec({"worker": [f"127.0.0.1:{p}" for p in free_ports(processes)]}, source="bench")
+            envs = [_env(Task(spec=spec, type="worker", index=i).tf_config_json()) for i in range(processes)]
+        try:
+            return _collect([_start(list(command()), env) for env in envs], timeout=timeout)
+        except ProfilerCrashed as e:
+            if attempt >= attempts:
+                raise
+            attempt += 1
+            log(f"bench: {e}; running it again ({attempt} of at most {attempts})")
+
+
+def launch(job: Job, log: Callable[[str], None] = print) -> list[Measured]:
     """Run one job's rows in ``job.processes`` processes (a cluster's worker tasks when several); ``combine``d."""
-    if job.processes == 1:
-        return combine(job, _collect([_spawn(job.rows)]))
-    spec = parse_cluster_spec({"worker": [f"127.0.0.1:{p}" for p in free_ports(job.processes)]}, source="bench")
-    tasks = [Task(spec=spec, type="worker", index=i) for i in range(job.processes)]
-    return combine(job, _collect([_spawn(job.rows, {"TF_CONFIG": task.tf_config_json()}) for task in tasks]))
+    def command() -> list[str]:
+        child = ChildJob(rows=tuple(job.rows), spawned_at=time.time())
+        return [sys.executable, "-m", "tfdist.bench", "--child", child.to_json()]
+
+    return combine(job, run_cluster(command, job.processes, log=log))

@@ -88,7 +88,7 @@ def run_benchmark(*, quick: bool, steps: int = 0, repeats: int = 0, only: Sequen
     runs: dict[str, list[Measured]] = {}
     for job in jobs_for(planned.every_row, repeats):
         log(f"bench: {', '.join(r.name for r in job.rows)} (repeat {job.repeat + 1}) ...")
-        for result in launch(job):
+        for result in launch(job, log=log):
             runs.setdefault(result.name, []).append(result)
             if result.images_per_second is not None:
                 log(f"bench: {result.name}: {result.images_per_second:.1f} images/s ({result.row_seconds:.0f} s)")
