@@ -11,8 +11,8 @@ when it stops (``tf.profiler.experimental.stop`` aborts or segfaults in
 ``TraceMeRecorder::Consume``, ``SplitEventTracker::FindStartAndMerge``: it
 keeps pointers to the events of ops that ended on another thread than they
 began, in a vector that can reallocate, and so copy them, before it follows
-them). A traced 2-worker step hit it in about one cluster in four here (9 of
-36 runs, always on worker 1). Nothing in the step causes it, so a cluster
+them). A traced 2-worker step hit it in about one cluster in four here (12
+of 53 runs, always on worker 1). Nothing in the step causes it, so a cluster
 whose child died that way (``profiler_crashed``, read from the stack that
 ``PYTHONFAULTHANDLER`` prints) runs again on fresh ports, at most
 ``PROFILER_ATTEMPTS`` times in all; any other failure fails at once.
