@@ -6,7 +6,7 @@ A job runs in one child, or in a cluster of them (one
 row on stdout. Waits are bounded, and a failed child ends its peers at once,
 since they would wait for it.
 
-One failure is run again: TensorFlow 2.21's profiler can corrupt its own heap
+One kind of failure is run again: TensorFlow 2.21's profiler can corrupt its own heap
 when it stops (``tf.profiler.experimental.stop`` aborts or segfaults in
 ``TraceMeRecorder::Consume``, ``SplitEventTracker::FindStartAndMerge``: it
 keeps pointers to the events of ops that ended on another thread than they
