@@ -70,15 +70,22 @@ def stopped_tasks(directory: Path, tasks: list[str], *, now: float | None = None
     For a lost-peer line (``roles.peer_errors``): a peer that is up but
     stopped or frozen still accepts connections, so only its heartbeat tells.
     A task with no heartbeat file is not named (it may never have started one).
+    Each heartbeat is judged by the interval its task writes at (its record's
+    ``interval``; ``MAX_INTERVAL`` where it has none). Under a short
+    ``--progress_timeout`` a task writes every 0.6 s, and TensorFlow's
+    coordination service (a 10 s heartbeat timeout, heartbeats every 5 s) can
+    end the run about 5 s after a task stopped, before ``MAX_INTERVAL``'s
+    8 s: the suite once saw that lost-peer line name no one.
     """
     now = time.time() if now is None else now
     found = []
     for task in tasks:
         try:
-            age = now - json.loads((Path(directory) / heartbeat_name(task)).read_text())["time"]
-        except (OSError, ValueError, KeyError):
+            record = json.loads((Path(directory) / heartbeat_name(task)).read_text())
+            age, interval = now - record["time"], float(record.get("interval", MAX_INTERVAL))
+        except (OSError, ValueError, KeyError, TypeError):
             continue
-        if age > stale_after():
+        if age > stale_after(interval):
             found.append(f"{task} (no heartbeat for {age:.0f} s: stopped or frozen)")
     return found
 
@@ -211,7 +218,7 @@ class Watchdog:
 
     def _record(self) -> dict:
         return {"task": self.task, "host": socket.gethostname(), "pid": os.getpid(), "time": time.time(),
-                "phase": self.phase, "step": self.step,
+                "interval": self.interval, "phase": self.phase, "step": self.step,
                 "fed": self.batches.fed if self.batches is not None else None}
 
     def _write(self) -> None:
