@@ -42,9 +42,12 @@ def step_stats(masks, logits, per_image, num_classes: int):
     """
     labels = tf.reshape(tf.cast(masks, tf.int32), [-1])
     predicted = tf.reshape(tf.argmax(logits, axis=-1, output_type=tf.int32), [-1])
-    # Asserts are stateful: inside a tf.function they run with the step without a control dependency.
-    tf.debugging.assert_non_negative(labels, message="mask labels must be >= 0")
-    tf.debugging.assert_less(labels, num_classes, message=f"mask labels must be < num_classes={num_classes}")
+    # The checks come before the bincount (a control dependency): without it the two raced, and a negative
+    # label sometimes failed first in bincount's own words, "Input arr must be non-negative!" (seen in CI).
+    checks = [tf.debugging.assert_non_negative(labels, message="mask labels must be >= 0"),
+              tf.debugging.assert_less(labels, num_classes, message=f"mask labels must be < num_classes={num_classes}")]
+    with tf.control_dependencies([check for check in checks if check is not None]):  # None: eager, already checked
+        labels = tf.identity(labels)
     cells = num_classes * num_classes
     confusion = tf.cast(tf.math.bincount(labels * num_classes + predicted, minlength=cells, maxlength=cells),
                         tf.float32)
