@@ -195,7 +195,7 @@ def _profiler_cluster(tmp_path, function: str, times: int, processes: int, attem
     (tmp_path / "profiler_v2.py").write_text(FAKE_PROFILER)
     code = (f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import profiler_v2; "
             f"profiler_v2.{function}({str(tmp_path / 'crash')!r}, {times}); "
-            "import os; print('BENCH {\"name\": \"ok\"}')")
+            "print('BENCH {\"name\": \"ok\"}')")
     logs = []
     ran = children.run_cluster(lambda: [sys.executable, "-c", code], processes, timeout=60, attempts=attempts,
                                log=logs.append)
