@@ -4,7 +4,9 @@ The package is split by idea (see DESIGN.md): ``cluster`` turns a cluster spec
 into TF_CONFIG, ``strategies`` builds a strategy by name, ``models`` and
 ``data`` give the model and the input pipelines, ``training`` owns the one
 distributed loop, and ``train``/``tfconfig``/``launch``/``bench`` are thin CLIs.
-``tfdist.fit`` trains any compiled Keras model with that loop.
+``tfdist.fit`` trains any compiled Keras model with that loop; ``tfdist.setup``
+sets a user's own script up for a strategy (and makes Keras' own ``fit`` work
+across workers, ``keras_fit``).
 
 Importing ``tfdist`` does not import TensorFlow, so that CLIs can set up
 logical devices and environment variables before TensorFlow starts.
@@ -18,3 +20,34 @@ def fit(model_fn, x=None, y=None, **kwargs):
     from tfdist.training.fit import fit as _fit
 
     return _fit(model_fn, x, y, **kwargs)
+
+
+def setup(strategy: str = "one_device", **kwargs):
+    """Set this process up for ``strategy`` and return the ``tf.distribute.Strategy``; call it first.
+
+    The first line of a script, before any TensorFlow op: logical CPUs, the
+    cluster and task (TF_CONFIG, ``tfdist.launch``, Slurm, or ``cluster=``/
+    ``task=``), the collectives, then the strategy; and Keras' own ``fit``
+    made to work across workers (``patch_keras``). See
+    ``tfdist.training.session.setup`` for the arguments.
+
+        import tfdist
+        strategy = tfdist.setup("multi_worker_mirrored")   # instead of tf.distribute.MultiWorkerMirroredStrategy()
+    """
+    from tfdist.keras_fit import install
+    from tfdist.training.session import setup as _setup
+
+    result = _setup(strategy, **kwargs)
+    install()
+    return result
+
+
+def patch_keras() -> None:
+    """Make Keras' own ``fit``/``evaluate``/``predict`` work across workers (keras#20585); see ``tfdist.keras_fit``.
+
+    For a script that creates its own ``tf.distribute.MultiWorkerMirroredStrategy()``:
+    ``import tfdist; tfdist.patch_keras()`` at its top.
+    """
+    from tfdist.keras_fit import install
+
+    install()

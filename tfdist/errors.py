@@ -48,6 +48,10 @@ class UserError(ValueError):
         super().__init__(" ".join(str(message).split()))
 
 
+class DevicesFixed(UserError):
+    """TensorFlow has started, so this process's logical devices can no longer be split as asked."""
+
+
 class RunFailed(RuntimeError):
     """A run that started well but cannot go on (e.g. a diverged loss); one line, ``exit_code``."""
 

@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 from tfdist.cluster.spec import TASK_TYPES, ClusterSpec, source_name
 from tfdist.cluster.task import Task
-from tfdist.errors import UserError
+from tfdist.errors import DevicesFixed, UserError
 
 #: The ``ps_shards`` values that work: 0 and 1, whole variables (see ``check_ps_shards``).
 PS_SHARDS_SUPPORTED = (0, 1)
@@ -157,7 +157,7 @@ def setup_host(*, cpu_devices: int = 1, inter_op_threads: int = 0) -> None:
 
     Must run before TensorFlow creates its context. A host that already has
     at least ``cpu_devices`` logical CPUs is left as it is; asking for more
-    once the runtime is up raises a ``UserError`` that says so (logical
+    once the runtime is up raises ``DevicesFixed`` (a ``UserError``) that says so (logical
     devices cannot change later).
 
     Args:
@@ -178,7 +178,7 @@ def setup_host(*, cpu_devices: int = 1, inter_op_threads: int = 0) -> None:
             )
         except RuntimeError:
             have = len(tf.config.list_logical_devices("CPU"))
-            raise UserError(
+            raise DevicesFixed(
                 f"Cannot split the CPU into {cpu_devices} logical devices: TensorFlow is already "
                 f"initialised with {have}. Expected cpu_devices to be set before any TensorFlow op "
                 "(restart the process or notebook kernel)."

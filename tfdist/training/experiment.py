@@ -29,83 +29,19 @@ cluster).
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
 from tfdist import config as config_lib
 from tfdist import strategies
-from tfdist.cluster import network, peers, sources
+from tfdist.cluster import peers
 from tfdist.cluster.task import Task
 from tfdist.errors import DONE_EXIT_CODE, USAGE_EXIT_CODE, RunFailed, UserError
 from tfdist.training.inputs import eval_dataset_fn, local_eval_dataset, train_dataset_fn
 from tfdist.training.preemption import Preemption
 from tfdist.training.roles import finish_together, peer_errors, serve, tell_servers
 from tfdist.training.rundir import RunDir
-
-
-def resolve_cluster(config) -> Task | None:
-    """Find this task (``--cluster/--task`` or TF_CONFIG), check it fits the strategy, export TF_CONFIG.
-
-    Returns:
-        This process's ``Task``, or None for a single process with no cluster.
-    """
-    rt = config.runtime
-    traits = strategies.traits(rt.strategy)
-    task = sources.resolve_task(rt.cluster or None, rt.task or None, slurm_tasks=rt.slurm_tasks)
-    if task is None:
-        if traits.coordinator:
-            raise UserError(
-                f"Missing cluster for strategy={rt.strategy}. Received: no --cluster and no TF_CONFIG. "
-                "Expected --cluster FILE --task TYPE:I with a chief, workers and ps."
-            )
-        return None
-    traits.check_cluster(task.spec)
-    if traits.role(task.type) != "evaluate":
-        # TensorFlow's resolvers read TF_CONFIG; the evaluator is not part of the cluster that trains.
-        os.environ["TF_CONFIG"] = task.tf_config_json(training=True)
-    public = network.public_addresses(task.spec)
-    if public:
-        from absl import logging
-
-        logging.warning(
-            "The cluster spec %s has addresses that may be reachable from outside: %s. TensorFlow's gRPC "
-            "server has no authentication and runs what it receives: use an isolated network.",
-            task.spec.source, ", ".join(public),
-        )
-    return task
-
-
-def _setup_tensorflow(config, task: Task | None, cluster_resolver=None, *, keras_setup: bool = True):
-    """Devices, threads, then the strategy; then (``keras_setup``) precision, seeds and determinism."""
-    rt = config.runtime
-    traits = strategies.traits(rt.strategy)
-    if traits.coordinator:
-        strategies.set_grpc_fail_fast()
-    cpu_devices = rt.cpu_devices or strategies.default_cpu_devices(rt.strategy)
-    inter_op = task.spec.num_tasks + 1 if task else 0
-    strategies.setup_host(cpu_devices=cpu_devices if traits.local_devices else 1, inter_op_threads=inter_op)
-    # The peers meet (bounded by --connect_timeout) right before the strategy binds the gRPC port.
-    with peers.joining(task, rt.connect_timeout, listen_meanwhile=traits.listens_while_joining):
-        strategy = strategies.make_strategy(
-            rt.strategy, cpu_devices=cpu_devices, cluster_resolver=cluster_resolver, communication=rt.communication,
-            bytes_per_pack=rt.bytes_per_pack, collective_timeout=rt.collective_timeout, ps_shards=rt.ps_shards,
-            ps_min_shard_bytes=rt.ps_min_shard_bytes,
-        )
-    if keras_setup:
-        _setup_keras(config)
-    return strategy
-
-
-def _setup_keras(config) -> None:
-    """Precision policy, seeds and op determinism (after the strategy: collectives come first)."""
-    import keras
-    import tensorflow as tf
-
-    keras.mixed_precision.set_dtype_policy(config.runtime.precision)
-    keras.utils.set_random_seed(config.train.seed)
-    if config.train.deterministic:
-        tf.config.experimental.enable_op_determinism()
+from tfdist.training.session import resolve_cluster, setup_keras, setup_tensorflow
 
 
 def _evaluate(config, task: Task, verbose: bool) -> dict:
@@ -115,7 +51,7 @@ def _evaluate(config, task: Task, verbose: bool) -> dict:
     from tfdist.training.evaluator import evaluate_checkpoints
 
     strategies.setup_host(cpu_devices=1)
-    _setup_keras(config)
+    setup_keras(config)
     data_lib.validate_data(config.data)
     return evaluate_checkpoints(task, config, model=build_from_config(config.model, config.data),
                                 eval_dataset=local_eval_dataset(config), verbose=verbose)
@@ -227,11 +163,12 @@ def run(config, *, verbose: bool = True, cluster_resolver=None, weights_dir: str
 
 
 def run_task(config, task: Task | None, run_dir: RunDir, train, *, cluster_resolver=None, verbose: bool = True,
-             keras_setup: bool = True):
+             keras_setup: bool = True, strategy=None):
     """What every training client (``run``, ``tfdist.fit``) does with its task once its input is checked.
 
     A serving task serves (and never returns); a training task sets up
-    TensorFlow and the strategy (``_setup_tensorflow``), then calls
+    TensorFlow and the strategy (``session.setup_tensorflow``; ``strategy``: the one a
+    ``tfdist.setup`` made already), then calls
     ``train(strategy, preemption)`` under ``Preemption`` and ``peer_errors``,
     finishes with its peers, and under a coordinator tells the serving tasks
     how the run ended. Returns what ``train`` returned. ``keras_setup`` False
@@ -240,13 +177,14 @@ def run_task(config, task: Task | None, run_dir: RunDir, train, *, cluster_resol
     """
     rt = config.runtime
     traits = strategies.traits(rt.strategy)
-    if task is not None:
+    if task is not None and strategy is None:
         peers.check_port_free(task)
     if traits.role(task.type if task else None) == "serve":
         serve(task, connect_timeout=rt.connect_timeout, verbose=verbose, heartbeats=run_dir.heartbeats)
     with Preemption(task.name if task else "local") as preemption:
         try:
-            strategy = _setup_tensorflow(config, task, cluster_resolver, keras_setup=keras_setup)
+            if strategy is None:
+                strategy = setup_tensorflow(config, task, cluster_resolver, keras_setup=keras_setup)
             with peer_errors(task, rt.strategy, run_dir):
                 result = train(strategy, preemption)
                 finish_together(task, traits, rt.connect_timeout)

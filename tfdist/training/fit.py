@@ -47,17 +47,20 @@ Limits (what a Keras model must not do under a strategy):
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import tempfile
 
 from tfdist import config as config_lib
 from tfdist import strategies
 from tfdist.errors import UserError
-from tfdist.training.experiment import resolve_cluster, run_task
+from tfdist.training import session as session_lib
+from tfdist.training.experiment import run_task
+from tfdist.training.session import resolve_cluster
 from tfdist.training.rundir import RunDir
 
 
-def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy: str = "one_device",
+def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy: str | None = None,
         validation_data=None, steps_per_epoch: int | None = None, validation_steps: int | None = None,
         shuffle: bool = True, initial_epoch: int = 0, callbacks=None, verbose: int = 1, model_dir=None,
         cluster: str | None = None, task: str | None = None, cpu_devices: int = 0, seed: int | None = None,
@@ -73,7 +76,9 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy:
       batch_size: the global batch: examples per step over all replicas and workers (required for numpy and
         a ``dataset_fn``; a Dataset's own batches are global batches).
       epochs: the epoch to train to (Keras' meaning, with ``initial_epoch``).
-      strategy: one of ``tfdist.strategies.NAMES``.
+      strategy: one of ``tfdist.strategies.NAMES``; default: the one ``tfdist.setup`` set this process up for,
+        else ``one_device``. After ``tfdist.setup``, ``strategy``, ``cpu_devices``, ``cluster`` and ``task`` are the
+        session's (the process is set up once).
       validation_data: ``(x_val, y_val)`` or a Dataset of global batches, evaluated after each epoch.
       steps_per_epoch: steps per epoch (default: the whole of numpy data, or a finite Dataset).
       validation_steps: eval steps (default: all of ``validation_data``).
@@ -100,9 +105,19 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy:
       UserError: bad arguments, a model without a loss, a metric that does not add up, a cluster that does
         not fit the strategy.
     """
-    runtime = config_lib.RuntimeConfig(strategy=strategy, cpu_devices=cpu_devices, cluster=cluster or "",
-                                       task=task or "", connect_timeout=connect_timeout,
-                                       progress_timeout=progress_timeout)
+    session = session_lib.current()
+    if session is not None:
+        if strategy not in (None, session.runtime.strategy):
+            raise UserError(f"Invalid `strategy` for tfdist.fit after tfdist.setup. Received: strategy={strategy!r}, "
+                            f"and the process is set up for {session.runtime.strategy!r}. Expected strategy=None "
+                            "or the set-up's own.")
+        strategy = session.runtime.strategy
+        runtime = dataclasses.replace(session.runtime, progress_timeout=progress_timeout)
+    else:
+        strategy = strategy or "one_device"
+        runtime = config_lib.RuntimeConfig(strategy=strategy, cpu_devices=cpu_devices, cluster=cluster or "",
+                                           task=task or "", connect_timeout=connect_timeout,
+                                           progress_timeout=progress_timeout)
     temporary = model_dir is None
     model_dir = tempfile.mkdtemp(prefix="tfdist-fit-") if temporary else str(model_dir)
     config = config_lib.Config(runtime=runtime,
@@ -111,7 +126,10 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy:
     if not (isinstance(epochs, int) and epochs >= 1 and 0 <= initial_epoch < epochs):
         raise UserError(f"Invalid `epochs`/`initial_epoch`. Received: epochs={epochs!r}, "
                         f"initial_epoch={initial_epoch!r}. Expected 0 <= initial_epoch < epochs.")
-    found = None if cluster_resolver is not None else resolve_cluster(config)
+    if session is not None:
+        found = session.task
+    else:
+        found = None if cluster_resolver is not None else resolve_cluster(config)
     if traits.role(found.type if found else None) == "evaluate":
         raise UserError(f"Invalid task for tfdist.fit: {found.name}. Received: an evaluator task. Expected "
                         "chief, worker or ps tasks (fit evaluates validation_data itself).")
@@ -135,7 +153,7 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy:
 
     try:
         return run_task(config, found, run_dir, train, cluster_resolver=cluster_resolver, verbose=bool(verbose),
-                        keras_setup=False)
+                        keras_setup=False, strategy=session.strategy if session is not None else None)
     finally:
         if temporary:
             shutil.rmtree(model_dir, ignore_errors=True)
