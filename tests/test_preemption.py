@@ -309,8 +309,8 @@ def test_a_signal_before_the_loop_ends_at_once_and_inside_it_is_remembered():
             with Preemption("worker:3") as preemption:
                 preemption.deferred()
                 raise Preempted("saved")
-        assert signal.getsignal(signal.SIGTERM) is preemption_module._exit_preempted
-        assert signal.getsignal(signal.SIGUSR1) is preemption_module._exit_preempted
+        assert signal.getsignal(signal.SIGTERM) is preemption_module.exit_preempted
+        assert signal.getsignal(signal.SIGUSR1) is preemption_module.exit_preempted
     finally:
         signal.signal(signal.SIGTERM, before)
         signal.signal(signal.SIGUSR1, signal.SIG_DFL)

@@ -23,11 +23,10 @@ import threading
 import weakref
 
 from tfdist.errors import PREEMPTED_EXIT_CODE
+from tfdist.training.preemption import SIGNALS, exit_preempted, signal_name
 
 #: The log key that carries the vote out of the step; removed before Keras sees the logs.
 VOTE = "_tfdist_preemption_vote"
-#: The signals that mean "preempted" (as ``training.preemption``).
-SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 
 _votes: "weakref.WeakKeyDictionary[object, object]" = weakref.WeakKeyDictionary()
 
@@ -72,9 +71,12 @@ class PreemptionVote:
                 self._previous[signum] = signal.signal(signum, self._handle)
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, exc, traceback) -> None:
+        # Preempted, the process is on its way out with status 42: a further signal (a launcher stopping the
+        # other tasks) must not turn it into a death by signal.
+        preempted = isinstance(exc, SystemExit) and exc.code == PREEMPTED_EXIT_CODE
         for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
+            signal.signal(signum, exit_preempted if preempted else handler)
         self._previous = {}
         vars(self.model).pop("train_step", None)  # the class' own train_step shows again
         self.model.train_function = None
@@ -103,7 +105,7 @@ class PreemptionVote:
 
         resolver = self.strategy.cluster_resolver
         me = f"{resolver.task_type}:{resolver.task_id}"
-        why = (f"{me} received {signal.Signals(self.received).name}" if self.received is not None
+        why = (f"{me} received {signal_name(self.received)}" if self.received is not None
                else f"another worker received SIGTERM or SIGUSR1 (this is {me})")
         for backup in self.backups:
             backup._save_model()

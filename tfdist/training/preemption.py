@@ -51,7 +51,7 @@ def signal_name(signum: int) -> str:
     return signal.Signals(signum).name
 
 
-def _exit_preempted(signum, frame) -> None:
+def exit_preempted(signum, frame) -> None:
     """After a preemption: a second signal ends the process at once, with the preempted status."""
     sys.stdout.flush()
     sys.stderr.flush()
@@ -80,7 +80,7 @@ class Preemption:
         # signal (a launcher stopping the others) must not turn its status 42 into a death by signal (143).
         preempted = exc_type is not None and issubclass(exc_type, Preempted)
         for signum, handler in self._previous.items():
-            signal.signal(signum, _exit_preempted if preempted else handler)
+            signal.signal(signum, exit_preempted if preempted else handler)
         self._previous = {}
 
     def _install(self) -> None:

@@ -1,0 +1,122 @@
+"""A user's Keras script in the shape of TensorFlow's "Multi-worker training with Keras" tutorial.
+
+Run once per task (``tfdist.launch`` gives each its TF_CONFIG), or alone. The
+tfdist part is one line at the top (``--form``): ``setup`` replaces the
+strategy line with ``tfdist.setup("multi_worker_mirrored")``; ``patch`` keeps
+the tutorial's own ``tf.distribute.MultiWorkerMirroredStrategy()`` after
+``tfdist.patch_keras()``; ``none`` is the tutorial as it is. Synthetic
+MNIST-shaped data replaces the download. Prints ``RESULT {json}``: each
+epoch's logs, ``evaluate``'s, and a checksum of ``predict``'s output.
+
+``--preempt_at B``: worker 1 sends itself SIGTERM after global batch B, once
+(a marker file in ``--out`` says it did), so a relaunch runs unsignalled.
+"""
+
+import argparse
+import json
+import os
+import signal
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--form", choices=("setup", "patch", "none"), default="setup")
+parser.add_argument("--out", required=True)
+parser.add_argument("--epochs", type=int, default=3)
+parser.add_argument("--preempt_at", type=int, default=-1)
+args = parser.parse_args()
+
+if args.form == "setup":
+    import tfdist
+
+    strategy = tfdist.setup("multi_worker_mirrored")
+elif args.form == "patch":
+    import tfdist
+
+    tfdist.patch_keras()
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+import keras  # noqa: E402
+
+if args.form != "setup":
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+
+per_worker_batch_size = 16
+num_workers = len(json.loads(os.environ.get("TF_CONFIG", "{}")).get("cluster", {}).get("worker", [])) or 1
+global_batch_size = 32  # the same global batch however many workers
+
+
+def mnist_dataset(batch_size, seed=7):
+    rng = np.random.default_rng(0)
+    x = rng.random((384, 14, 14), dtype=np.float32)
+    y = (x[:, :7].mean(axis=(1, 2)) * 10).astype(np.int64) % 10
+    return (tf.data.Dataset.from_tensor_slices((x, y)).shuffle(384, seed=seed).repeat().batch(batch_size),
+            tf.data.Dataset.from_tensor_slices((x[:96], y[:96])).batch(batch_size))
+
+
+def build_and_compile_cnn_model():
+    keras.utils.set_random_seed(1)
+    model = keras.Sequential([
+        keras.layers.InputLayer(shape=(14, 14)),
+        keras.layers.Reshape(target_shape=(14, 14, 1)),
+        keras.layers.Conv2D(8, 3, activation="relu"),
+        keras.layers.Flatten(),
+        keras.layers.Dense(32, activation="relu"),
+        keras.layers.Dense(10),
+    ])
+    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  optimizer=keras.optimizers.SGD(learning_rate=0.05), metrics=["accuracy"])
+    return model
+
+
+class SelfPreempt(keras.callbacks.Callback):
+    """Worker 1 sends itself SIGTERM after global batch ``at``, once."""
+
+    def __init__(self, at):
+        super().__init__()
+        self.at, self.seen = at, 0
+        self.marker = os.path.join(args.out, "preempted-once")
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.seen += 1
+        task = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {})
+        if self.seen == self.at and task.get("index") == 1 and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+class Weights(keras.callbacks.Callback):
+    """Writes a checksum of the weights at the start of training and after each batch (``weights-<task>.jsonl``)."""
+
+    def _write(self, when):
+        task = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {})
+        path = os.path.join(args.out, f"weights-{task.get('type', 'local')}{task.get('index', '')}.jsonl")
+        total = float(sum(np.abs(w).sum() for w in self.model.get_weights()))
+        with open(path, "a") as f:
+            f.write(json.dumps({"when": when, "sum": total}) + "\n")
+
+    def on_train_begin(self, logs=None):
+        self._write("begin")
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._write(f"batch {batch}")
+
+
+multi_worker_dataset, eval_dataset = mnist_dataset(global_batch_size)
+with strategy.scope():
+    multi_worker_model = build_and_compile_cnn_model()
+
+callbacks = [
+    keras.callbacks.BackupAndRestore(backup_dir=os.path.join(args.out, "backup"), delete_checkpoint=False),
+    keras.callbacks.ModelCheckpoint(os.path.join(args.out, "ckpt", "model-{epoch}.keras")),
+    keras.callbacks.TensorBoard(log_dir=os.path.join(args.out, "tb")),
+    keras.callbacks.CSVLogger(os.path.join(args.out, "log.csv")),
+    Weights(),
+]
+if args.preempt_at >= 0:
+    callbacks.append(SelfPreempt(args.preempt_at))
+history = multi_worker_model.fit(multi_worker_dataset, epochs=args.epochs, steps_per_epoch=6,
+                                 validation_data=eval_dataset, callbacks=callbacks, verbose=0)
+evaluated = multi_worker_model.evaluate(eval_dataset, return_dict=True, verbose=0)
+predicted = multi_worker_model.predict(eval_dataset, verbose=0)
+print("RESULT " + json.dumps({"history": history.history, "evaluate": evaluated,
+                              "predict": [list(predicted.shape), float(np.abs(predicted).sum())]}), flush=True)
