@@ -9,7 +9,8 @@ to its logs; the logs are averaged over every replica and worker already
 without a collective of its own. Before the next step every worker then
 saves the step it reached through the ``BackupAndRestore`` callback (the
 chief to the real backup, the others to their private copy), and the process
-ends with status 42 (``errors.PREEMPTED_EXIT_CODE``). Run the same command
+ends at once with status 42 (``errors.PREEMPTED_EXIT_CODE``), after ``fit``
+has cleaned up: code after ``fit`` does not run. Run the same command
 again: ``BackupAndRestore`` restores the weights and optimizer of that step,
 and Keras goes on from the start of the epoch it was in (Keras' own resume;
 ``tfdist.fit`` resumes at the step itself).
@@ -17,6 +18,7 @@ and Keras goes on from the start of the epoch it was in (Keras' own resume;
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -27,6 +29,25 @@ from tfdist.training.preemption import SIGNALS, exit_preempted, signal_name
 
 #: The log key that carries the vote out of the step; removed before Keras sees the logs.
 VOTE = "_tfdist_preemption_vote"
+
+class Stopped(BaseException):
+    """Every worker stopped at the same step and saved it: ``fit`` ends the process with status 42 (``leave``).
+
+    A ``BaseException``, so that a user's ``except Exception`` around ``fit`` does not swallow it.
+    """
+
+
+def leave() -> None:
+    """End the process at once with status 42, once ``fit``'s callbacks have cleaned up.
+
+    At once: while an interpreter shuts down, its signal handlers are back to
+    the default, so a launcher's SIGTERM in those seconds would end the
+    process as killed by a signal (143) instead of preempted.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(PREEMPTED_EXIT_CODE)
+
 
 _votes: "weakref.WeakKeyDictionary[object, object]" = weakref.WeakKeyDictionary()
 
@@ -74,7 +95,7 @@ class PreemptionVote:
     def __exit__(self, exc_type, exc, traceback) -> None:
         # Preempted, the process is on its way out with status 42: a further signal (a launcher stopping the
         # other tasks) must not turn it into a death by signal.
-        preempted = isinstance(exc, SystemExit) and exc.code == PREEMPTED_EXIT_CODE
+        preempted = isinstance(exc, Stopped)
         for signum, handler in self._previous.items():
             signal.signal(signum, exit_preempted if preempted else handler)
         self._previous = {}
@@ -115,9 +136,7 @@ class PreemptionVote:
         else:
             saved = "nothing was saved: fit has no keras.callbacks.BackupAndRestore callback"
         sys.stderr.write(f"tfdist: preempted: {why}; {saved}. Run the same command again to resume.\n")
-        sys.stdout.flush()
-        sys.stderr.flush()
-        raise SystemExit(PREEMPTED_EXIT_CODE)
+        raise Stopped()
 
 
 def _is_backup(callback) -> bool:

@@ -146,7 +146,7 @@ def _wrapped_fit(original, multi_worker):
         import tensorflow as tf
 
         from tfdist.keras_fit.callbacks import chief_only_files
-        from tfdist.keras_fit.preemption import PreemptionVote
+        from tfdist.keras_fit.preemption import PreemptionVote, Stopped, leave
 
         strategy = self.distribute_strategy
         if isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):
@@ -159,8 +159,11 @@ def _wrapped_fit(original, multi_worker):
             return original(self, *args, **kwargs)
         bound = signature.bind(self, *args, **kwargs)
         callbacks = list(bound.arguments.get("callbacks") or [])
-        with chief_only_files(callbacks, strategy), PreemptionVote(self, strategy, callbacks):
-            return original(self, *args, **kwargs)
+        try:
+            with chief_only_files(callbacks, strategy), PreemptionVote(self, strategy, callbacks):
+                return original(self, *args, **kwargs)
+        except Stopped:
+            leave()
 
     fit._tfdist_fit = True
     return fit
