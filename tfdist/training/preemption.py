@@ -94,8 +94,9 @@ class Preemption:
         self.received = signum
         if not self._deferred:
             raise Preempted(
-                f"Preempted: {self.where} received {signal_name(signum)} before its first step, so nothing was "
-                "trained since the checkpoint it would resume from. Run the same command again to resume."
+                f"Preempted: {self.where} received {signal_name(signum)} before its first step (from a scheduler, "
+                "or from a launcher stopping the cluster because another task ended: see that task's output), so "
+                "nothing was trained since the checkpoint it would resume from. Run the same command again to resume."
             )
 
     def deferred(self) -> "Preemption":
