@@ -22,6 +22,7 @@ import tfdist
 parser = argparse.ArgumentParser()
 parser.add_argument("--model_dir", default="/tmp/keras-multi-worker")
 parser.add_argument("--epochs", type=int, default=3)
+parser.add_argument("--steps_per_epoch", type=int, default=70)
 flags = parser.parse_args()
 
 # tfdist's line, first, instead of `strategy = tf.distribute.MultiWorkerMirroredStrategy()`.
@@ -67,4 +68,4 @@ callbacks = [
     keras.callbacks.ModelCheckpoint(os.path.join(flags.model_dir, "model-{epoch}.keras")),
     keras.callbacks.TensorBoard(log_dir=os.path.join(flags.model_dir, "tensorboard")),
 ]
-multi_worker_model.fit(multi_worker_dataset, epochs=flags.epochs, steps_per_epoch=70, callbacks=callbacks)
+multi_worker_model.fit(multi_worker_dataset, epochs=flags.epochs, steps_per_epoch=flags.steps_per_epoch, callbacks=callbacks)

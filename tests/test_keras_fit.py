@@ -200,3 +200,17 @@ def test_setup_is_once_per_process(python):
     assert result.returncode == 0, result.stderr[-3000:]
     line = result.stdout.split("LINE ", 1)[1].strip()
     assert line.startswith("Invalid second tfdist.setup: this process is already set up for strategy='one_device'.")
+
+
+def test_the_readme_example_trains_on_two_workers_and_the_chief_alone_writes(tmp_path):
+    cluster = loopback_cluster(tmp_path / "cluster.yaml", worker=2)
+    example = REPO / "examples" / "keras_multi_worker.py"
+    with Processes(tmp_path) as procs:
+        proc = procs.start("launch", launcher(cluster, sys.executable, str(example), f"--model_dir={tmp_path / 'run'}",
+                                              "--epochs=2", "--steps_per_epoch=4"))
+        status, text = proc.wait(300), proc.text()
+    assert status == 0, text[-4000:]
+    run = tmp_path / "run"
+    assert sorted(p.name for p in run.iterdir()) == ["model-1.keras", "model-2.keras", "tensorboard"]
+    assert len(list((run / "tensorboard" / "train").iterdir())) == 1
+    assert "Epoch 2/2" in text
