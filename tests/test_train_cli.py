@@ -184,6 +184,13 @@ def _bad_mask(tmp_path, stack):
             f"Invalid mask {data}/masks/b.png. Received a pixel value 7")
 
 
+def _config_not_utf8(tmp_path, stack):
+    """An experiment file with a byte that is not UTF-8 in a value."""
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes(b"train:\n  epochs: \"\xff\"\n")
+    return [f"--config={path}"], f"Invalid experiment file {path}: it is not UTF-8 text. Received: byte b'\\xff'"
+
+
 #: Cases whose check runs after TensorFlow has started (and printed its start-up lines): the rendezvous
 #: of the peers ends right before the strategy binds the gRPC port, once TensorFlow's devices are set up.
 AFTER_TENSORFLOW_STARTS = {"connect_timeout"}
@@ -197,6 +204,7 @@ BAD_INPUT = [
     ("flag_type", ["--image_size=abc"], "image_size"),
     ("unknown_flag", ["--no_such_flag=1"], "no_such_flag"),
     ("config", ["--config=nope"], "'nope'"),
+    ("config_not_utf8", _config_not_utf8, None),
     ("image_size", ["--image_size=30"], "image_size=30"),
     ("progress_timeout", ["--progress_timeout=-1"], "progress_timeout=-1"),
     ("ps_shards", ["--ps_shards=2"], "ps_shards=2"),
@@ -279,3 +287,29 @@ def test_helpfull_lists_every_config_field():
         name: f"{section}.{name}" for name, section in FIELD_SECTION.items()
     }
     assert {"config", "dump_weights"} <= set(listed)
+
+
+#: (case, predict's flags after --model_dir, what the line must name): each is refused before TensorFlow starts.
+PREDICT_BAD_OUTPUT = [
+    ("output_is_a_directory", lambda d: [f"--image={d / 'x.png'}", f"--output={d}"], "an existing directory"),
+    ("output_without_extension", lambda d: [f"--image={d / 'x.png'}", f"--output={d / 'mask'}"],
+     "without an image file extension"),
+    ("output_in_a_missing_directory", lambda d: [f"--image={d / 'x.png'}", f"--output={d / 'no' / 'y.png'}"],
+     "in a directory that does not exist"),
+    ("mask_output_not_png", lambda d: [f"--image={d / 'x.png'}", f"--output={d / 'y.png'}",
+                                       f"--mask_output={d / 'm.jpg'}"], "`--mask_output`"),
+    ("image_missing", lambda d: [f"--image={d / 'nope.png'}", f"--output={d / 'y.png'}"], "Cannot read image"),
+]
+
+
+@pytest.mark.parametrize("case, flags, needle", PREDICT_BAD_OUTPUT, ids=[c for c, _, _ in PREDICT_BAD_OUTPUT])
+def test_predict_refuses_a_bad_output_or_image_with_one_line_before_tensorflow_starts(tmp_path, case, flags, needle):
+    from PIL import Image
+
+    Image.fromarray(np.zeros((8, 8, 3), dtype=np.uint8)).save(tmp_path / "x.png")
+    result = subprocess.run([sys.executable, "-m", "tfdist.predict", f"--model_dir={tmp_path / 'run'}",
+                             *flags(tmp_path)], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.png"]  # nothing written

@@ -207,7 +207,10 @@ def load_experiment(config: Config, name: str) -> Config:
     """Apply a YAML experiment file: top-level sections, each a mapping of fields."""
     path = resolve_experiment_path(name)
     try:
-        tree = yaml.safe_load(path.read_text())
+        tree = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise UserError(f"Invalid experiment file {path}: it is not UTF-8 text. Received: byte "
+                        f"{e.object[e.start:e.start + 1]!r} at offset {e.start}. Expected a UTF-8 YAML file.") from None
     except (OSError, yaml.YAMLError) as e:
         raise UserError(f"Cannot read experiment file {path}: {type(e).__name__}: {e}") from None
     if tree is None:

@@ -179,6 +179,8 @@ def main(argv: list[str]) -> int:
     """Probe or meet the cluster of the flags (or TF_CONFIG); see the module docstring."""
     if len(argv) > 1:
         raise UserError(f"Unexpected arguments. Received: {' '.join(argv[1:])!r}. Expected flags only.")
+    if FLAGS.strategy is not None:
+        strategies.traits(FLAGS.strategy)  # an unknown name is one line on stderr, before any probe
     if FLAGS.cluster and FLAGS.cluster != SLURM and not FLAGS.task:
         sources.check_flags(FLAGS.cluster, FLAGS.task, FLAGS.slurm_tasks)
         task, spec = None, files.load_cluster_spec(FLAGS.cluster)
@@ -204,7 +206,7 @@ def main(argv: list[str]) -> int:
 
 
 def entry() -> None:
-    """The ``tfdist-doctor`` console script (not registered: ``python -m tfdist.doctor``)."""
+    """The ``tfdist-doctor`` console script (``setup.cfg``), as ``python -m tfdist.doctor``."""
     run_main(main, define_flags)
 
 

@@ -29,6 +29,28 @@ def define_flags() -> None:
     flags.DEFINE_string("mask_output", None, "Optional: where to write the class-index mask PNG.")
 
 
+#: What ``--output`` (an overlay: PNG or JPEG) and ``--mask_output`` (class indices: lossless PNG) may end with.
+OUTPUT_SUFFIXES = {"output": (".png", ".jpg", ".jpeg"), "mask_output": (".png",)}
+
+
+def check_output(name: str, path: str) -> None:
+    """Refuse an output path that cannot be written as an image, before anything starts (a UserError)."""
+    import os
+
+    suffixes = OUTPUT_SUFFIXES[name]
+    parent = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        problem = "an existing directory"
+    elif not path.lower().endswith(suffixes):
+        problem = "a path without an image file extension"
+    elif not os.path.isdir(parent):
+        problem = f"a file in a directory that does not exist ({parent})"
+    else:
+        return
+    raise UserError(f"Invalid value for `--{name}`. Received: {path!r}, {problem}. Expected a file path ending in "
+                    f"{' or '.join(suffixes)} in an existing directory.")
+
+
 def read_image(path: str):
     """An RGB uint8 array, or a UserError naming the file."""
     import numpy as np
@@ -74,6 +96,9 @@ def main(argv: list[str]) -> int:
     for name in ("model_dir", "image", "output"):
         if not FLAGS[name].value:
             raise UserError(f"Missing `--{name}`. Received: nothing. Expected --model_dir D --image X.png --output Y.png.")
+    check_output("output", FLAGS.output)
+    if FLAGS.mask_output:
+        check_output("mask_output", FLAGS.mask_output)
     from PIL import Image
 
     from tfdist.visualize import overlay
