@@ -47,7 +47,7 @@ SLOW_FIRST = (
     "tests/test_preemption.py::test_a_run_resumes_on_another_world_size",
     "tests/test_faults.py::test_the_launcher_restarts", "tests/test_fit.py",
     "tests/test_preemption.py::test_parameter_server_a_preempted_worker", "tests/test_multi_worker.py",
-    "tests/test_watchdog.py", "tests/test_netns.py",
+    "tests/test_watchdog.py", "tests/test_netns.py", "tests/test_ray.py", "tests/test_keras_fit.py",
 )
 
 

@@ -25,9 +25,7 @@ ran must be gone soon after it ends; leftovers are killed by pid and fail the
 test. About 55-80 s each on 2 cores, most of it Ray's start and the imports
 of TensorFlow in its processes (the driver, Ray Train's controller, each
 worker). They share an xdist group so as to run one after the other: two Ray
-clusters at once on 2 cores took 117-126 s each. (With pytest 9.2 and
-pytest-xdist 3.8 here, ``--dist loadgroup`` does not group: xdist renames
-``item._nodeid``, which pytest 9.2's ``nodeid`` no longer reads.)
+clusters at once on 2 cores took 117-126 s each.
 """
 
 from __future__ import annotations
