@@ -13,7 +13,12 @@ Meeting (a task): real processes on 127.0.0.1, under ``tfdist.launch
 with a ``--model_dir`` of their own each (both exit 2 naming the storage),
 and one task alone (its missing peer named). What a task reports cannot be
 changed from outside, so the comparison of versions, GPUs and clocks is
-checked as the pure function it is (``cluster.agree.problems``).
+checked as the pure function it is (``cluster.agree.problems``): a clock off
+the leader's by more than the limit is a problem whether it is ahead or
+behind. The offset's sign is measured against a leader's server whose clock
+is off by a known amount, and the GPUs a task counts from the driver are
+checked against CUDA's reading of ``CUDA_VISIBLE_DEVICES`` over a driver
+folder made by hand.
 """
 
 from __future__ import annotations
@@ -22,14 +27,19 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import time
+import types
 
 import pytest
 
 import netns
 from cluster_runs import REPO, Processes, env, launcher, loopback_cluster
-from tfdist.cluster import agree
+from tfdist import doctor as doctor_cli
+from tfdist.cluster import agree, meet
 from tfdist.cluster.network import free_ports
+from tfdist.cluster.spec import parse_cluster_spec
+from tfdist.cluster.task import Task
 
 DOCTOR = [sys.executable, "-m", "tfdist.doctor"]
 #: A task's line in a problem list: ``worker:1 (host:port): ...``.
@@ -199,6 +209,83 @@ def test_a_mismatch_names_the_task_that_differs():
     assert agree.disagreements({t: r.keras for t, r in two.items()}, "chief:0", "Keras") == [
         "worker:0 has Keras 3.15.1, the others 3.14.0"]
     assert agree.compute_tasks({"chief": ["a:1"], "worker": ["b:1"], "ps": ["c:1"]}, coordinator=True) == ["worker:0"]
+
+
+@pytest.mark.parametrize("offset, said", [
+    (3.2, "3.2 s ahead of"), (-3.2, "3.2 s behind"), (-2.5, "2.5 s behind"), (1.9, None), (-1.9, None),
+])
+def test_a_clock_off_the_leaders_by_more_than_the_limit_is_a_problem_ahead_or_behind(offset, said):
+    names = ["worker:0", "worker:1", "worker:2"]
+    reports = {n: _report(n) for n in names}
+    observations = {n: agree.Observation(task=n, clock_offset=offset if n == "worker:1" else 0.0) for n in names}
+    lines = agree.problems(reports, observations, leader="worker:0", compute=names)
+    assert lines == ([] if said is None else [f"worker:1's clock is {said} worker:0's (the leader). Fix: run NTP "
+                                              "(chrony, systemd-timesyncd) on every host."])
+    rows = agree.table(reports, observations, leader="worker:0", addresses={n: "a:1" for n in names})
+    assert re.search(rf"^worker:1 .* {re.escape(f'{offset:+.3f}')} s ", "\n".join(rows), re.M), rows
+    assert re.search(r"^worker:0 .* leader ", "\n".join(rows), re.M), rows
+
+
+@pytest.mark.parametrize("leader_ahead", [30.0, -30.0])
+def test_the_measured_offset_is_this_tasks_clock_minus_the_leaders(monkeypatch, leader_ahead):
+    """The leader's server answers from threads of its own: their clock runs ``leader_ahead`` s off this one's."""
+    spec = parse_cluster_spec({"worker": [f"127.0.0.1:{p}" for p in free_ports(2)]}, source="test")
+    leader, me = Task(spec=spec, type="worker", index=0), Task(spec=spec, type="worker", index=1)
+    here, real = threading.current_thread(), time.time
+    monkeypatch.setattr(meet, "time", types.SimpleNamespace(
+        time=lambda: real() + (0.0 if threading.current_thread() is here else leader_ahead),
+        monotonic=time.monotonic, sleep=time.sleep))
+    server = meet._Server(leader, _report("worker:0"))
+    try:
+        offset, trip = meet.clock_offset(me, leader.address)
+    finally:
+        server.close()
+    assert offset is not None and abs(offset + leader_ahead) < trip + 1.0, (offset, trip)
+
+
+#: The UUIDs of three GPUs in a driver folder made by hand; ``GPU-8f3`` is a prefix of two of them.
+UUIDS = ("GPU-8f3a5c1e-1111-4000-8000-000000000000", "GPU-2b7c9d40-2222-4000-8000-000000000001",
+         "GPU-8f3b0e77-3333-4000-8000-000000000002")
+
+
+@pytest.fixture
+def three_gpus(tmp_path, monkeypatch):
+    """``/proc/driver/nvidia/gpus`` as the NVIDIA driver writes it, with the three GPUs of ``UUIDS``."""
+    listed = tmp_path / "gpus"
+    for i, uuid in enumerate(UUIDS):
+        folder = listed / f"0000:0{i + 1}:00.0"
+        folder.mkdir(parents=True)
+        (folder / "information").write_text(f"Model: \t\t NVIDIA H100 80GB HBM3\nIRQ: \t\t {40 + i}\nGPU UUID: \t "
+                                             f"{uuid}\nBus Location: \t 0000:0{i + 1}:00.0\nDevice Minor: \t {i}\n")
+    monkeypatch.setattr(doctor_cli, "DRIVER_GPUS", listed)
+    return listed
+
+
+@pytest.mark.parametrize("visible, expected", [
+    (None, 3), ("", 0), ("-1", 0), ("-1,0", 0), ("0,2", 2), ("2,0,1", 3), (" 1 , 0", 2), ("0,3,1", 1), ("3", 0),
+    ("0,0", 0), ("1,2,1", 0),  # CUDA shows no GPU when one repeats
+    ("GPU-8f3a", 1), (f"{UUIDS[1]},GPU-8f3a", 2), (",".join(UUIDS), 3), ("GPU-8f3a,1", 1), ("1,GPU-8f3a", 1),
+    ("GPU-dead", 0), ("GPU-8f3", 0), ("GPU-8f3a,GPU-8f3a5c", 0),
+])
+def test_the_gpus_a_task_counts_are_those_cuda_visible_devices_shows(three_gpus, monkeypatch, visible, expected):
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert doctor_cli.driver_gpus() == expected
+
+
+def test_without_a_driver_no_gpu_and_without_its_uuids_a_uuid_counts(three_gpus, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-dead,GPU-beef")
+    for folder in three_gpus.iterdir():
+        (folder / "information").unlink()  # UUIDs unknown: each UUID entry is taken for a GPU of this machine
+    assert doctor_cli.driver_gpus() == 2
+    monkeypatch.setattr(doctor_cli, "DRIVER_GPUS", three_gpus / "absent")
+    for visible in ("0", "GPU-dead", ""):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+        assert doctor_cli.driver_gpus() == 0
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert doctor_cli.driver_gpus() == 0
 
 
 @pytest.mark.parametrize("args, expected", [

@@ -7,11 +7,12 @@ sleeps: a task waits until others are up (a file each writes) or gone (reaped
 by the launcher). Preemption uses tasks that record each SIGTERM in a file
 and exit 42 as tfdist.train does (or ignore it): a preempted launcher
 forwards it and exits 42, a task preempted alone is restarted like a failure,
-and the tasks die with a launcher killed with SIGKILL. Then real
-``tfdist.train`` tasks: a diverged run is not restarted, Ctrl-C leaves no
-process behind, a port taken before a task binds it is retried on new ports;
-and a plain TensorFlow multi-worker script, written without tfdist, runs
-unchanged.
+a launcher signalled while it stops the cluster after a failure says once
+that it does not restart, and the tasks die with a launcher killed with
+SIGKILL. Then real ``tfdist.train`` tasks: a diverged run is not restarted,
+Ctrl-C leaves no process behind, a port taken before a task binds it is
+retried on new ports; and a plain TensorFlow multi-worker script, written
+without tfdist, runs unchanged.
 """
 
 from __future__ import annotations
@@ -419,6 +420,46 @@ def test_sigterm_to_one_task_preempts_it_and_a_restart_resumes_the_run(tmp_path,
         assert status == PREEMPTED_EXIT_CODE and "restarting" not in text, text
         assert (tmp_path / "worker:0.starts").read_text() == "x"
     assert_none_left(recorded_pids(tmp_path))
+
+
+#: ``python STOPPED_SLOWLY.py DIR``: worker:1 fails (status 7) once worker:0 is up; worker:0 takes the launcher's
+#: SIGTERM as a preemption that takes a while: it writes ``DIR/stopping`` and exits 42 only once the test has
+#: signalled the launcher (``DIR/launcher-signalled``), so that the signal comes while the cluster stops.
+STOPPED_SLOWLY = r"""
+import json, os, signal, sys, time
+directory = sys.argv[1]
+task = json.loads(os.environ["TF_CONFIG"])["task"]
+up, stopping, signalled = (os.path.join(directory, f) for f in ("worker-0.up", "stopping", "launcher-signalled"))
+signal.signal(signal.SIGTERM, lambda *_: open(stopping, "w").close())
+deadline = time.monotonic() + 60
+if task["index"] == 1:
+    while not os.path.exists(up) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    sys.exit(7)
+open(up, "w").close()
+while not os.path.exists(signalled) and time.monotonic() < deadline:
+    time.sleep(0.02)
+sys.exit(42)
+"""
+
+
+def test_a_sigterm_while_the_cluster_stops_after_a_failure_is_said_once_and_nothing_restarts(tmp_path):
+    cluster = loopback_cluster(tmp_path / "c.yaml", worker=2)
+    script = tmp_path / "stopped_slowly.py"
+    script.write_text(STOPPED_SLOWLY)
+    with Processes(tmp_path) as procs:
+        proc = procs.start("launch", launcher(cluster, sys.executable, str(script), str(tmp_path),
+                                              options=("--grace_seconds=60", "--max_restarts=2")))
+        proc.wait_for(lambda _: (tmp_path / "stopping").exists(), 30, "the launcher stopping worker:0")
+        proc.popen.send_signal(signal.SIGTERM)
+        (tmp_path / "launcher-signalled").touch()
+        status = proc.wait(30)
+    text = proc.text()
+    assert status == PREEMPTED_EXIT_CODE, text
+    assert "[launch] worker:1 failed; stopping every task" in text
+    assert [line for line in text.splitlines() if "restart" in line] == ["[launch] not restarting: received SIGTERM"], \
+        text
+    assert text.count("[launch] worker:0 started") == 1 and "[launch] exit status 42" in text, text
 
 
 def test_a_second_ctrl_c_kills_the_tasks_without_waiting_out_the_grace(tmp_path):

@@ -4,8 +4,10 @@
   same (to float32 rounding) as one process with the global batch (over a
   short run: longer ones drift apart, see ``cluster_runs.EXPERIMENT``).
 - ``multi_worker_mirrored``, 2 workers and an evaluator over the longer run:
-  worker 0 alone writes the run's outputs; the evaluator, which joins no
-  collective, evaluates each checkpoint into its own files.
+  worker 0 alone writes the run's outputs; the images it counts (each eval,
+  each logged window of steps) are those of every replica of every worker;
+  the evaluator, which joins no collective, evaluates each checkpoint into
+  its own files.
 - ``parameter_server``, a chief, 2 workers, 1 ps and an evaluator: the
   variables live on the ps task, every step is done, and the ps and worker
   tasks end by themselves (status 0) once the chief is done.
@@ -64,6 +66,25 @@ def test_worker_0_alone_writes_the_outputs_and_every_line_names_its_task(tmp_pat
     assert json.loads((model_dir / "summary.json").read_text())["num_replicas"] == 2
     for name in ("worker:0", "worker:1", "evaluator:0"):
         assert f"[launch] {name} exited with status 0" in text
+
+
+def flag(name: str) -> int:
+    """The value of ``--name`` in the shared experiment's flags (``cluster_runs.EXPERIMENT``)."""
+    return int(next(f.split("=", 1)[1] for f in EXPERIMENT if f.startswith(f"--{name}=")))
+
+
+@SHARED_RUN
+def test_the_images_counted_are_every_replicas_of_every_worker(tmp_path_factory):
+    """Each worker evaluates half of the eval split: worker 0's count is the whole split, not its half."""
+    run = launched_multi_worker(tmp_path_factory)
+    assert run["status"] == 0, run["text"][-4000:]
+    metrics = rows(run["model_dir"] / "metrics.jsonl")
+    evals = [r["images"] for r in metrics if r["split"] == "eval"]
+    assert evals and set(evals) == {flag("eval_examples")}, evals
+    trains = [r["images"] for r in metrics if r["split"] == "train"]
+    assert trains and set(trains) == {flag("log_every") * flag("global_batch_size")}, trains
+    evaluator = [r["images"] for r in rows(run["model_dir"] / "evaluator.jsonl")]
+    assert evaluator and set(evaluator) == {flag("eval_examples")}, evaluator  # one process, the whole split
 
 
 @SHARED_RUN

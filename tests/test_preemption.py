@@ -18,7 +18,8 @@ command resumes there, on the same or another world size.
   the chief with one line naming it.
 
 ``Preemption`` itself (the handler before and inside the loop) is tested in
-process at the end.
+process at the end, and in a process of its own without TensorFlow: a further
+signal after a preempted save ends that process with status 42.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import json
 import os
 import re
 import signal
+import sys
 import time
 
 import pytest
@@ -36,7 +38,7 @@ from cluster_runs import (
     EXPERIMENT, MWM, SHARED_RUN, Processes, launched_multi_worker, launcher, latest_checkpoint_step,
     loopback_cluster, max_difference, npz_weights, started_pids, train_command, train_steps_logged,
 )
-from tfdist.errors import Preempted
+from tfdist.errors import PREEMPTED_EXIT_CODE, Preempted
 
 #: A preempted task must be gone well within Kubernetes' default grace period (30 s).
 GRACE_S = 30
@@ -314,3 +316,42 @@ def test_a_signal_before_the_loop_ends_at_once_and_inside_it_is_remembered():
     finally:
         signal.signal(signal.SIGTERM, before)
         signal.signal(signal.SIGUSR1, signal.SIG_DFL)
+
+
+#: A task that trains under ``Preemption`` as ``drive`` sets it up (deferred): the first signal is remembered, the
+#: loop ends preempted once it has saved (``Preempted``, as the controller raises it), and then the process is on
+#: its way out (20 s of teardown here) when a launcher stopping the other tasks signals it again.
+SAVED_THEN_SIGNALLED = r"""
+import sys, time
+from tfdist.errors import Preempted
+from tfdist.training.preemption import Preemption
+
+try:
+    with Preemption("worker:1") as preemption:
+        preemption.deferred()
+        print("training", flush=True)
+        deadline = time.monotonic() + 30
+        while not preemption.requested and time.monotonic() < deadline:
+            time.sleep(0.01)
+        raise Preempted(f"Preempted: {preemption.reason()}; saved the checkpoint of the step reached")
+except Preempted as e:
+    print(f"{e}; on its way out", flush=True)
+time.sleep(20)
+print("teardown over", flush=True)
+"""
+
+
+@pytest.mark.parametrize("first, second", [(signal.SIGTERM, signal.SIGTERM), (signal.SIGUSR1, signal.SIGTERM)],
+                         ids=["SIGTERM-SIGTERM", "SIGUSR1-SIGTERM"])
+def test_a_second_signal_after_a_preempted_save_ends_the_process_with_status_42(tmp_path, first, second):
+    with Processes(tmp_path) as procs:
+        proc = procs.start("task", [sys.executable, "-c", SAVED_THEN_SIGNALLED])
+        proc.wait_for(lambda text: "training" in text, 30, "the loop")
+        os.kill(proc.pid, first)
+        proc.wait_for(lambda text: "on its way out" in text, 30, "the preempted save")
+        os.kill(proc.pid, second)
+        status = proc.wait(15)
+    text = proc.text()
+    assert f"worker:1 received {first.name}; saved the checkpoint" in text, text
+    assert status == PREEMPTED_EXIT_CODE, text  # not 143 (death by SIGTERM), nor 0 after the teardown
+    assert "teardown over" not in text and "Traceback" not in text, text

@@ -3,7 +3,9 @@
 The CLIs run as a user runs them: real processes. TensorFlow 2.21 prints its
 start-up lines whatever ``TF_CPP_MIN_LOG_LEVEL`` says (DESIGN.md); here a user
 error found after TensorFlow started is one line on stderr, a quick run has
-none of those lines, and ``TFDIST_TF_LOGS=1`` shows them again.
+none of those lines, and ``TFDIST_TF_LOGS=1`` shows them again. The
+forwarder keeps a line that reaches it in two reads whole: a start-up line
+split so is dropped whole, any other line is forwarded whole.
 """
 
 import os
@@ -102,6 +104,53 @@ def test_descriptor_2_is_filtered_and_python_lines_bypass_it_even_with_os_exit()
     proc = _installed(body)
     assert proc.returncode == 2
     assert proc.stderr.decode().splitlines() == [MUST_PASS[0], "error: the one line"]
+
+
+#: Writes the first part of a line to descriptor 2, waits until the forwarder has read it (nothing left in the
+#: pipe), then writes the rest: the forwarder gets the line in two reads. Prints how long the line was unfinished
+#: at most (from the last look that still saw bytes in the pipe to the end of the second write).
+SPLIT_WRITE = r"""
+import fcntl, struct, termios, time
+
+def pending():
+    return struct.unpack("i", fcntl.ioctl(2, termios.FIONREAD, b"\0\0\0\0"))[0]
+
+def split_write(first, rest):
+    since = time.monotonic()
+    os.write(2, first)
+    deadline = since + 10
+    while pending():
+        assert time.monotonic() < deadline, "the forwarder reads nothing"
+        since = time.monotonic()
+        time.sleep(0.001)
+    os.write(2, rest)
+    return time.monotonic() - since
+"""
+
+
+def test_a_line_that_comes_in_two_reads_is_kept_whole():
+    """Halves of a real line are forwarded as one line; halves of a start-up line are dropped, none of them shown.
+
+    The forwarder shows an unfinished line once nothing more comes for a while (``quiet._forwarder``): the
+    start-up line is judged only where the line was unfinished for less than that (``gap``), which a loaded machine
+    may exceed.
+    """
+    real, noise = MUST_PASS[0].encode(), SEEN_HERE[3].encode()
+    body = SPLIT_WRITE + (
+        f"real, noise = {real!r}, {noise!r}\n"
+        "gaps = [split_write(real[:30], real[30:] + b'\\n'), split_write(noise[:60], noise[60:] + b'\\n')]\n"
+        "quiet.drain()\n"
+        "print(max(gaps), flush=True)\n"
+        "sys.stderr.write('error: the one line\\n'); sys.stderr.flush()\n"
+        "os._exit(2)\n"
+    )
+    proc = _installed(body)
+    assert proc.returncode == 2, proc.stderr
+    gap = float(proc.stdout.decode())
+    lines = proc.stderr.decode().splitlines()
+    assert lines[0] == MUST_PASS[0] and lines[-1] == "error: the one line", lines
+    if gap < 0.15:
+        assert lines == [MUST_PASS[0], "error: the one line"], (gap, lines)
 
 
 def test_what_c_plus_plus_writes_right_before_abort_still_reaches_stderr():

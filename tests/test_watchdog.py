@@ -10,6 +10,9 @@
   and 9 s).
 - one process whose input stops: it says that it is reading input.
 - ``describe`` itself on heartbeats made by hand: who is behind and how it is said.
+- the deadline itself, on a clock of the test's own: the first chunk of a run,
+  from step 0 or resumed at a later step, gets the first-chunk allowance
+  (tracing and compiling); every chunk after it gets ``--progress_timeout``.
 """
 
 from __future__ import annotations
@@ -19,12 +22,14 @@ import re
 import signal
 import sys
 import time
+import types
 
 import pytest
 
 from cluster_runs import EXPERIMENT, REPO, Processes, loopback_cluster, train_command, train_steps_logged
 from tfdist.errors import PEER_LOST_EXIT_CODE
-from tfdist.training.watchdog import describe, heartbeat_name, stopped_tasks
+from tfdist.training import watchdog as watchdog_module
+from tfdist.training.watchdog import Watchdog, describe, heartbeat_name, stopped_tasks
 
 TIMEOUT_S = 6
 #: Long enough not to end before the stall, with log lines each step so the tests see where it is.
@@ -82,6 +87,45 @@ def test_a_heartbeat_is_stale_by_the_interval_its_task_writes_at(tmp_path):
     for task, record in records.items():
         (tmp_path / heartbeat_name(task)).write_text(json.dumps(record))
     assert stopped_tasks(tmp_path, list(records), now=1000.0) == ["worker:0 (no heartbeat for 5 s: stopped or frozen)"]
+
+
+class _OneLook:
+    """Stands in for the watchdog thread's stop event: its wait returns once, as after one interval, then stops it."""
+
+    def __init__(self):
+        self.looked = False
+
+    def wait(self, _seconds):
+        done, self.looked = self.looked, True
+        return done
+
+
+@pytest.mark.parametrize("start_step", [0, 500], ids=["fresh", "resumed"])
+def test_the_first_chunk_of_a_fresh_or_resumed_run_gets_the_first_step_allowance(tmp_path, monkeypatch, start_step):
+    """One look of the watchdog thread after a given idle time, on the test's clock: does it end the run?"""
+    clock = types.SimpleNamespace(now=1000.0)
+    monkeypatch.setattr(watchdog_module, "time", types.SimpleNamespace(monotonic=lambda: clock.now, time=time.time))
+    timeout = 60
+    allowance = max(watchdog_module.FIRST_STEP_FACTOR * timeout, watchdog_module.FIRST_STEP_SECONDS)
+    assert allowance > timeout + 60
+    dog = Watchdog(task="local", tasks=["local"], directory=tmp_path, timeout=timeout, step=start_step,
+                   total_steps=start_step + 100)
+    fired = []
+    monkeypatch.setattr(dog, "_fire", fired.append)
+
+    def ends_after(idle: float) -> bool:
+        fired.clear()
+        clock.now = dog.progress_at + idle
+        dog._stop = _OneLook()
+        dog._watch()
+        return bool(fired)
+
+    dog.doing("first_step")  # the first chunk: tracing, compiling, the first batch
+    assert not ends_after(timeout + 30) and not ends_after(allowance - 5)
+    assert ends_after(allowance + 5)
+    dog.progress(start_step + 10)  # the first chunk ended; every later chunk gets --progress_timeout
+    dog.doing("training")
+    assert not ends_after(timeout - 5) and ends_after(timeout + 5)
 
 
 def _stall_run(tmp_path, *, stop_worker_1: bool, timeout: int = TIMEOUT_S):

@@ -34,9 +34,11 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
+import re
 import socket
 import time
 from pathlib import Path
+from typing import Sequence
 
 from absl import flags
 
@@ -50,6 +52,9 @@ FLAGS = flags.FLAGS
 
 #: ``--devices``: how a task counts its GPUs.
 DEVICES = ("tensorflow", "driver", "none")
+
+#: Where the NVIDIA driver lists the GPUs of this machine (one folder each).
+DRIVER_GPUS = Path("/proc/driver/nvidia/gpus")
 
 
 def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
@@ -90,19 +95,62 @@ def _version(*distributions: str) -> str:
     return ""
 
 
-def driver_gpus() -> int:
-    """GPUs the NVIDIA driver lists, as CUDA_VISIBLE_DEVICES narrows them (CUDA stops at an invalid entry)."""
-    listed = Path("/proc/driver/nvidia/gpus")
-    count = len(list(listed.iterdir())) if listed.is_dir() else 0
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+def _driver_uuids() -> list[str]:
+    """The UUID of each GPU the driver lists (``GPU UUID`` of its ``information`` file); [] when one is unreadable."""
+    uuids = []
+    for gpu in sorted(DRIVER_GPUS.iterdir()):
+        try:
+            match = re.search(r"^GPU UUID:\s*(\S+)", (gpu / "information").read_text(errors="replace"), re.M)
+        except OSError:
+            return []
+        if match is None:
+            return []
+        uuids.append(match.group(1) if match.group(1).startswith("GPU-") else f"GPU-{match.group(1)}")
+    return uuids
+
+
+def visible_gpus(visible: str | None, count: int, uuids: Sequence[str] = ()) -> int:
+    """How many of ``count`` GPUs CUDA shows under ``CUDA_VISIBLE_DEVICES=visible``, by CUDA's rules.
+
+    Unset: all of them. Otherwise the entries are GPU numbers, or UUIDs
+    (``GPU-...``, unique prefixes of ``uuids`` when those are known;
+    ``MIG-...``), as the first entry is. CUDA stops at the first entry that
+    names no GPU here (``-1``, a number past the last GPU, an unknown UUID,
+    an entry of the other kind) and shows none when an entry repeats.
+    """
     if visible is None:
         return count
-    valid = 0
-    for entry in (e.strip() for e in visible.split(",")):
-        if not (entry.isdigit() and int(entry) < count) and not entry.startswith(("GPU-", "MIG-")):
+    entries = [e.strip() for e in visible.split(",")]
+    prefix = next((p for p in ("GPU-", "MIG-") if entries[0].startswith(p)), None)
+    seen: list[str] = []
+    for entry in entries:
+        if prefix is None:
+            number = re.match(r"\+?([0-9]+)", entry)  # as strtoul reads it
+            if number is None or int(number.group(1)) >= count:
+                break
+            gpu = str(int(number.group(1)))
+        elif not entry.startswith(prefix):
             break
-        valid += 1
-    return min(valid, count)
+        elif prefix == "GPU-" and uuids:
+            matches = [u for u in uuids if u.startswith(entry)]
+            if len(matches) != 1:
+                break
+            gpu = matches[0]
+        else:
+            gpu = entry
+        if gpu in seen:
+            return 0
+        seen.append(gpu)
+    return min(len(seen), count)
+
+
+def driver_gpus() -> int:
+    """GPUs the NVIDIA driver lists, as ``CUDA_VISIBLE_DEVICES`` narrows them (``visible_gpus``)."""
+    if not DRIVER_GPUS.is_dir():
+        return 0
+    count = len(list(DRIVER_GPUS.iterdir()))
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return visible_gpus(visible, count, _driver_uuids() if visible and visible.strip().startswith("GPU-") else ())
 
 
 def _gpus(how: str) -> int | None:
