@@ -191,12 +191,20 @@ def test_a_run_resumes_on_another_world_size_and_strategy_with_the_same_global_b
     assert json.loads((model_dir / "summary.json").read_text())["num_replicas"] == 2  # mirrored, last
     ran, expected = rows(model_dir), rows(reference)
     assert sorted(ran) == sorted(expected) == list(range(1, 31))
-    # The first ten steps are the same run; the first steps after each resume see the same weights and the
-    # same examples as the uninterrupted run (measured: 2e-7 apart; later steps drift by float32 rounding).
+    # The first ten steps are the same run. Step 11 starts from the same weights (the checkpoint of step 10)
+    # on the same examples: only the forward pass's float32 sums differ (2e-7 apart on a quiet machine;
+    # bound 1e-5). Step 12 follows one update whose gradient one device sums in another order than 2
+    # workers (3.6e-5 seen on a loaded machine; bound 2e-4). Steps 21 and 22 start from weights that ten
+    # steps on another world size made (one device, not 2 workers), which training amplifies (DESIGN: 4e-4
+    # after 20 steps on 2 replicas; 1.2e-3 seen here): bound 5e-3, and each must be nearer to its own step
+    # of the straight run than to the steps before and after, which differ by 2e-3 to 0.16 (a resume one
+    # step off, or on other examples, would not be).
     for step in range(1, 11):
         assert ran[step]["loss"] == expected[step]["loss"], step
-    for step in (11, 12, 21, 22):
-        assert abs(ran[step]["loss"] - expected[step]["loss"]) < 1e-5, (step, ran[step], expected[step])
+    for step, bound in ((11, 1e-5), (12, 2e-4), (21, 5e-3), (22, 5e-3)):
+        gap = abs(ran[step]["loss"] - expected[step]["loss"])
+        assert gap < bound, (step, ran[step], expected[step])
+        assert gap < min(abs(ran[step]["loss"] - expected[s]["loss"]) for s in (step - 1, step + 1)), step
         assert ran[step]["images"] == expected[step]["images"] == 8
     # Resuming with another global batch is refused in one line, the run left as it was: test_train_cli's
     # BAD_INPUT (resume_other_batch).
