@@ -52,11 +52,17 @@ class Controller:
       clock: a list to which ``(step, time.perf_counter())`` is appended at the end of every chunk, or None:
         a benchmark's timing window (``tfdist.bench`` times from the end of step W to the end of step W+N,
         as it times Keras' ``fit`` from its batch-end callbacks).
+      chunk_begin: ``(step, end) -> None``, called before each chunk of steps ``[step, end)``, or None.
+      chunk_end: ``(step, end, metrics of the log window so far) -> None``, called after each chunk, or None
+        (``tfdist.fit``'s batch-level callbacks).
+      eval_begin: ``() -> None``, called before each eval pass, or None (``tfdist.fit`` resets the metrics
+        of a model with its own steps there, as Keras' ``evaluate`` does).
     """
 
     def __init__(self, *, loop, checkpoints, outputs, global_batch_size, steps_per_epoch,
                  steps_per_loop, log_every, checkpoint_every, learning_rate, preview=None, verbose=True,
-                 preemption=None, watchdog=None, evaluates=True, epoch_end=None, clock=None):
+                 preemption=None, watchdog=None, evaluates=True, epoch_end=None, clock=None, chunk_begin=None,
+                 chunk_end=None, eval_begin=None):
         self.loop = loop
         self.checkpoints = checkpoints
         self.outputs = outputs
@@ -64,6 +70,9 @@ class Controller:
         self.evaluates = evaluates
         self.epoch_end = epoch_end
         self.clock = clock
+        self.chunk_begin = chunk_begin
+        self.chunk_end = chunk_end
+        self.eval_begin = eval_begin
         self.global_batch_size = global_batch_size
         self.steps_per_epoch = steps_per_epoch
         self.steps_per_loop = steps_per_loop
@@ -107,6 +116,8 @@ class Controller:
     def evaluate(self, step: int) -> dict:
         """One eval pass; logged and returned."""
         with self._phase("evaluating", step):
+            if self.eval_begin is not None:
+                self.eval_begin()
             result = self.steps.metrics(self.loop.evaluate())
         self.outputs.log("eval", step, result)
         if self.preview is not None:
@@ -134,6 +145,8 @@ class Controller:
                 next_boundary(step, self.checkpoint_every),
                 next_boundary(step, self.steps_per_epoch),
             )
+            if self.chunk_begin is not None:
+                self.chunk_begin(step, end)
             t0 = time.perf_counter()
             with self._phase("first_step" if first_chunk else "training", end):
                 stats, stop = self.loop.train(end - step, self._stop_requested)
@@ -148,10 +161,10 @@ class Controller:
             first_chunk = False
             if stop and stats[1] == 0:  # a coordinator stopped waiting for its closures: nothing to log
                 self._preempted(self.loop.step(), total_steps, saved=False)
-            step = end
+            begin, step = step, end
             window_seconds += elapsed
             window.add(stats)
-            chunk_loss = self.steps.metrics(stats)["loss"]
+            chunk_loss = self.steps.metrics(stats).get("loss", 0.0)  # a model's own steps may track no "loss"
             self._progress(step, chunk_loss)
             if not math.isfinite(chunk_loss):
                 last = self.checkpoints.latest() if self.checkpoints else None
@@ -160,6 +173,8 @@ class Controller:
                     f"The last good checkpoint is kept: {last or 'none was saved yet'}. "
                     "Expected a finite loss; try a lower --learning_rate or --precision float32."
                 )
+            if self.chunk_end is not None:
+                self.chunk_end(begin, step, window.result())
             if step % self.log_every == 0 or step == total_steps:
                 result = window.result()
                 # Train time only: evals and checkpoints in between are not counted.

@@ -32,7 +32,7 @@ def train_dataset_fn(config, start_step: int, *, own_order_per_worker: bool = Fa
     base = data_lib.dataset_fn(config.data, "train", global_batch_size=config.train.global_batch_size,
                                seed=config.train.seed, training=True)
     if own_order_per_worker:
-        return per_worker_order(base)
+        return per_worker_order(base, seed=config.train.seed)
 
     def fn(context):
         # Resuming at step s skips the batches of steps < s, so a resumed run sees the same data.
@@ -41,20 +41,26 @@ def train_dataset_fn(config, start_step: int, *, own_order_per_worker: bool = Fa
     return fn
 
 
-def per_worker_order(base, batches: int = 16):
+def per_worker_order(base, batches: int = 16, seed: int = 0):
     """Under a coordinator: give each worker its own order of the batches.
 
     The coordinator traces the dataset function once and every worker runs
-    that same graph with one input pipeline, so with a fixed seed all workers
-    would read the same batches in the same order. A shuffle seeded by the
-    worker's clock when its pipeline starts makes the orders differ; async
-    training is not reproducible step for step anyway.
+    that same graph with one input pipeline, so one shuffle with one seed
+    would draw the same numbers on every worker. Each worker reads its index
+    when its pipeline is made on it (``experimental_get_current_worker_index``),
+    skips that many batches (modulo ``batches``) and shuffles with a buffer
+    that many batches longer: its stream starts elsewhere and the same draws
+    pick other places of another buffer, so the orders differ. The shuffle's
+    seed is the Python int ``seed``: a tensor seed reaches
+    ``random_seed.get_seed``, which compares it as a Python bool when the
+    global seed is 0 (failing in a graph), and ``seed=None`` fails under op
+    determinism. Asynchronous training is not reproducible step for step anyway.
     """
     import tensorflow as tf
 
     def fn(context):
-        seed = tf.cast(tf.timestamp() * 1e6, tf.int64) % (2**31)
-        return base(context).shuffle(batches, seed=seed)
+        worker = tf.cast(tf.distribute.coordinator.experimental_get_current_worker_index(), tf.int64) % batches
+        return base(context).skip(worker).shuffle(batches + worker, seed=seed)
 
     return fn
 

@@ -10,11 +10,15 @@ batch). Each element is ``(x, y, p)`` with ``p`` the global batch's number of
 examples, which ``KerasSteps`` divides by: N replicas compute what one device
 computes on the same global batch.
 
-A ``tf.data.Dataset`` is taken as Keras takes it: ``(x, y)`` batches, each a
-global batch, cut the same way. A ``dataset_fn(InputContext)`` is taken as
+A ``tf.data.Dataset`` is taken as Keras takes it: ``(x, y)`` or ``(x, y,
+sample_weight)`` batches, each a global batch, cut the same way. A
+``dataset_fn(InputContext)`` is taken as
 ``strategy.distribute_datasets_from_function`` takes it: it returns this
 pipeline's per-replica batches of ``input_context.get_per_replica_batch_size
-(batch_size)``, and every step has ``batch_size`` examples. Under a
+(batch_size)``, and every step has ``batch_size`` examples. Sample weights
+travel with the rows (numpy ``sample_weight``, a Dataset's third element);
+``class_weight`` becomes sample weights as Keras makes them (each example
+weighted by its class, ``class_weight.get(class, 1.0)``). Under a
 coordinator each worker shuffles in its own order (``inputs.per_worker_order``:
 asynchronous steps are not reproducible step for step anyway).
 """
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import tensorflow as tf
 
 from tfdist.errors import UserError
@@ -30,7 +35,7 @@ from tfdist.training.inputs import batches_per_step
 
 
 def _cut(context, batch_size: int):
-    """A flat_map fn: a global batch ``(x, y)`` -> this pipeline's replicas' slices ``(x, y, p)``.
+    """A flat_map fn: a global batch ``(x, y[, sample_weight])`` -> this pipeline's replicas' slices, ``p`` appended.
 
     ``batch_size`` None (a Dataset's own batches): each replica takes a ``ceil(p / R)`` share of each.
     """
@@ -38,8 +43,8 @@ def _cut(context, batch_size: int):
     local = batches_per_step(context)
     first = context.input_pipeline_id * local
 
-    def cut(x, y):
-        p = tf.shape(tf.nest.flatten(x)[0])[0]
+    def cut(*parts):
+        p = tf.shape(tf.nest.flatten(parts[0])[0])[0]
         # A Dataset's own batches (batch_size None): each replica a ceil(p / R) share.
         per_replica = batch_size // replicas if batch_size else (p + replicas - 1) // replicas
 
@@ -47,11 +52,41 @@ def _cut(context, batch_size: int):
             start = tf.minimum(tf.cast(first + j, tf.int32) * per_replica, p)
             stop = tf.minimum(start + per_replica, p)
             take = lambda t: t[start:stop]  # noqa: E731
-            return tf.nest.map_structure(take, x), tf.nest.map_structure(take, y), p
+            return (*tf.nest.map_structure(take, parts), p)
 
         return tf.data.Dataset.range(local).map(piece)
 
     return cut
+
+
+def class_weights_numpy(y, class_weight: dict):
+    """Keras' sample weights for ``class_weight`` over numpy targets: each row's class's weight (1.0 if unlisted).
+
+    A row's class is its integer target, or the argmax of a one-hot row (as Keras' ``fit`` reads them).
+    """
+    labels = np.asarray(y)
+    if labels.ndim > 1:
+        labels = np.argmax(labels, axis=-1) if labels.shape[-1] != 1 else np.squeeze(labels, axis=-1)
+    labels = np.round(labels).astype(np.int64)
+    return np.asarray([class_weight.get(int(c), 1.0) for c in labels], dtype=np.float32)
+
+
+def class_weights_map(class_weight: dict):
+    """A map fn over batches ``(x, y)`` -> ``(x, y, sample_weight)`` with Keras' class weights (see above)."""
+    listed = max(class_weight) + 1
+    table = tf.constant([float(class_weight.get(c, 1.0)) for c in range(listed)] + [1.0], tf.float32)
+
+    def weigh(x, y):
+        labels = tf.convert_to_tensor(y)
+        if labels.shape.rank >= 2:
+            labels = tf.cond(tf.shape(labels)[-1] > 1, lambda: tf.argmax(labels, axis=-1, output_type=tf.int32),
+                             lambda: tf.cast(tf.round(tf.squeeze(labels, axis=-1)), tf.int32))
+        else:
+            labels = tf.cast(tf.round(labels), tf.int32)
+        index = tf.where((labels < 0) | (labels >= listed), listed, labels)  # unlisted classes weigh 1.0
+        return x, y, tf.gather(table, index)
+
+    return weigh
 
 
 def check_batch(batch_size, replicas: int) -> None:
@@ -63,9 +98,10 @@ def check_batch(batch_size, replicas: int) -> None:
         )
 
 
-def rows_and_steps(x, y, batch_size) -> tuple[int | None, int | None]:
-    """``(rows, steps per epoch)`` of numpy ``x``/``y`` (checked: as many rows each), or ``(None, batches)`` of a
-    Dataset (None when TensorFlow does not know); ``(None, None)`` for a ``dataset_fn``. Builds no dataset."""
+def rows_and_steps(x, y, batch_size, sample_weight=None) -> tuple[int | None, int | None]:
+    """``(rows, steps per epoch)`` of numpy ``x``/``y``/``sample_weight`` (checked: as many rows each), or
+    ``(None, batches)`` of a Dataset (None when TensorFlow does not know); ``(None, None)`` for a ``dataset_fn``.
+    Builds no dataset."""
     if callable(x) and not isinstance(x, tf.data.Dataset):
         return None, None
     if isinstance(x, tf.data.Dataset):
@@ -75,7 +111,7 @@ def rows_and_steps(x, y, batch_size) -> tuple[int | None, int | None]:
         return None, _cardinality(x)
     if y is None:
         raise UserError("Missing `y`. Received: numpy `x` and y=None. Expected the targets, one row per row of x.")
-    counts = {len(a) for a in tf.nest.flatten((x, y))}
+    counts = {len(a) for a in tf.nest.flatten((x, y, sample_weight)) if a is not None}
     if len(counts) != 1:
         raise UserError(f"Invalid `x`/`y`: their numbers of rows differ. Received: {sorted(counts)}. "
                         "Expected one row of y per row of x.")
@@ -84,31 +120,42 @@ def rows_and_steps(x, y, batch_size) -> tuple[int | None, int | None]:
 
 
 def dataset_fns(x, y, *, batch_size, shuffle: bool, seed: int, training: bool, start_step: int = 0,
-                own_order_per_worker: bool = False, stage_dir=None):
-    """``(InputContext -> Dataset of (x, y, p)``, steps per epoch or None) for numpy arrays, a Dataset or a fn.
+                sample_weight=None, class_weight: dict | None = None, own_order_per_worker: bool = False,
+                stage_dir=None):
+    """``(InputContext -> Dataset of (x, y[, sample_weight], p)``, steps per epoch or None) for any input.
 
     Args:
       x, y: numpy arrays (or nested structures of them) with as many rows; or ``x`` a ``tf.data.Dataset`` of
-        ``(x, y)`` global batches (``y`` None); or ``x`` a callable ``dataset_fn(InputContext)`` (``y`` None).
+        ``(x, y)`` or ``(x, y, sample_weight)`` global batches (``y`` None); or ``x`` a callable
+        ``dataset_fn(InputContext)`` (``y`` None).
       batch_size: the global batch.
       shuffle: shuffle numpy rows each epoch (Keras' ``shuffle``); never for eval.
       seed: the shuffle's seed, the same on every worker.
       training: repeat (the loop counts steps); eval passes are finite.
       start_step: the step a resumed run starts at: the global batches of the steps before are skipped, so
         it sees the examples an uninterrupted run would.
+      sample_weight: numpy weights, one per row of ``x`` (numpy ``x`` only).
+      class_weight: ``{class: weight}``, turned into sample weights as Keras does.
       own_order_per_worker: under a coordinator, each worker shuffles in its own order.
       stage_dir: under a coordinator, where the chief saves numpy rows or a Dataset (``Dataset.save``) for
         the workers to load: a dataset function sent to a remote worker cannot carry its data as constants
         (gRPC refuses messages over 4 MB: "Unable to parse tensor proto"). On storage every task shares.
     """
+    weigh = class_weights_map(class_weight) if class_weight else None
     if callable(x) and not isinstance(x, tf.data.Dataset):
         def from_fn(context):
-            ds = x(context).map(lambda xb, yb: (xb, yb, batch_size))
+            ds = x(context)
+            ds = (ds.map(weigh) if weigh else ds).map(lambda *parts: (*parts, batch_size))
             return ds.repeat().skip(start_step * batches_per_step(context)) if training else ds
 
         return from_fn, None
-    rows, steps = rows_and_steps(x, y, batch_size)
-    dataset = x if rows is None else tf.data.Dataset.from_tensor_slices((x, y))
+    rows, steps = rows_and_steps(x, y, batch_size, sample_weight)
+    if rows is None:
+        dataset = x.map(weigh) if weigh else x
+    else:
+        if class_weight:
+            sample_weight = class_weights_numpy(y, class_weight)
+        dataset = tf.data.Dataset.from_tensor_slices((x, y) if sample_weight is None else (x, y, sample_weight))
     source = _source(dataset, stage_dir)
 
     def fn(context):
@@ -124,7 +171,7 @@ def dataset_fns(x, y, *, batch_size, shuffle: bool, seed: int, training: bool, s
     if own_order_per_worker and training:
         from tfdist.training.inputs import per_worker_order
 
-        return per_worker_order(fn), steps
+        return per_worker_order(fn, seed=seed), steps
     return fn, steps
 
 

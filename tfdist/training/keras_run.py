@@ -2,11 +2,16 @@
 
 ``train_keras`` builds the user's model under the strategy's scope, restores
 the run directory's latest checkpoint (model, optimizer, step), cuts the
-inputs into per-replica slices (``keras_data``), and trains with
-``KerasSteps`` through ``drive`` (watchdog, loop, ``Controller``): a log row
-and a checkpoint per epoch, the validation pass after each. At each epoch's
-end every task adds the epoch's logs to its ``History`` and the chief runs
-the callbacks; ``model.stop_training`` set by one of them stops every task.
+inputs into per-replica slices (``keras_data``), and trains through ``drive``
+(watchdog, loop, ``Controller``): a log row and a checkpoint per epoch, the
+validation pass after each. The steps are ``KerasSteps`` (the compiled loss
+and metrics, exact global-batch reductions), or ``KerasModelSteps`` for a
+model that overrides ``train_step`` or ``test_step`` (its own steps, its
+metrics reset and read as Keras' ``fit`` does). At each epoch's end every
+task adds the epoch's logs to its ``History`` and the chief runs the
+callbacks; ``model.stop_training`` set by one of them stops every task. A
+callback with train-batch hooks gets them on the chief, once per Keras
+execution (``steps_per_execution`` steps), with the epoch's logs so far.
 """
 
 from __future__ import annotations
@@ -19,6 +24,9 @@ import tensorflow as tf
 from tfdist.errors import UserError
 from tfdist.training.checkpoints import Checkpoints
 from tfdist.training.drive import drive
+from tfdist.training.inputs import batches_per_step
+from tfdist.training.keras_args import split_validation
+from tfdist.training.keras_custom_steps import KerasModelSteps, overrides_steps, refuse_under_coordinator
 from tfdist.training.keras_data import check_batch, dataset_fns, rows_and_steps
 from tfdist.training.keras_steps import KerasSteps
 from tfdist.training.outputs import RunOutputs
@@ -27,15 +35,21 @@ from tfdist.training.outputs import RunOutputs
 NOT_LOGGED = ("examples", "images_per_second", "learning_rate")
 
 
-def _sample(x, y):
-    """A couple of examples ``(x, y)`` to build the compiled metrics with, from any kind of input."""
-    if isinstance(x, tf.data.Dataset):
-        xb, yb = next(iter(x.take(1)))
-        return tf.nest.map_structure(lambda t: t[:2], xb), tf.nest.map_structure(lambda t: t[:2], yb)
-    if callable(x):
-        xb, yb = next(iter(x(tf.distribute.InputContext()).take(1)))
+def _sample(x, y) -> tuple:
+    """A couple of examples ``(x, y)`` to build the model, its loss and metrics with, from any kind of input."""
+    if isinstance(x, tf.data.Dataset) or callable(x):
+        first = x if isinstance(x, tf.data.Dataset) else x(tf.distribute.InputContext())
+        xb, yb = tuple(next(iter(first.take(1))))[:2]
         return tf.nest.map_structure(lambda t: t[:2], xb), tf.nest.map_structure(lambda t: t[:2], yb)
     return tf.nest.map_structure(lambda a: np.asarray(a)[:2], x), tf.nest.map_structure(lambda a: np.asarray(a)[:2], y)
+
+
+def implements_batch_hooks(callback) -> bool:
+    """Whether a Keras callback overrides a train-batch hook of ``keras.callbacks.Callback`` (a progress bar does)."""
+    import keras
+
+    return any(getattr(type(callback), name) is not getattr(keras.callbacks.Callback, name)
+               for name in ("on_train_batch_begin", "on_train_batch_end", "on_batch_begin", "on_batch_end"))
 
 
 def _logs(train: dict | None, evaluated: dict | None) -> dict:
@@ -65,9 +79,42 @@ def _warn_unsynchronized_batch_norm(model, replicas: int) -> None:
             replicas, ", ".join(layers))
 
 
+def _build(model_fn, strategy, strategy_name: str, coordinator: bool):
+    """``(model, its optimizer or None, the step counter)``, made under the strategy's scope (and checked)."""
+    import keras
+
+    with strategy.scope():
+        model = model_fn()
+        own_steps = isinstance(model, keras.Model) and overrides_steps(model)
+        if not isinstance(model, keras.Model) or (getattr(model, "optimizer", None) is None and not own_steps):
+            raise UserError(f"Invalid model_fn: it must return a compiled keras.Model. Received: a "
+                            f"{type(model).__name__} without an optimizer. Expected model.compile(optimizer=..., "
+                            "loss=...) inside model_fn.")
+        if coordinator:
+            refuse_under_coordinator(model, strategy_name)
+        optimizer = model.optimizer
+        if optimizer is not None:
+            optimizer.build(model.trainable_variables)
+        step_counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="step",
+                                   aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+    return model, optimizer, step_counter
+
+
+def _eval_fn(validation_data, *, batch_size, validation_steps, seed):
+    """The eval pipeline of ``validation_data`` (None: no eval), cut to ``validation_steps`` global steps."""
+    if validation_data is None:
+        return None
+    vx, vy, vw = split_validation(validation_data)
+    eval_fn, _ = dataset_fns(vx, vy, sample_weight=vw, batch_size=batch_size, shuffle=False, seed=seed,
+                             training=False)
+    if not validation_steps:
+        return eval_fn
+    return lambda context: eval_fn(context).take(validation_steps * batches_per_step(context))
+
+
 def train_keras(model_fn, x, y, *, runtime, task, run_dir, strategy, preemption, batch_size, epochs,
                 validation_data, steps_per_epoch, validation_steps, shuffle, initial_epoch, callbacks, verbose,
-                seed, keep_checkpoints: bool):
+                seed, keep_checkpoints: bool, sample_weight=None, class_weight=None):
     """Train under ``strategy``; returns the ``keras.callbacks.History`` (see ``tfdist.fit`` for the arguments)."""
     import keras
 
@@ -76,43 +123,28 @@ def train_keras(model_fn, x, y, *, runtime, task, run_dir, strategy, preemption,
     coordinator = strategies.traits(runtime.strategy).coordinator
     is_chief = task is None or task.is_leader
     replicas = strategy.num_replicas_in_sync
-    if batch_size is None and not isinstance(x, tf.data.Dataset):
-        raise UserError("Missing `batch_size`. Received: batch_size=None. Expected the global batch, e.g. 64.")
     if batch_size is not None:
         check_batch(batch_size, replicas)
-    with strategy.scope():
-        model = model_fn()
-        if not isinstance(model, keras.Model) or getattr(model, "optimizer", None) is None:
-            raise UserError(f"Invalid model_fn: it must return a compiled keras.Model. Received: a "
-                            f"{type(model).__name__} without an optimizer. Expected model.compile(optimizer=..., "
-                            "loss=...) inside model_fn.")
-        optimizer = model.optimizer
-        optimizer.build(model.trainable_variables)
-        step_counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="step",
-                                   aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+    model, optimizer, step_counter = _build(model_fn, strategy, runtime.strategy, coordinator)
     _warn_unsynchronized_batch_norm(model, replicas)
-    steps = KerasSteps(model=model, optimizer=optimizer, sample=_sample(x, y))
-    checkpoints = Checkpoints(checkpoint=tf.train.Checkpoint(model=model, optimizer=optimizer, step=step_counter),
-                              run_dir=run_dir, is_chief=is_chief, task=task.name if task else "local")
+    own_steps = bool(overrides_steps(model))
+    steps = (KerasModelSteps(model=model, sample=_sample(x, y)) if own_steps
+             else KerasSteps(model=model, optimizer=optimizer, sample=_sample(x, y)))
+    state = {"model": model, "step": step_counter, **({"optimizer": optimizer} if optimizer is not None else {})}
+    checkpoints = Checkpoints(checkpoint=tf.train.Checkpoint(**state), run_dir=run_dir, is_chief=is_chief,
+                              task=task.name if task else "local")
     restored = checkpoints.restore_latest()
-    epoch_steps = steps_per_epoch or rows_and_steps(x, y, batch_size)[1]
+    epoch_steps = steps_per_epoch or rows_and_steps(x, y, batch_size, sample_weight)[1]
     if not epoch_steps:
         raise UserError("Missing `steps_per_epoch`. Received: an input of unknown length. Expected "
                         "steps_per_epoch=N with a dataset_fn or a Dataset that repeats.")
-    eval_fn = None
-    if validation_data is not None:
-        vx, vy = (validation_data, None) if isinstance(validation_data, tf.data.Dataset) else validation_data
-        eval_fn, _ = dataset_fns(vx, vy, batch_size=batch_size, shuffle=False, seed=seed, training=False)
-        if validation_steps:
-            eval_fn = (lambda base: lambda context: base(context).take(validation_steps * max(
-                1, context.num_replicas_in_sync // context.num_input_pipelines)))(eval_fn)
-
+    eval_fn = _eval_fn(validation_data, batch_size=batch_size, validation_steps=validation_steps, seed=seed)
     if not restored and initial_epoch:
         step_counter.assign(initial_epoch * epoch_steps)
     start_step, total_steps = int(step_counter.numpy()), epochs * epoch_steps
-    train_fn, _ = dataset_fns(x, y, batch_size=batch_size, shuffle=shuffle, seed=seed, training=True,
-                              start_step=start_step, own_order_per_worker=coordinator,
-                              stage_dir=run_dir.fit_inputs if coordinator else None)
+    train_fn, _ = dataset_fns(x, y, sample_weight=sample_weight, class_weight=class_weight, batch_size=batch_size,
+                              shuffle=shuffle, seed=seed, training=True, start_step=start_step,
+                              own_order_per_worker=coordinator, stage_dir=run_dir.fit_inputs if coordinator else None)
     outputs = RunOutputs(run_dir=run_dir, is_chief=is_chief)
 
     history = keras.callbacks.History()
@@ -121,6 +153,8 @@ def train_keras(model_fn, x, y, *, runtime, task, run_dir, strategy, preemption,
     history.set_params(params)
     chief_callbacks = keras.callbacks.CallbackList(callbacks if is_chief else None, add_history=False,
                                                    add_progbar=False, model=model, **params)
+    reset = steps.reset if own_steps else (lambda: None)  # a model's own metrics: reset as Keras' fit does
+    reset()
     history.on_train_begin()
     chief_callbacks.on_train_begin()
     chief_callbacks.on_epoch_begin(start_step // epoch_steps)
@@ -131,9 +165,18 @@ def train_keras(model_fn, x, y, *, runtime, task, run_dir, strategy, preemption,
         chief_callbacks.on_epoch_end(epoch, logs)
         stop = bool(getattr(model, "stop_training", False))
         if not stop and step < total_steps:
+            reset()
             chief_callbacks.on_epoch_begin(epoch + 1)
         return stop
 
+    # Batch hooks on the chief, only when a callback has them. The chunks are Keras' executions
+    # (steps_per_execution steps, 1 by default, fewer at an epoch's end); as Keras numbers them, an execution
+    # begins at its first batch of the epoch and ends at that + steps_per_execution - 1, with the epoch's logs so far.
+    hooks, per_execution = {}, max(1, int(getattr(model, "steps_per_execution", 1) or 1))
+    if is_chief and any(implements_batch_hooks(c) for c in callbacks or []):
+        hooks = {"chunk_begin": lambda step, end: chief_callbacks.on_train_batch_begin(step % epoch_steps),
+                 "chunk_end": lambda step, end, result: chief_callbacks.on_train_batch_end(
+                     step % epoch_steps + per_execution - 1, _logs(result, None))}
     if verbose and is_chief:
         where = f"resuming from {restored} at step {start_step}" if restored else f"starting at step {start_step}"
         print(f"tfdist.fit: {runtime.strategy} with {replicas} replicas, global batch {batch_size}, "
@@ -142,12 +185,17 @@ def train_keras(model_fn, x, y, *, runtime, task, run_dir, strategy, preemption,
           checkpoints=checkpoints if keep_checkpoints else None, outputs=outputs, start_step=start_step,
           total_steps=total_steps, train_dataset_fn=train_fn, eval_dataset_fn=eval_fn, preemption=preemption,
           global_batch_size=batch_size or 0, steps_per_epoch=epoch_steps,
-          steps_per_loop=max(1, int(getattr(model, "steps_per_execution", 1) or 1)), log_every=epoch_steps,
-          checkpoint_every=epoch_steps, learning_rate=lambda _: float(np.asarray(optimizer.learning_rate)),
-          verbose=bool(verbose) and is_chief, epoch_end=epoch_end)
+          steps_per_loop=per_execution, log_every=epoch_steps,
+          checkpoint_every=epoch_steps, learning_rate=lambda _: _learning_rate(optimizer),
+          verbose=bool(verbose) and is_chief, epoch_end=epoch_end, eval_begin=reset if own_steps else None, **hooks)
     if not keep_checkpoints:
         checkpoints.close()
     chief_callbacks.on_train_end()
     if coordinator:
         shutil.rmtree(run_dir.fit_inputs, ignore_errors=True)
     return history
+
+
+def _learning_rate(optimizer) -> float:
+    """The optimizer's learning rate now (NaN for a model without one: its own steps hold their optimizers)."""
+    return float(np.asarray(optimizer.learning_rate)) if optimizer is not None else float("nan")

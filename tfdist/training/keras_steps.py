@@ -14,7 +14,11 @@ vector per replica, summed over replicas, workers and steps:
   one device takes on the ``p`` examples (Keras itself divides only the mean
   by the replicas, and counts the regularization N times). ``loss_sum`` is
   ``n * (mean + regularization)``, so the epoch's loss is what Keras' ``fit``
-  reports: the batch losses averaged with the batch sizes as weights.
+  reports: the batch losses averaged with the batch sizes as weights. With
+  sample weights the mean is ``sum(w * l) / n`` (Keras' default reduction),
+  still a sum over examples divided by ``n``, so it adds up the same way;
+  a reduction that does not (``"sum"``, ``"mean_with_sample_weight"``) is
+  refused when the steps are made.
 - The metrics are the model's compiled metrics (``model.compile(metrics=)``,
   Keras' own ``CompileMetrics``). Each replica updates a copy of their
   variables that starts from their reset values
@@ -25,8 +29,9 @@ vector per replica, summed over replicas, workers and steps:
   ``aggregation="sum"`` (every Keras mean, accuracy, confusion-matrix and
   AUC metric does); others are refused when the steps are made.
 
-Every batch is ``(x, y, p)``: this replica's slice and the step's number of
-examples over all replicas (``training.keras_data``).
+Every batch is ``(x, y, p)`` or ``(x, y, sample_weight, p)``: this replica's
+slice and the step's number of examples over all replicas
+(``training.keras_data``).
 """
 
 from __future__ import annotations
@@ -43,7 +48,8 @@ class KerasSteps:
     Args:
       model: a Keras model compiled with a loss (and optionally metrics), built under the strategy's scope.
       optimizer: its optimizer (``model.optimizer``).
-      sample: ``(x, y)`` of a few examples, to build the compiled metrics outside any step.
+      sample: ``(x, y)`` or ``(x, y, sample_weight)`` of a few examples, to build the compiled loss and
+        metrics outside any step.
     """
 
     #: The count in ``metrics``' result (throughput is examples per second).
@@ -57,10 +63,11 @@ class KerasSteps:
             )
         self.model = model
         self.optimizer = optimizer
-        x, y = sample
+        x, y = sample[:2]
         y_pred = model(x, training=False)
         if not model._compile_loss.built:  # built here, not inside a step: it may make loss trackers
             model._compile_loss.build(y, y_pred)
+        _check_reductions(model._compile_loss)
         compiled = model._compile_metrics
         if compiled is not None and not compiled.built:
             compiled.build(y, y_pred)
@@ -84,11 +91,11 @@ class KerasSteps:
     def stats_size(self) -> int:
         return 2 + sum(self._sizes)
 
-    def _objective(self, x, y, p, training: bool):
+    def _objective(self, x, y, sample_weight, p, training: bool):
         """Predictions, this replica's ``n/p * (mean loss + regularization)`` and its ``loss_sum``."""
         y_pred = self.model(x, training=training)
         n = tf.cast(tf.shape(tf.nest.flatten(x)[0])[0], tf.float32)
-        mean = tf.cast(self.model._compile_loss(y, y_pred), tf.float32)
+        mean = tf.cast(self.model._compile_loss(y, y_pred, sample_weight), tf.float32)
         replicas = tf.distribute.get_strategy().num_replicas_in_sync
         if replicas > 1:  # Keras divides a loss inside a replica by the replicas (scale_loss_for_distribution)
             mean = mean * replicas
@@ -97,31 +104,31 @@ class KerasSteps:
         loss_sum = tf.where(n > 0, n * (mean + regularization), 0.0)
         return y_pred, loss_sum / tf.cast(p, tf.float32), loss_sum, n
 
-    def _stats(self, y, y_pred, loss_sum, n):
+    def _stats(self, y, y_pred, sample_weight, loss_sum, n):
         head = tf.stack([loss_sum, n])
         if self._compiled is None:
             return head
         initial = [tf.constant(v) for v in self._initial]
-        updated = self._compiled.stateless_update_state(initial, y, y_pred)
+        updated = self._compiled.stateless_update_state(initial, y, y_pred, sample_weight)
         deltas = [tf.reshape(tf.cast(new, tf.float32) - tf.cast(old, tf.float32), [-1])
                   for new, old in zip(updated, initial)]
         return tf.concat([head, *deltas], axis=0)
 
     def train(self, batch):
         """One optimisation step on this replica's slice; returns its stats vector."""
-        x, y, p = batch
+        x, y, sample_weight, p = _unpack(batch)
         variables = self.model.trainable_variables
         with tf.GradientTape() as tape:
-            y_pred, objective, loss_sum, n = self._objective(x, y, p, training=True)
+            y_pred, objective, loss_sum, n = self._objective(x, y, sample_weight, p, training=True)
             scaled = self.optimizer.scale_loss(objective)
         self.optimizer.apply(tape.gradient(scaled, variables), variables)
-        return self._stats(y, y_pred, loss_sum, n)
+        return self._stats(y, y_pred, sample_weight, loss_sum, n)
 
     def evaluate(self, batch):
         """Forward pass in inference mode on this replica's slice; returns its stats vector."""
-        x, y, p = batch
-        y_pred, _, loss_sum, n = self._objective(x, y, p, training=False)
-        return self._stats(y, y_pred, loss_sum, n)
+        x, y, sample_weight, p = _unpack(batch)
+        y_pred, _, loss_sum, n = self._objective(x, y, sample_weight, p, training=False)
+        return self._stats(y, y_pred, sample_weight, loss_sum, n)
 
     def metrics(self, stats) -> dict[str, float]:
         """``{"loss", <each compiled metric>, "examples"}`` of a summed stats vector, as Keras names them."""
@@ -143,3 +150,27 @@ class KerasSteps:
         """Every metric of a result, as Keras prints them: ``loss 0.1234  accuracy 0.9000``."""
         return "  ".join(f"{k} {v:.4f}" for k, v in result.items() if k not in ("examples", "images_per_second",
                                                                                "learning_rate"))
+
+
+def _unpack(batch):
+    """``(x, y, sample_weight or None, p)`` of a batch ``(x, y, p)`` or ``(x, y, sample_weight, p)``."""
+    if len(batch) == 4:
+        return batch
+    x, y, p = batch
+    return x, y, None, p
+
+
+#: Loss reductions whose replica losses add up to the global batch's: ``sum(w * l) / n`` on each replica.
+ADDITIVE_REDUCTIONS = ("sum_over_batch_size", "mean")
+
+
+def _check_reductions(compile_loss) -> None:
+    """Refuse a compiled loss whose reduction is not linear in per-example sums (one line, status 2)."""
+    for entry in compile_loss._flat_losses or []:
+        reduction = getattr(entry.loss, "reduction", "sum_over_batch_size")
+        if reduction not in ADDITIVE_REDUCTIONS:
+            raise UserError(
+                f"Invalid loss reduction for tfdist.fit: {getattr(entry.loss, 'name', entry.loss)!r} reduces with "
+                f"{reduction!r}. Received a reduction whose replica results do not add up to the global batch's. "
+                "Expected Keras' default reduction='sum_over_batch_size'."
+            )

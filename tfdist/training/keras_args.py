@@ -1,0 +1,145 @@
+"""``tfdist.fit``'s arguments, checked before TensorFlow or the strategy is set up.
+
+A mistake in the arguments of a call is the user's (``UserError``: one
+line, status 2) and is found here, before the process is set up for a
+strategy or joins a cluster: each message names the argument, what was
+received and what is expected, as Keras' own messages do. Nothing here
+starts TensorFlow's runtime: it reads types, lengths and a Dataset's
+``element_spec`` only.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+from tfdist.errors import UserError
+
+
+def _is_dataset(value) -> bool:
+    import tensorflow as tf
+
+    return isinstance(value, tf.data.Dataset)
+
+
+def _flat(value) -> list:
+    import tensorflow as tf
+
+    return tf.nest.flatten(value)
+
+
+def _rows(name: str, value) -> set[int]:
+    """The numbers of rows of the arrays in ``value`` (a nested structure); refuses what has no rows."""
+    counts = set()
+    for leaf in _flat(value):
+        if leaf is None:  # no sample weights
+            continue
+        shape = getattr(leaf, "shape", None)
+        if shape is None or len(shape) == 0:
+            raise UserError(f"Invalid `{name}`. Received: a {type(leaf).__name__} with no rows. Expected numpy "
+                            "arrays (or a nested structure of them) with one row per example.")
+        counts.add(int(shape[0]))
+    return counts
+
+
+def check_positive_int(name: str, value, *, optional: bool = True) -> None:
+    """Refuse anything but a positive int (or None when ``optional``)."""
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise UserError(f"Invalid value for `{name}`. Received: {name}={value!r}. Expected "
+                        f"{'None or ' if optional else ''}a positive integer.")
+
+
+def split_validation(validation_data) -> tuple:
+    """``(x_val, y_val, sample_weight_val)`` of ``validation_data`` as Keras' ``fit`` takes it (checked)."""
+    if _is_dataset(validation_data):
+        _check_dataset_elements("validation_data", validation_data)
+        return validation_data, None, None
+    if isinstance(validation_data, (tuple, list)) and len(validation_data) in (2, 3):
+        x_val, y_val, *weights = validation_data
+        sample_weight = weights[0] if weights else None
+        if _is_dataset(x_val) or callable(x_val):
+            raise UserError("Invalid `validation_data`. Received: a tuple holding a dataset. Expected (x_val, "
+                            "y_val) numpy arrays, (x_val, y_val, sample_weight_val), or a tf.data.Dataset of "
+                            "(x, y) global batches.")
+        counts = _rows("validation_data", (x_val, y_val, sample_weight))
+        if len(counts) != 1:
+            raise UserError(f"Invalid `validation_data`: its arrays' numbers of rows differ. Received: "
+                            f"{sorted(counts)}. Expected (x_val, y_val[, sample_weight_val]) with one row of "
+                            "each per example.")
+        return x_val, y_val, sample_weight
+    received = f"a {type(validation_data).__name__}" + (
+        f" of {len(validation_data)}" if isinstance(validation_data, (tuple, list)) else
+        f" of shape {tuple(validation_data.shape)}" if hasattr(validation_data, "shape") else "")
+    raise UserError(f"Invalid `validation_data`. Received: {received}. Expected (x_val, y_val) numpy arrays, "
+                    "(x_val, y_val, sample_weight_val), or a tf.data.Dataset of (x, y) global batches.")
+
+
+def _check_dataset_elements(name: str, dataset) -> None:
+    """A Dataset must yield ``(x, y)`` or ``(x, y, sample_weight)`` batches, as Keras' ``fit`` reads them."""
+    spec = dataset.element_spec
+    if not (isinstance(spec, tuple) and len(spec) in (2, 3)):
+        raise UserError(f"Invalid `{name}`: a tf.data.Dataset of {type(spec).__name__} elements. Expected a "
+                        "Dataset of (x, y) or (x, y, sample_weight) batches.")
+
+
+def check_fit_args(model_fn, x, y, *, batch_size, epochs, initial_epoch, steps_per_epoch, validation_data,
+                   validation_steps, sample_weight, class_weight) -> None:
+    """Refuse a bad argument of ``tfdist.fit`` with one line naming it (see the module docstring)."""
+    if not callable(model_fn):
+        raise UserError(f"Invalid `model_fn`. Received: a {type(model_fn).__name__} ({model_fn!r:.60}). Expected "
+                        "a function that builds and compiles a keras.Model, called inside the strategy's scope.")
+    if not (isinstance(epochs, int) and not isinstance(epochs, bool) and isinstance(initial_epoch, int)
+            and epochs >= 1 and 0 <= initial_epoch < epochs):
+        raise UserError(f"Invalid `epochs`/`initial_epoch`. Received: epochs={epochs!r}, "
+                        f"initial_epoch={initial_epoch!r}. Expected 0 <= initial_epoch < epochs.")
+    check_positive_int("steps_per_epoch", steps_per_epoch)
+    check_positive_int("validation_steps", validation_steps)
+    _check_inputs(x, y, batch_size, sample_weight)
+    if class_weight is not None:
+        _check_class_weight(class_weight, x, y, sample_weight)
+    if validation_data is not None:
+        split_validation(validation_data)
+
+
+def _check_inputs(x, y, batch_size, sample_weight) -> None:
+    """``x``, ``y``, ``batch_size`` and ``sample_weight`` in one of the forms ``tfdist.fit`` takes."""
+    from_dataset = _is_dataset(x) or callable(x)
+    if batch_size is not None:
+        check_positive_int("batch_size", batch_size)
+    elif not _is_dataset(x):
+        raise UserError("Missing `batch_size`. Received: batch_size=None. Expected the global batch, e.g. 64.")
+    if x is None:
+        raise UserError("Missing `x`. Received: x=None. Expected numpy arrays with y, a tf.data.Dataset of (x, y) "
+                        "batches, or a dataset_fn(InputContext).")
+    if from_dataset:
+        if y is not None:
+            raise UserError("Invalid `y` with a dataset `x`. Received: y given. Expected the dataset to yield (x, y) "
+                            "batches and y=None, as Keras' fit takes it.")
+        if sample_weight is not None:
+            raise UserError("Invalid `sample_weight` with a dataset `x`. Received: sample_weight given. Expected "
+                            "the dataset to yield (x, y, sample_weight) batches and sample_weight=None, as Keras' "
+                            "fit takes it.")
+        if _is_dataset(x):
+            _check_dataset_elements("x", x)
+        return
+    if y is None:
+        raise UserError("Missing `y`. Received: numpy `x` and y=None. Expected the targets, one row per row of x.")
+    counts = _rows("x", x) | _rows("y", y) | _rows("sample_weight", sample_weight)
+    if len(counts) != 1:
+        raise UserError(f"Invalid `x`/`y`{'/`sample_weight`' if sample_weight is not None else ''}: their numbers "
+                        f"of rows differ. Received: {sorted(counts)}. Expected one row of each per example.")
+
+
+def _check_class_weight(class_weight, x, y, sample_weight) -> None:
+    """``{class index: weight}``, for one target, without sample weights (as Keras' ``fit`` takes it)."""
+    if not isinstance(class_weight, dict) or not class_weight or not all(
+            isinstance(k, numbers.Integral) and isinstance(v, numbers.Real) for k, v in class_weight.items()):
+        raise UserError(f"Invalid `class_weight`. Received: {class_weight!r:.80}. Expected a dict "
+                        "{class index: weight}, e.g. {0: 1.0, 1: 5.0}.")
+    if sample_weight is not None or (_is_dataset(x) and len(x.element_spec) == 3):
+        raise UserError("Invalid `class_weight` with sample weights. Received: both. Expected one of "
+                        "class_weight and sample_weight, as Keras' fit takes them.")
+    if (y is not None and len(_flat(y)) != 1) or (_is_dataset(x) and len(_flat(x.element_spec[1])) != 1):
+        raise UserError("Invalid `class_weight` for several targets. Received: y with several outputs. "
+                        "Expected class_weight for a model with a single output, as in Keras.")
