@@ -136,12 +136,52 @@ except tfdist.errors.UserError as e:
 """
 
 
-def test_keras_fit_under_parameter_server_is_refused_with_one_line(python):
+def test_keras_fit_under_a_parameter_server_strategy_tfdist_did_not_make_is_refused_with_one_line(python):
     result = python(PS_REFUSED, timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]
     line = result.stdout.split("REFUSED ", 1)[1].strip()
     assert line.startswith("Invalid strategy for Keras' own model.fit: Keras 3 has no ParameterServerStrategy path")
-    assert "tfdist.fit(model_fn, x, y, ..., strategy='parameter_server')" in line and "\n" not in line
+    assert "tfdist.setup('parameter_server')" in line and "\n" not in line
+
+
+#: A Keras script with tfdist's line for parameter_server: the same on every task (ps and workers serve
+#: inside setup); the chief's model.fit is trained by tfdist.fit's coordinator loop.
+PS_SCRIPT = """
+import json, sys
+import tfdist
+strategy = tfdist.setup("parameter_server")
+import numpy as np, keras, tensorflow as tf
+rng = np.random.default_rng(0)
+x = rng.normal(size=(512, 8)).astype("float32")
+y = (x[:, :4].sum(axis=1) > 0).astype("int64")
+dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(32)   # built before fit, as keras.io examples do
+with strategy.scope():
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(2)])
+    model.compile(optimizer=keras.optimizers.SGD(0.1), metrics=["accuracy"],
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+history = model.fit(dataset, epochs=4, validation_data=(x[:64], y[:64]), verbose=0)
+print("RESULT " + json.dumps({"history": history.history}), flush=True)
+try:
+    model.fit(x, y, epochs=1, validation_split=0.2)
+except tfdist.errors.UserError as e:
+    print("REFUSED", e, flush=True)
+"""
+
+
+def test_keras_fit_under_parameter_server_is_trained_by_the_coordinator_and_learns(tmp_path):
+    script = tmp_path / "ps_script.py"
+    script.write_text(PS_SCRIPT)
+    cluster = loopback_cluster(tmp_path / "cluster.yaml", chief=1, worker=2, ps=1)
+    with Processes(tmp_path) as procs:
+        proc = procs.start("launch", launcher(cluster, sys.executable, str(script)))
+        status, text = proc.wait(400), proc.text()
+    assert status == 0, text[-3000:]
+    history = results(text)["chief:0"]["history"]
+    assert sorted(history) == ["accuracy", "loss", "val_accuracy", "val_loss"]
+    assert len(history["loss"]) == 4 and history["loss"][-1] < 0.8 * history["loss"][0], history
+    assert history["val_accuracy"][-1] > 0.8, history
+    # The second fit asks for what tfdist.fit does not take: one line, before anything runs.
+    assert "[chief:0] REFUSED Invalid argument for model.fit under parameter_server: validation_split." in text
 
 
 def test_the_fix_refuses_a_keras_whose_trainer_differs():

@@ -13,8 +13,9 @@ the model symbolically, and reduces scalar logs "along axis 0". ``install``
 - SIGTERM or SIGUSR1 on any worker stops every worker at the same step, saves
   that step through the ``BackupAndRestore`` callback and ends the process
   with status 42; the same command resumes (``preemption``);
-- under ``ParameterServerStrategy``, which Keras 3's ``fit`` has no path for,
-  ``fit`` refuses with one line that says to use ``tfdist.fit``.
+- under the ``ParameterServerStrategy`` of ``tfdist.setup``, which Keras 3's
+  ``fit`` has no path for, ``fit`` is trained by ``tfdist.fit``'s coordinator
+  loop (``parameter_server``).
 
 Everything else, in one process or one worker, is Keras' own code, untouched.
 """

@@ -138,7 +138,8 @@ def _fixed_build(original, multi_worker):
 
 
 def _wrapped_fit(original, multi_worker):
-    """``fit`` that refuses a parameter-server strategy and, across workers, keeps files and preemption right."""
+    """``fit`` that trains under a parameter-server strategy (``parameter_server``) and, across workers,
+    keeps files and preemption right (``callbacks``, ``preemption``)."""
     signature = inspect.signature(original)
 
     @functools.wraps(original)
@@ -150,11 +151,10 @@ def _wrapped_fit(original, multi_worker):
 
         strategy = self.distribute_strategy
         if isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):
-            raise UserError(
-                "Invalid strategy for Keras' own model.fit: Keras 3 has no ParameterServerStrategy path "
-                "(keras#18624). Received: a model built under ParameterServerStrategy. Expected "
-                "tfdist.fit(model_fn, x, y, ..., strategy='parameter_server'), which trains it with a coordinator."
-            )
+            from tfdist.keras_fit.parameter_server import fit_under_coordinator
+
+            arguments = signature.bind(self, *args, **kwargs).arguments
+            return fit_under_coordinator(self, {k: v for k, v in arguments.items() if k != "self"})
         if not multi_worker(strategy):
             return original(self, *args, **kwargs)
         bound = signature.bind(self, *args, **kwargs)

@@ -100,11 +100,20 @@ def _build(model_fn, strategy, strategy_name: str, coordinator: bool):
     return model, optimizer, step_counter
 
 
+#: Keras' batch for numpy data when no ``batch_size`` is given (its data adapters' default).
+DEFAULT_BATCH_SIZE = 32
+
+
 def _eval_fn(validation_data, *, batch_size, validation_steps, seed):
     """The eval pipeline of ``validation_data`` (None: no eval), cut to ``validation_steps`` global steps."""
     if validation_data is None:
         return None
     vx, vy, vw = split_validation(validation_data)
+    if batch_size is None and not isinstance(vx, tf.data.Dataset):
+        # A Dataset's own batches train (no batch_size): numpy validation data goes in Keras' default batches
+        # of 32, each cut over the replicas as a Dataset's own batch is.
+        arrays = (vx, vy) if vw is None else (vx, vy, vw)
+        vx, vy, vw = tf.data.Dataset.from_tensor_slices(arrays).batch(DEFAULT_BATCH_SIZE), None, None
     eval_fn, _ = dataset_fns(vx, vy, sample_weight=vw, batch_size=batch_size, shuffle=False, seed=seed,
                              training=False)
     if not validation_steps:
