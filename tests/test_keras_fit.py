@@ -136,10 +136,15 @@ except tfdist.errors.UserError as e:
 """
 
 
-def test_keras_fit_under_a_parameter_server_strategy_tfdist_did_not_make_is_refused_with_one_line(python):
-    result = python(PS_REFUSED, timeout=180)
+def printed_line(python, code: str, tag: str) -> str:
+    """The line a script printed after ``tag`` (what a tfdist error said), once it ended well."""
+    result = python(code, timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]
-    line = result.stdout.split("REFUSED ", 1)[1].strip()
+    return result.stdout.split(f"{tag} ", 1)[1].strip()
+
+
+def test_keras_fit_under_a_parameter_server_strategy_tfdist_did_not_make_is_refused_with_one_line(python):
+    line = printed_line(python, PS_REFUSED, "REFUSED")
     assert line.startswith("Invalid strategy for Keras' own model.fit: Keras 3 has no ParameterServerStrategy path")
     assert "tfdist.setup('parameter_server')" in line and "\n" not in line
 
@@ -227,18 +232,14 @@ except tfdist.errors.UserError as e:
 
 
 def test_setup_after_tensorflow_started_says_to_move_it_to_the_top(python):
-    result = python(TOO_LATE, timeout=120)
-    assert result.returncode == 0, result.stderr[-3000:]
-    line = result.stdout.split("LINE ", 1)[1].strip()
+    line = printed_line(python, TOO_LATE, "LINE")
     assert line.startswith("Invalid set-up order for strategy='mirrored': TensorFlow had already started. "
                            "Received: Cannot split the CPU into 2 logical devices"), line
     assert "call it at the top of the script" in line and "Preempt" not in line
 
 
 def test_setup_is_once_per_process(python):
-    result = python(TWICE, timeout=120)
-    assert result.returncode == 0, result.stderr[-3000:]
-    line = result.stdout.split("LINE ", 1)[1].strip()
+    line = printed_line(python, TWICE, "LINE")
     assert line.startswith("Invalid second tfdist.setup: this process is already set up for strategy='one_device'.")
 
 
