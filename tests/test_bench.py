@@ -4,6 +4,7 @@ Speed is never asserted here (it is measured by the benchmark itself, as
 paired ratios, in docs/benchmarks.md); this checks how it measures.
 """
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from conftest import REPO
 
 from tfdist import bench
 from tfdist.bench import children
-from tfdist.bench.plan import jobs_for, plan
+from tfdist.bench.plan import Plan, jobs_for, plan
 from tfdist.bench.report import results
 from tfdist.bench.rows import Job, Measured
 
@@ -48,7 +49,8 @@ def test_every_row_of_the_issue_is_in_the_benchmark():
         assert {f"{family}_{n}" for n in (1, 2, 3, 4)} <= names
     assert {"keras_fit", "keras_fit_mirrored_2", "keras_fit_central_storage_2", "one_device", "mirrored_1",
             "mirrored_2", "central_storage_2", "input_pipeline", "allreduce_2", "allreduce_4", "traced_step_2",
-            "multi_worker_mirrored_2_group_norm", "multi_worker_mirrored_2_replica_batch_norm"} <= names
+            "multi_worker_mirrored_2_group_norm", "multi_worker_mirrored_2_replica_batch_norm",
+            "tfdist_fit", "tfdist_fit_mirrored_2", "keras_fit_multi_worker_mirrored_2"} <= names
     every = plan(steps=8, warmup=4, scaling_steps=4, accuracy=True, preemption=True)
     assert [s.strategy for s in every.accuracy][:3] == ["one_device", "mirrored", "multi_worker_mirrored"]
     assert "parameter_server" in [s.strategy for s in every.accuracy]
@@ -59,8 +61,9 @@ def test_every_run_is_a_fresh_process_next_to_its_baseline_and_odd_repeats_run_b
     jobs = jobs_for(rows, repeats=2)
     first = [j.rows[0].name for j in jobs if j.repeat == 0 and len(j.rows) == 1]
     second = [j.rows[0].name for j in jobs if j.repeat == 1]
-    assert first[:2] == ["keras_fit", "one_device"]
-    assert first.index("mirrored_2") == first.index("keras_fit_mirrored_2") + 1  # pairs run side by side
+    assert first[:3] == ["keras_fit", "tfdist_fit", "one_device"]
+    assert first.index("tfdist_fit_mirrored_2") == first.index("keras_fit_mirrored_2") + 1  # pairs run side by side
+    assert first.index("mirrored_2") == first.index("keras_fit_mirrored_2") + 2  # the second one a row further
     assert first.index("central_storage_2") == first.index("keras_fit_central_storage_2") + 1
     once = {"allreduce_2", "allreduce_4", "traced_step_2"}
     assert second == [n for n in first[::-1] if n not in once]  # the once-only rows run in the first repeat
@@ -96,6 +99,88 @@ def test_ratios_are_paired_by_repeat_and_a_row_reports_one_repeats_record():
     assert row["images_per_second"]["median"] == 110.0
     goal = {g["goal"]: g for g in out["goals"]}["mirrored_2 >= 1.00x keras_fit_mirrored_2"]
     assert goal["value"] == pytest.approx(1.2) and goal["met"] is True and goal["min"] == pytest.approx(90 / 80)
+
+
+def test_tfdist_fit_and_keras_fit_across_workers_run_next_to_the_row_they_are_compared_to():
+    rows = {r.spec.name: r for r in bench.rows_for(8, 4)}
+    # tfdist.fit gets Keras' experiment (model, batch, steps, warm-up), runs it twice and times the second epoch.
+    for fit, keras in (("tfdist_fit", "keras_fit"), ("tfdist_fit_mirrored_2", "keras_fit_mirrored_2")):
+        assert rows[fit].spec.kind == "tfdist_fit" and rows[fit].spec.strategy == (rows[keras].spec.strategy
+                                                                                   or "one_device")
+        assert rows[fit].spec.experiment() == rows[keras].spec.experiment()
+        assert (rows[fit].spec.steps, rows[fit].spec.warmup, rows[fit].spec.epochs) == (8, 4, 2)
+    assert rows["tfdist_fit"].spec.baseline is None  # its ratio is the one to keras_fit
+    assert rows["tfdist_fit_mirrored_2"].spec.baseline == "keras_fit_mirrored_2"
+    # Keras' own fit across 2 worker processes: the tfdist row's strategy, processes and global batch.
+    keras_mwm, mwm = rows["keras_fit_multi_worker_mirrored_2"], rows["multi_worker_mirrored_2"]
+    assert (keras_mwm.spec.kind, keras_mwm.spec.strategy, keras_mwm.processes) == ("keras_fit", "multi_worker_mirrored", 2)
+    assert keras_mwm.spec.experiment()["global_batch_size"] == mwm.spec.experiment()["global_batch_size"] == 32
+    assert (mwm.spec.baseline, mwm.spec.keras_baseline) == ("multi_worker_mirrored_1", keras_mwm.spec.name)
+    assert [n for n, r in rows.items() if r.spec.keras_baseline] == ["multi_worker_mirrored_2"]
+    jobs = jobs_for(list(rows.values()), repeats=2)
+    for repeat, step in ((0, 1), (1, -1)):  # odd repeats backwards: the pair stays side by side
+        order = [j.rows[0].name for j in jobs if j.repeat == repeat]
+        for keras, row in (("keras_fit", "tfdist_fit"), ("keras_fit_mirrored_2", "tfdist_fit_mirrored_2"),
+                           (keras_mwm.spec.name, mwm.spec.name)):
+            assert order.index(row) == order.index(keras) + step
+    assert {j.rows[0].name: j.processes for j in jobs}[keras_mwm.spec.name] == 2
+    # --only: a row brings the rows of its ratios (its own baseline, and Keras under its strategy).
+    assert [r.spec.name for r in plan(steps=8, warmup=4, only=["multi_worker_mirrored_2"]).rows] == [
+        "keras_fit", "multi_worker_mirrored_1", keras_mwm.spec.name, mwm.spec.name]
+    assert [r.spec.name for r in plan(steps=8, warmup=4, only=["tfdist_fit_mirrored_2"]).rows] == [
+        "keras_fit", "keras_fit_mirrored_2", "tfdist_fit_mirrored_2"]
+
+
+def test_a_row_with_its_own_baseline_and_keras_under_its_strategy_has_both_ratios_paired_by_repeat():
+    planned = plan(steps=8, warmup=4, only=["multi_worker_mirrored_2", "tfdist_fit"])
+    ips = {"keras_fit": (100, 200), "tfdist_fit": (98, 180), "multi_worker_mirrored_1": (90, 100),
+           "keras_fit_multi_worker_mirrored_2": (50, 80), "multi_worker_mirrored_2": (60, 64)}
+    measured = {name: [Measured(name=name, repeat=i, images_per_second=float(v)) for i, v in enumerate(values)]
+                for name, values in ips.items()}
+    out = json.loads(json.dumps(results(planned, measured, {})))
+    rows = {r["name"]: r for r in out["rows"]}
+    two = rows["multi_worker_mirrored_2"]
+    assert two["ratio_to_baseline"]["to"] == "multi_worker_mirrored_1"
+    assert two["ratio_to_baseline"]["runs"] == pytest.approx([60 / 90, 0.64])
+    assert two["ratio_to_keras"]["to"] == "keras_fit_multi_worker_mirrored_2"
+    assert two["ratio_to_keras"]["runs"] == pytest.approx([1.2, 0.8])
+    assert out["workers"]["multi_worker_mirrored"][1]["speedup"] == pytest.approx((60 / 90 + 0.64) / 2)
+    assert rows["tfdist_fit"]["ratio"]["runs"] == pytest.approx([0.98, 0.9]) and "ratio_to_keras" not in rows["tfdist_fit"]
+    goal = {g["goal"]: g for g in out["goals"]}["tfdist_fit >= 0.97x keras_fit"]
+    assert goal["value"] == pytest.approx(0.94) and goal["met"] is False and goal["max"] == pytest.approx(0.98)
+    table = bench.markdown(out)
+    assert ("| 0.65 (0.64-0.67) to multi_worker_mirrored_1; 1.00 (0.80-1.20) to keras_fit_multi_worker_mirrored_2 |"
+            in table)
+    assert "| tfdist_fit >= 0.97x keras_fit | 0.940 |" in table
+    assert "one_device >= 1.00x keras_fit" not in table  # a goal whose rows did not run is left out
+
+
+def test_tfdist_fit_and_keras_fit_across_two_workers_measure_in_real_children_and_pair():
+    small = {"base_filters": 4, "depth": 2}
+    rows = {r.spec.name: r for r in bench.rows_for(2, 2)}
+    specs = {name: dataclasses.replace(row.spec, overrides={**row.spec.overrides, **small})
+             for name, row in rows.items()}
+    jobs = [  # the pairs on one device and under mirrored share a process here (a row's own process in the bench)
+        Job(rows=(specs["keras_fit"], specs["tfdist_fit"])),
+        Job(rows=(specs["keras_fit_mirrored_2"], specs["tfdist_fit_mirrored_2"])),
+        Job(rows=(specs["keras_fit_multi_worker_mirrored_2"],), processes=2),
+        Job(rows=(specs["multi_worker_mirrored_2"],), processes=2),
+    ]
+    measured = {m.name: [m] for job in jobs for m in children.launch(job, log=lambda _: None)}
+    for name, (m,) in measured.items():
+        assert m.images_per_second > 0 and m.row_seconds > 0, name
+    assert measured["tfdist_fit"][0].num_replicas == 1 and measured["tfdist_fit_mirrored_2"][0].num_replicas == 2
+    keras_mwm = measured["keras_fit_multi_worker_mirrored_2"][0]
+    assert (keras_mwm.num_replicas, keras_mwm.global_batch_size, keras_mwm.processes) == (2, 32, 2)
+    assert keras_mwm.seconds_to_first_step > 0
+    planned = Plan(rows=tuple(rows[name] for name in measured))
+    out = {r["name"]: r for r in results(planned, measured, {})["rows"]}
+    ips = {name: m.images_per_second for name, (m,) in measured.items()}
+    assert out["tfdist_fit"]["ratio"]["median"] == pytest.approx(ips["tfdist_fit"] / ips["keras_fit"])
+    assert out["tfdist_fit_mirrored_2"]["ratio_to_baseline"]["median"] == pytest.approx(
+        ips["tfdist_fit_mirrored_2"] / ips["keras_fit_mirrored_2"])
+    assert out["multi_worker_mirrored_2"]["ratio_to_keras"]["median"] == pytest.approx(
+        ips["multi_worker_mirrored_2"] / ips["keras_fit_multi_worker_mirrored_2"])
 
 
 def test_scaling_with_workers_is_measured_speedup_over_one_worker_in_the_same_repeat():
@@ -229,6 +314,17 @@ def test_the_train_step_profile_runs_and_prints_each_step_against_keras():
     lines = [line.split() for line in result.stdout.splitlines()]
     assert [line[0].rstrip(":") for line in lines] == ["tfdist", "tfdist_no_stats", "keras"]
     assert all(float(line[1]) > 0 for line in lines) and lines[-1][3] == "(1.000x"
+
+
+def test_the_fit_profile_times_both_fits_in_one_process_on_both_clocks():
+    result = subprocess.run([sys.executable, "-m", "tfdist.bench.fit_profile", "--rounds=2", "--steps=2"],
+                            capture_output=True, text=True, timeout=400, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert [line.split(": ")[1] for line in lines[:4]] == ["keras_fit", "tfdist_fit", "tfdist_fit", "keras_fit"]
+    assert all(float(line.split()[3]) > 0 and float(line.split()[6]) > 0 for line in lines[:4])
+    assert [line.split(", paired")[0] for line in lines[4:]] == [
+        "tfdist_fit / keras_fit speed, wall time", "tfdist_fit / keras_fit speed, CPU time"]
 
 
 def test_a_child_job_and_its_results_cross_the_process_boundary_unchanged():

@@ -7,7 +7,10 @@ worker and step:
 - ``keras_fit``: the baseline, plain ``model.fit`` on one device, written as a
   user would write it; ``keras_fit_mirrored_2`` and
   ``keras_fit_central_storage_2``: the same under the strategies Keras 3 can
-  still ``fit`` with (2 logical CPUs);
+  still ``fit`` with (2 logical CPUs); ``keras_fit_multi_worker_mirrored_2``:
+  the same across 2 worker processes, after ``tfdist.patch_keras()``;
+- ``tfdist_fit`` and ``tfdist_fit_mirrored_2``: ``tfdist.fit`` on the same
+  compiled model and arrays as ``keras_fit`` and ``keras_fit_mirrored_2``;
 - tfdist ``one_device``, ``mirrored`` x1/x2, ``central_storage`` x2, each
   with tfdist's defaults;
 - ``multi_worker_mirrored`` with 1-4 worker processes (gRPC on 127.0.0.1)
@@ -30,7 +33,9 @@ a cluster's memory summed over its processes); each repeat runs every row
 once, a row right after the row it is compared to, odd repeats backwards;
 ratios are taken repeat by repeat (median, min, max); a row's other figures
 are one repeat's record. Keras and tfdist get the same warm-up steps and the
-same window: from the end of step ``warmup`` to the end of the last step.
+same window: from the end of step ``warmup`` to the end of the last step
+(``tfdist.fit``, timed by a callback's epoch hooks: Keras' whole run as its
+warm-up epoch, then the same epoch again, timed whole).
 ``--only`` names rows (their baselines run too); ``--noscaling``,
 ``--time_to_accuracy``, ``--preemption`` switch those parts (the last two
 are off with ``--quick`` unless asked for). Output: ``--output FILE.json``

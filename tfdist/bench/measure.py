@@ -10,7 +10,9 @@ epoch of ``warmup + steps`` steps, and images per second are ``steps x
 global batch`` over the wall time from the end of step ``warmup`` to the end
 of step ``warmup + steps`` (Keras: its batch-end callbacks; tfdist: the
 controller's ``clock``, appended at the end of every chunk). No epoch
-boundary falls inside the window on either side.
+boundary falls inside the window on either side. ``tfdist.fit`` (the
+``tfdist_fit`` rows) gets Keras' model and arrays, and runs that epoch twice:
+its callbacks' epoch hooks time the second one whole, its end included.
 
 Each measurement returns its numbers and the clock time (``time.time()``)
 at which its first step ended, or ``None`` where it has no training step;
@@ -31,7 +33,7 @@ from typing import Callable
 from tfdist import config as config_lib
 from tfdist.bench.rows import ChildJob, Measured, RowSpec
 from tfdist.cluster.local import in_process_cluster
-from tfdist.strategies import make_strategy, set_grpc_fail_fast, setup_host
+from tfdist.strategies import make_strategy, set_grpc_fail_fast, setup_host, traits
 
 Measurement = Callable[[RowSpec], tuple[Measured, float | None]]
 
@@ -59,27 +61,55 @@ def window(clock: list[tuple[int, float]], start_step: int, end_step: int) -> fl
     return at[end_step] - at[start_step]
 
 
-def _measure_keras_fit(spec: RowSpec) -> tuple[Measured, float]:
-    """The baseline: plain Keras ``fit`` on in-memory arrays, one device or under ``spec.strategy``."""
-    p = spec.experiment()
-    setup_host(cpu_devices=p["cpu_devices"])
-    import contextlib
+def keras_experiment(spec: RowSpec):
+    """The Keras rows' arrays and model: ``(x, y, model_fn)``, one epoch of ``warmup + steps`` global batches.
 
+    Imports Keras but runs no TensorFlow op: the strategy is made after it.
+    """
+    p = spec.experiment()
     import keras
     import numpy as np
 
     from tfdist.data import generate_shapes
     from tfdist.models import build_unet
 
-    batch, total = p["global_batch_size"], spec.warmup + spec.steps
-    images, masks = generate_shapes(batch * total, p["image_size"], 0)  # one epoch: no boundary in the window
-    x, y = images.astype(np.float32) / 255.0, masks.astype(np.int32)
-    strategy = make_strategy(spec.strategy, cpu_devices=p["cpu_devices"]) if spec.strategy else None
-    with strategy.scope() if strategy else contextlib.nullcontext():
+    images, masks = generate_shapes(p["global_batch_size"] * (spec.warmup + spec.steps), p["image_size"], 0)
+
+    def model_fn():
         model = build_unet(image_size=p["image_size"], num_classes=4, base_filters=p["base_filters"],
                            depth=p["depth"])
         model.compile(optimizer=keras.optimizers.Adam(2e-3),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        return model
+
+    return images.astype(np.float32) / 255.0, masks.astype(np.int32), model_fn
+
+
+def _measure_keras_fit(spec: RowSpec) -> tuple[Measured, float]:
+    """The baseline: plain Keras ``fit`` on in-memory arrays, one device or under ``spec.strategy``.
+
+    Across worker processes (``multi_worker_mirrored``, TF_CONFIG from the parent) Keras' own ``fit`` runs
+    after ``tfdist.patch_keras()``, with the strategy tfdist's rows get (its defaults; inter-op threads for the
+    cluster, DESIGN.md's trap); every worker holds the same arrays and Keras' ``fit`` shards them.
+    """
+    import contextlib
+
+    import tfdist
+
+    p = spec.experiment()
+    across_workers = bool(spec.strategy) and traits(spec.strategy).multi_process
+    if across_workers:
+        tfdist.patch_keras()
+        setup_host(inter_op_threads=spec.workers + 1)
+    else:
+        setup_host(cpu_devices=p["cpu_devices"])
+    import keras
+
+    batch, total = p["global_batch_size"], spec.warmup + spec.steps
+    x, y, model_fn = keras_experiment(spec)  # one epoch: no boundary in the window
+    strategy = make_strategy(spec.strategy, cpu_devices=p["cpu_devices"]) if spec.strategy else None
+    with strategy.scope() if strategy else contextlib.nullcontext():
+        model = model_fn()
     clock: list[tuple[int, float]] = []
     first_step: list[float] = []
 
@@ -94,6 +124,39 @@ def _measure_keras_fit(spec: RowSpec) -> tuple[Measured, float]:
     replicas = strategy.num_replicas_in_sync if strategy else 1
     return Measured(name=spec.name, images_per_second=spec.steps * batch / seconds, global_batch_size=batch,
                     num_replicas=replicas), first_step[0]
+
+
+def _measure_tfdist_fit(spec: RowSpec) -> tuple[Measured, None]:
+    """``tfdist.fit`` on the Keras rows' model and arrays: ``spec.epochs`` epochs of ``warmup + steps`` steps.
+
+    The clock is a callback with epoch hooks only (the hooks every ``tfdist.fit`` calls), so the window is the
+    whole last epoch: from its ``on_epoch_begin`` (right after the epoch before it ended) to its
+    ``on_epoch_end``, its end-of-epoch work (the epoch's logs, its row of metrics.jsonl) included, which the
+    Keras rows' window leaves out. The epochs before it, each Keras' whole run, are the warm-up. No time to
+    first step: no epoch hook marks it.
+    """
+    import keras
+
+    import tfdist
+
+    p = spec.experiment()
+    batch, per_epoch, last = p["global_batch_size"], spec.warmup + spec.steps, spec.epochs - 1
+    x, y, model_fn = keras_experiment(spec)
+    clock: dict[str, float] = {}
+
+    class Clock(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            clock[f"begin_{epoch}"] = time.perf_counter()
+
+        def on_epoch_end(self, epoch, logs=None):
+            clock[f"end_{epoch}"] = time.perf_counter()
+
+    history = tfdist.fit(model_fn, x, y, batch_size=batch, epochs=spec.epochs, steps_per_epoch=per_epoch,
+                         strategy=spec.strategy, cpu_devices=p["cpu_devices"], shuffle=True, verbose=0,
+                         callbacks=[Clock()])
+    seconds = clock[f"end_{last}"] - clock[f"begin_{last}"]
+    return Measured(name=spec.name, images_per_second=per_epoch * batch / seconds, global_batch_size=batch,
+                    num_replicas=history.model.distribute_strategy.num_replicas_in_sync), None
 
 
 def _tfdist_config(spec: RowSpec, model_dir: str):
@@ -233,6 +296,7 @@ def _measure_trace(spec: RowSpec) -> tuple[Measured, float]:
 
 _MEASURES: dict[str, Measurement] = {
     "keras_fit": _measure_keras_fit,
+    "tfdist_fit": _measure_tfdist_fit,
     "tfdist": _measure_tfdist,
     "parameter_server": _measure_parameter_server,
     "pipeline": _measure_pipeline,

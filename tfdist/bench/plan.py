@@ -4,7 +4,8 @@ Every run of a row gets fresh processes (a cluster's tasks when it has
 several), so that its start-up and its memory are its own, whatever ran
 before it. The rows run in repeats: each repeat runs every row once, a row
 right after the row it is compared to (``tfdist`` ``mirrored_2`` after Keras
-under the same strategy), and odd repeats run in the reverse order, so a
+under the same strategy; where two rows are compared to one, the second one
+a row further), and odd repeats run in the reverse order, so a
 drift of the machine within a repeat falls on both sides of a pair alike.
 Ratios are then taken repeat by repeat (``report``). The time-per-epoch rows
 share one process and run once, after the repeats; the all-reduce sweeps and
@@ -40,6 +41,11 @@ def rows_for(steps: int, warmup: int) -> list[Row]:
         return RowSpec(name=name, kind="keras_fit", strategy=strategy, steps=steps, warmup=warmup,
                        overrides={"cpu_devices": cpu_devices})
 
+    def fit(name: str, strategy: str, cpu_devices: int = 1, **fields) -> RowSpec:
+        # tfdist.fit on the Keras rows' model and arrays; its last epoch is timed (measure._measure_tfdist_fit).
+        return RowSpec(name=name, kind="tfdist_fit", strategy=strategy, steps=steps, warmup=warmup, epochs=2,
+                       overrides={"cpu_devices": cpu_devices}, **fields)
+
     def tfdist(name: str, strategy: str, cpu_devices: int = 1, **fields) -> RowSpec:
         overrides = {"cpu_devices": cpu_devices, **fields.pop("overrides", {})}
         return RowSpec(name=name, kind="tfdist", strategy=strategy, steps=steps, warmup=warmup, overrides=overrides,
@@ -48,8 +54,10 @@ def rows_for(steps: int, warmup: int) -> list[Row]:
     def multi_worker(workers: int, suffix: str = "", **overrides) -> Row:
         # Weak scaling: 16 images per worker and step, as on one device.
         baseline = "multi_worker_mirrored_1" if workers > 1 else None
+        keras_baseline = "keras_fit_multi_worker_mirrored_2" if workers == 2 and not suffix else None
         spec = tfdist(f"multi_worker_mirrored_{workers}{suffix}", "multi_worker_mirrored", workers=workers,
                       baseline=f"multi_worker_mirrored_{workers}" if suffix else baseline,
+                      keras_baseline=keras_baseline,
                       overrides={"global_batch_size": per_worker * workers, **overrides})
         return Row(processes=workers, spec=spec)
 
@@ -65,17 +73,24 @@ def rows_for(steps: int, warmup: int) -> list[Row]:
         return Row(processes=workers, once=True, spec=RowSpec(name=name, kind=kind, strategy="multi_worker_mirrored",
                                                               steps=steps, warmup=warmup, workers=workers))
 
+    keras_multi_worker = RowSpec(name="keras_fit_multi_worker_mirrored_2", kind="keras_fit", workers=2,
+                                 strategy="multi_worker_mirrored", steps=steps, warmup=warmup,
+                                 overrides={"cpu_devices": 1, "global_batch_size": per_worker * 2})
     norm_values = {"group": {"norm": "group"}, "replica_batch": {"norm": "replica_batch"}, "none": {"batch_norm": False}}
     return [
         Row(spec=keras(BASELINE)),
+        Row(spec=fit("tfdist_fit", "one_device")),
         Row(spec=tfdist("one_device", "one_device")),
         Row(spec=tfdist("mirrored_1", "mirrored", 1)),
         Row(spec=RowSpec(name="input_pipeline", kind="pipeline", strategy="one_device", steps=steps, warmup=warmup)),
         Row(spec=keras("keras_fit_mirrored_2", "mirrored", 2)),
+        Row(spec=fit("tfdist_fit_mirrored_2", "mirrored", 2, baseline="keras_fit_mirrored_2")),
         Row(spec=tfdist("mirrored_2", "mirrored", 2, baseline="keras_fit_mirrored_2")),
         Row(spec=keras("keras_fit_central_storage_2", "central_storage", 2)),
         Row(spec=tfdist("central_storage_2", "central_storage", 2, baseline="keras_fit_central_storage_2")),
-        *(multi_worker(n) for n in WORKERS),
+        multi_worker(1),
+        Row(processes=2, spec=keras_multi_worker),
+        *(multi_worker(n) for n in WORKERS[1:]),
         *(multi_worker(2, f"_{norm}_norm", **norm_values[norm]) for norm in NORMS),
         *(parameter_server(n) for n in WORKERS),
         once("allreduce_2", "comm", 2),
@@ -145,10 +160,13 @@ def plan(*, steps: int, warmup: int, only: Sequence[str] = (), scaling_steps: in
                             f"Expected `{flag}` with those names, or none of them.")
     wanted = set(only) | {BASELINE}
     by_name = {r.spec.name: r for r in known}
-    for name in list(wanted):
-        while name in by_name and by_name[name].spec.baseline:  # a row's ratio needs its own baseline
-            name = by_name[name].spec.baseline
-            wanted.add(name)
+    todo = list(wanted)
+    while todo:  # a row's ratios need its own baselines (and theirs)
+        row = by_name.get(todo.pop())
+        for name in (row.spec.baseline, row.spec.keras_baseline) if row else ():
+            if name and name not in wanted:
+                wanted.add(name)
+                todo.append(name)
     chosen = [s for s in [*accuracy_specs(), *preemption_specs()] if not only or s.name in only]
     return Plan(rows=tuple(r for r in known if not only or r.spec.name in wanted),
                 scaling=tuple(scaling_rows(scaling_steps)) if scaling_steps and not only else (),

@@ -21,7 +21,7 @@ BASE = {"image_size": 32, "train_examples": 256, "eval_examples": 32, "global_ba
 #: How a child's stdout marks its result lines (one per row; anything else on stdout is ignored).
 RESULT_PREFIX = "BENCH "
 
-Kind = Literal["keras_fit", "tfdist", "parameter_server", "pipeline", "comm", "trace"]
+Kind = Literal["keras_fit", "tfdist", "tfdist_fit", "parameter_server", "pipeline", "comm", "trace"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -31,14 +31,18 @@ class RowSpec:
     Attributes:
       name: the row's name in the table (and in ``--only``).
       kind: which measurement runs it (``tfdist.bench.measure``).
-      steps: timed steps (the window: from the end of step ``warmup`` to the end of step ``warmup + steps``).
+      steps: timed steps (the window: from the end of step ``warmup`` to the end of step ``warmup + steps``;
+        ``tfdist_fit``: epochs of ``warmup + steps`` steps, the last one timed whole).
       warmup: steps before the window, the same for Keras and tfdist (``parameter_server``: one chunk).
-      strategy: the tfdist strategy (``keras_fit``: the strategy Keras' ``fit`` runs under; None: none).
+      strategy: the tfdist strategy (``keras_fit``: the strategy Keras' ``fit`` runs under; None: none;
+        ``tfdist_fit``: the strategy ``tfdist.fit`` runs under).
       overrides: experiment values over ``BASE`` (e.g. ``cpu_devices``, ``image_size``, ``norm``).
       workers: worker tasks (``parameter_server``: of the in-process cluster; else the processes).
       baseline: the row this one's paired ratio is to, besides ``keras_fit`` (Keras under the same strategy,
         or the same strategy with one worker); None: ``keras_fit`` only.
-      epochs: epochs of the run (scaling rows time their last epoch; 1 elsewhere).
+      keras_baseline: Keras' ``fit`` under the same strategy, where that is not ``baseline``: one more paired
+        ratio (``multi_worker_mirrored_2``: ``baseline`` is its 1-worker row); None: none.
+      epochs: epochs of the run (scaling and ``tfdist_fit`` rows time their last epoch; 1 elsewhere).
     """
 
     name: str
@@ -49,6 +53,7 @@ class RowSpec:
     overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     workers: int = 1
     baseline: str | None = None
+    keras_baseline: str | None = None
     epochs: int = 1
 
     def experiment(self) -> dict[str, Any]:

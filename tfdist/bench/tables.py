@@ -51,9 +51,9 @@ def rows_table(results: Mapping[str, Any]) -> list[str]:
              "|---|---:|---:|---|---:|---:|---:|"]
     for r in results["rows"]:
         ips, rec = r.get("images_per_second") or {}, r["record"]
-        own = r.get("ratio_to_baseline")
-        lines.append(f"| {r['name']} | {_f(ips.get('median'), '.1f')} | {_ratio(r['ratio']) or '1.00'} | "
-                     f"{(_ratio(own) + ' to ' + own['to']) if own else ''} | "
+        own = "; ".join(f"{_ratio(o)} to {o['to']}" for o in (r.get("ratio_to_baseline"), r.get("ratio_to_keras"))
+                        if o)
+        lines.append(f"| {r['name']} | {_f(ips.get('median'), '.1f')} | {_ratio(r['ratio']) or '1.00'} | {own} | "
                      f"{_f(rec.get('seconds_to_first_step'), '.1f')} | {_f(rec.get('peak_rss_mb'), '.0f')} | "
                      f"{_f(rec.get('peak_rss_mb_per_replica'), '.0f')} |")
     return lines
@@ -103,6 +103,8 @@ def allreduce_tables(section: Mapping[str, Any]) -> list[str]:
 def goals_table(results: Mapping[str, Any]) -> list[str]:
     lines = ["| goal | value (paired median) | min | max | met |", "|---|---:|---:|---:|---|"]
     for g in results["goals"]:
+        if g["value"] is None:  # its rows were not measured (``--only``)
+            continue
         met = "" if g["met"] is None else ("yes" if g["met"] else "no")
         lines.append(f"| {g['goal']} | {_f(g['value'], '.3f')} | {_f(g['min'], '.3f')} | {_f(g['max'], '.3f')} | "
                      f"{met} |")

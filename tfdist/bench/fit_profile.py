@@ -1,0 +1,89 @@
+"""``python -m tfdist.bench.fit_profile``: ``tfdist.fit`` against Keras' ``fit`` on one device, in one process.
+
+The benchmark's ``tfdist_fit`` and ``keras_fit`` rows are fresh processes,
+and on a busy 2-core machine single rows move by 15-25%. This runs both
+whole, in rounds in one process (each round a fresh model for each, the
+order reversed every other round), on the benchmark's model and arrays and
+with its windows (``measure``): Keras' ``fit`` from the end of step
+``warmup`` to the end of its last step (batch-end callbacks), ``tfdist.fit``
+its second epoch whole (epoch callbacks). Each window is read on two clocks:
+wall time, and the process's CPU time, which other processes on the machine
+hardly change. Printed: each round's milliseconds per step, then the paired
+ratios (Keras' time per step over ``tfdist.fit``'s, round by round: above 1
+means ``tfdist.fit`` is faster), median and min-max.
+
+Only public APIs: ``keras.Model.fit`` and ``tfdist.fit``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+
+def _clock() -> tuple[float, float]:
+    return time.perf_counter(), time.process_time()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=6, help="rounds of one run of each")
+    parser.add_argument("--steps", type=int, default=64, help="timed steps (an epoch is warmup + steps)")
+    parser.add_argument("--warmup", type=int, default=4, help="Keras' warm-up steps, as in the benchmark")
+    args = parser.parse_args(argv)
+
+    import keras
+
+    import tfdist
+    from tfdist.bench.measure import keras_experiment
+    from tfdist.bench.rows import BASE, RowSpec
+
+    spec = RowSpec(name="fit_profile", kind="keras_fit", steps=args.steps, warmup=args.warmup)
+    x, y, model_fn = keras_experiment(spec)
+    batch, per_epoch = BASE["global_batch_size"], args.warmup + args.steps
+
+    class EpochClock(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.ticks: dict = {}
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self.ticks[("begin", epoch)] = _clock()
+
+        def on_epoch_end(self, epoch, logs=None):
+            self.ticks[("end", epoch)] = _clock()
+
+    class BatchClock(EpochClock):
+        def on_train_batch_end(self, step, logs=None):
+            self.ticks[step + 1] = _clock()
+
+    def per_step(start, end, steps: int) -> tuple[float, float]:
+        return (end[0] - start[0]) / steps, (end[1] - start[1]) / steps
+
+    def keras_fit():
+        clock = BatchClock()
+        model_fn().fit(x, y, batch_size=batch, epochs=1, callbacks=[clock], verbose=0, shuffle=True)
+        return per_step(clock.ticks[args.warmup], clock.ticks[per_epoch], args.steps)
+
+    def tfdist_fit():
+        clock = EpochClock()
+        tfdist.fit(model_fn, x, y, batch_size=batch, epochs=2, steps_per_epoch=per_epoch, strategy="one_device",
+                   shuffle=True, verbose=0, callbacks=[clock])
+        return per_step(clock.ticks[("begin", 1)], clock.ticks[("end", 1)], per_epoch)
+
+    runs = {"keras_fit": keras_fit, "tfdist_fit": tfdist_fit}
+    seconds: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
+    for round_ in range(args.rounds):
+        for name in list(runs) if round_ % 2 == 0 else list(runs)[::-1]:
+            seconds[name].append(runs[name]())
+            wall, cpu = seconds[name][-1]
+            print(f"round {round_}: {name}: {wall * 1e3:.1f} ms/step wall, {cpu * 1e3:.1f} ms/step CPU", flush=True)
+    for clock, index in (("wall", 0), ("CPU", 1)):
+        ratios = [k[index] / t[index] for k, t in zip(seconds["keras_fit"], seconds["tfdist_fit"])]
+        print(f"tfdist_fit / keras_fit speed, {clock} time, paired by round: {statistics.median(ratios):.3f} "
+              f"({min(ratios):.3f}-{max(ratios):.3f})")
+
+
+if __name__ == "__main__":
+    main()
