@@ -48,6 +48,7 @@ SLOW_FIRST = (
     "tests/test_faults.py::test_the_launcher_restarts", "tests/test_fit.py",
     "tests/test_preemption.py::test_parameter_server_a_preempted_worker", "tests/test_multi_worker.py",
     "tests/test_watchdog.py", "tests/test_netns.py", "tests/test_ray.py", "tests/test_keras_fit.py",
+    "tests/test_fit_setup.py", "tests/test_fit_custom_steps.py", "tests/test_fit_weights_and_hooks.py",
 )
 
 
