@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import tensorflow as tf
 
 from tfdist.errors import UserError
@@ -59,20 +58,12 @@ def _cut(context, batch_size: int):
     return cut
 
 
-def class_weights_numpy(y, class_weight: dict):
-    """Keras' sample weights for ``class_weight`` over numpy targets: each row's class's weight (1.0 if unlisted).
-
-    A row's class is its integer target, or the argmax of a one-hot row (as Keras' ``fit`` reads them).
-    """
-    labels = np.asarray(y)
-    if labels.ndim > 1:
-        labels = np.argmax(labels, axis=-1) if labels.shape[-1] != 1 else np.squeeze(labels, axis=-1)
-    labels = np.round(labels).astype(np.int64)
-    return np.asarray([class_weight.get(int(c), 1.0) for c in labels], dtype=np.float32)
-
-
 def class_weights_map(class_weight: dict):
-    """A map fn over batches ``(x, y)`` -> ``(x, y, sample_weight)`` with Keras' class weights (see above)."""
+    """A map fn over batches ``(x, y)`` -> ``(x, y, sample_weight)`` with Keras' class weights.
+
+    A row's class is its integer target, or the argmax of a one-hot row (as Keras' ``fit`` reads them); an
+    unlisted class weighs 1.0.
+    """
     listed = max(class_weight) + 1
     table = tf.constant([float(class_weight.get(c, 1.0)) for c in range(listed)] + [1.0], tf.float32)
 
@@ -98,24 +89,18 @@ def check_batch(batch_size, replicas: int) -> None:
         )
 
 
-def rows_and_steps(x, y, batch_size, sample_weight=None) -> tuple[int | None, int | None]:
-    """``(rows, steps per epoch)`` of numpy ``x``/``y``/``sample_weight`` (checked: as many rows each), or
-    ``(None, batches)`` of a Dataset (None when TensorFlow does not know); ``(None, None)`` for a ``dataset_fn``.
-    Builds no dataset."""
+def rows_and_steps(x, batch_size) -> tuple[int | None, int | None]:
+    """``(rows, steps per epoch)`` of numpy ``x``, or ``(None, batches)`` of a Dataset (None when TensorFlow does
+    not know); ``(None, None)`` for a ``dataset_fn``. Builds no dataset.
+
+    The forms and row counts of ``x``/``y``/``sample_weight`` are ``keras_args.check_fit_args``' to check
+    (before the process is set up); here every array has as many rows as ``x``'s first.
+    """
     if callable(x) and not isinstance(x, tf.data.Dataset):
         return None, None
     if isinstance(x, tf.data.Dataset):
-        if y is not None:
-            raise UserError("Invalid `y` with a tf.data.Dataset `x`. Received: y given. Expected the dataset to "
-                            "yield (x, y) batches and y=None, as Keras' fit takes it.")
         return None, _cardinality(x)
-    if y is None:
-        raise UserError("Missing `y`. Received: numpy `x` and y=None. Expected the targets, one row per row of x.")
-    counts = {len(a) for a in tf.nest.flatten((x, y, sample_weight)) if a is not None}
-    if len(counts) != 1:
-        raise UserError(f"Invalid `x`/`y`: their numbers of rows differ. Received: {sorted(counts)}. "
-                        "Expected one row of y per row of x.")
-    (rows,) = counts
+    rows = len(tf.nest.flatten(x)[0])
     return rows, math.ceil(rows / batch_size)
 
 
@@ -149,12 +134,10 @@ def dataset_fns(x, y, *, batch_size, shuffle: bool, seed: int, training: bool, s
             return ds.repeat().skip(start_step * batches_per_step(context)) if training else ds
 
         return from_fn, None
-    rows, steps = rows_and_steps(x, y, batch_size, sample_weight)
+    rows, steps = rows_and_steps(x, batch_size)
     if rows is None:
-        dataset = x.map(weigh) if weigh else x
+        dataset = x
     else:
-        if class_weight:
-            sample_weight = class_weights_numpy(y, class_weight)
         dataset = tf.data.Dataset.from_tensor_slices((x, y) if sample_weight is None else (x, y, sample_weight))
     source = _source(dataset, stage_dir)
 
@@ -164,6 +147,8 @@ def dataset_fns(x, y, *, batch_size, shuffle: bool, seed: int, training: bool, s
             if shuffle and training:
                 batches = batches.shuffle(rows, seed=seed, reshuffle_each_iteration=True)
             batches = batches.batch(batch_size)
+        if weigh:
+            batches = batches.map(weigh)
         if training:
             batches = batches.repeat().skip(start_step)
         return batches.flat_map(_cut(context, batch_size))

@@ -143,7 +143,7 @@ def train_keras(model_fn, x, y, *, runtime, task, run_dir, strategy, preemption,
     checkpoints = Checkpoints(checkpoint=tf.train.Checkpoint(**state), run_dir=run_dir, is_chief=is_chief,
                               task=task.name if task else "local")
     restored = checkpoints.restore_latest()
-    epoch_steps = steps_per_epoch or rows_and_steps(x, y, batch_size, sample_weight)[1]
+    epoch_steps = steps_per_epoch or rows_and_steps(x, batch_size)[1]
     if not epoch_steps:
         raise UserError("Missing `steps_per_epoch`. Received: an input of unknown length. Expected "
                         "steps_per_epoch=N with a dataset_fn or a Dataset that repeats.")
