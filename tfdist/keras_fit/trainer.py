@@ -150,15 +150,14 @@ def _wrapped_fit(original, multi_worker):
         from tfdist.keras_fit.preemption import PreemptionVote, Stopped, leave
 
         strategy = self.distribute_strategy
+        arguments = signature.bind(self, *args, **kwargs).arguments
         if isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):
             from tfdist.keras_fit.parameter_server import fit_under_coordinator
 
-            arguments = signature.bind(self, *args, **kwargs).arguments
             return fit_under_coordinator(self, {k: v for k, v in arguments.items() if k != "self"})
         if not multi_worker(strategy):
             return original(self, *args, **kwargs)
-        bound = signature.bind(self, *args, **kwargs)
-        callbacks = list(bound.arguments.get("callbacks") or [])
+        callbacks = list(arguments.get("callbacks") or [])
         try:
             with chief_only_files(callbacks, strategy), PreemptionVote(self, strategy, callbacks):
                 return original(self, *args, **kwargs)

@@ -47,11 +47,6 @@ class Session:
     task: Task | None
     strategy: Any
 
-    @property
-    def is_chief(self) -> bool:
-        """Whether this process writes a run's outputs (the leader of its cluster, or a lone process)."""
-        return self.task is None or self.task.is_leader
-
 
 _current: Session | None = None
 
