@@ -1,4 +1,4 @@
-"""Ray Train (issue 24, item 5): ``examples/ray_train_keras.py`` on a real local Ray cluster, 2 workers.
+"""Ray Train: ``examples/ray_train_keras.py`` on a real local Ray cluster, 2 workers.
 
 Ray Train's ``TensorflowTrainer`` sets TF_CONFIG on each of its workers (type
 ``worker``, index = its world rank, every worker's address on a port Ray
@@ -22,10 +22,10 @@ it does on macOS and Windows; TF_CONFIG's addresses are 127.0.0.1 too). Ray's
 session files go to a short directory of the test's own (Unix socket paths
 are limited to 107 characters). Every process seen below the example while it
 ran must be gone soon after it ends; leftovers are killed by pid and fail the
-test. About 55-80 s each on 2 cores, most of it Ray's start and the imports
-of TensorFlow in its processes (the driver, Ray Train's controller, each
-worker). They share an xdist group so as to run one after the other: two Ray
-clusters at once on 2 cores took 117-126 s each.
+test. Most of each test's time is Ray's start and the imports of TensorFlow
+in its processes (the driver, Ray Train's controller, each worker); they
+share an xdist group so as to run one after the other, as two Ray clusters
+at once on 2 cores each run much slower.
 """
 
 from __future__ import annotations
