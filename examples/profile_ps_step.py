@@ -55,12 +55,12 @@ def main() -> None:
 
     from tfdist import config as config_lib
     from tfdist.bench.rows import BASE
-    from tfdist.cluster.local import in_process_cluster
+    from tfdist.deploy.in_process import in_process_cluster
     from tfdist.models import build_from_config
-    from tfdist.training import coordinator_loop as loop_lib
-    from tfdist.training.inputs import train_dataset_fn
-    from tfdist.training.optimizers import make_optimizer
-    from tfdist.training.step import Steps
+    from tfdist.engine import coordinator_loop as loop_lib
+    from tfdist.segmentation.inputs import train_dataset_fn
+    from tfdist.segmentation.optimizers import make_optimizer
+    from tfdist.segmentation.steps import Steps
 
     tiny = {"image_size": 16, "base_filters": 4, "depth": 1, "global_batch_size": 4, "train_examples": 32}
     resolver = in_process_cluster(num_workers=args.workers, num_ps=1)

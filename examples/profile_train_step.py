@@ -25,7 +25,7 @@ import tensorflow as tf
 
 from tfdist.data import generate_shapes
 from tfdist.models import build_unet
-from tfdist.training.step import Steps
+from tfdist.segmentation.steps import Steps
 
 
 def main() -> None:

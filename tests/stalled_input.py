@@ -10,7 +10,7 @@ import sys
 import time
 
 import tfdist.train  # noqa: F401 - sets TF_CPP_MIN_LOG_LEVEL before TensorFlow is imported
-from tfdist.training import experiment
+from tfdist.segmentation import experiment
 
 
 def stalled(after: int):

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tfdist import cluster
+from tfdist.deploy.commands import task_commands
 from tfdist.cluster import ClusterSpec, Task
 from tfdist.strategies import check_strategy
 from tfdist.errors import UserError
@@ -396,14 +397,14 @@ def test_public_addresses():
 def test_task_commands_round_trip():
     spec = spec_of("full")
     extra = ["--epochs", "3", "--model_dir", "runs/a b", "it's", "--flag=$(x)"]
-    commands = cluster.task_commands(spec, "configs/my cluster.yaml", extra)
+    commands = task_commands(spec, "configs/my cluster.yaml", extra)
     assert [(t, i) for t, i, _ in commands] == spec.task_list()
     for task_type, index, command in commands:
         assert "\n" not in command
         assert shlex.split(command) == [
             "python", "-m", "tfdist.train", "--cluster", "configs/my cluster.yaml", "--task", f"{task_type}:{index}", *extra,
         ]
-    custom = cluster.task_commands(spec, "c.yaml", python="/opt/venv/bin/python", module="tfdist.other")
+    custom = task_commands(spec, "c.yaml", python="/opt/venv/bin/python", module="tfdist.other")
     assert shlex.split(custom[0][2]) == ["/opt/venv/bin/python", "-m", "tfdist.other", "--cluster", "c.yaml", "--task", "chief:0"]
 
 

@@ -35,8 +35,9 @@ import pytest
 
 import netns
 from cluster_runs import REPO, Processes, env, launcher, loopback_cluster
-from tfdist import doctor as doctor_cli
-from tfdist.cluster import agree, meet
+from tfdist.doctor import cli as doctor_cli
+from tfdist.doctor import agree
+from tfdist.doctor import meet
 from tfdist.cluster.network import free_ports
 from tfdist.cluster.spec import parse_cluster_spec
 from tfdist.cluster.task import Task

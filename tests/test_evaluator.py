@@ -19,12 +19,12 @@ import tensorflow as tf
 from tfdist import cluster as cluster_lib
 from tfdist import config as config_lib
 from tfdist.models import build_from_config
-from tfdist.training import inputs
-from tfdist.training.checkpoints import Checkpoints
-from tfdist.training.evaluator import evaluate_checkpoints
-from tfdist.training.metrics import metrics_from_stats
-from tfdist.training.rundir import RunDir
-from tfdist.training.step import Steps
+from tfdist.segmentation import inputs
+from tfdist.engine.checkpoints import Checkpoints
+from tfdist.segmentation.evaluator import evaluate_checkpoints
+from tfdist.segmentation.metrics import metrics_from_stats
+from tfdist.rundir import RunDir
+from tfdist.segmentation.steps import Steps
 
 
 def eval_loss(model, config) -> float:

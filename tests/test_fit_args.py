@@ -13,7 +13,7 @@ import pytest
 
 import tfdist
 from tfdist.errors import UserError
-from tfdist.training import fit as fit_module
+from tfdist.fitting import api as fit_module
 
 X = np.zeros((8, 3), np.float32)
 Y = np.zeros((8, 1), np.float32)

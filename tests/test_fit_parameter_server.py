@@ -2,7 +2,7 @@
 
 Runs in a fresh process (connecting to a cluster changes the process's
 TensorFlow context): 2 workers and a ps as in-process gRPC servers on
-127.0.0.1 (``tfdist.cluster.local.in_process_cluster``), this process the
+127.0.0.1 (``tfdist.deploy.in_process.in_process_cluster``), this process the
 coordinator.
 
 - With the global seed 0 (``keras.utils.set_random_seed(0)``), the
@@ -26,9 +26,9 @@ from tfdist.strategies import setup_host
 setup_host(inter_op_threads=4)
 import keras, tensorflow as tf
 import tfdist
-from tfdist.cluster.local import in_process_cluster
+from tfdist.deploy.in_process import in_process_cluster
 from tfdist.errors import UserError
-from tfdist.training.inputs import per_worker_order
+from tfdist.engine.inputs import per_worker_order
 from fit_classifier import make_data, model_fn
 
 resolver = in_process_cluster(num_workers=2, num_ps=1)

@@ -28,7 +28,7 @@ import pytest
 
 from cluster_runs import REPO, Processes, launcher, loopback_cluster, shared
 from test_fit_custom_steps import MODELS, spread
-from tfdist.training.session import TOO_LATE
+from tfdist.runtime.session import TOO_LATE
 
 SCRIPT = MODELS + r'''
 import json, sys

@@ -1,4 +1,4 @@
-"""Keras' own ``model.fit`` across workers (``tfdist.keras_fit``): a user's script, real processes on 127.0.0.1.
+"""Keras' own ``model.fit`` across workers (``tfdist.fitting.patch``): a user's script, real processes on 127.0.0.1.
 
 The script is ``keras_fit_worker.py``, in the shape of TensorFlow's
 "Multi-worker training with Keras" tutorial, run by ``tfdist.launch`` on two
@@ -122,7 +122,7 @@ def test_a_signal_to_one_worker_stops_both_at_one_step_saves_it_and_the_same_com
 PS_REFUSED = """
 import numpy as np
 import tfdist
-from tfdist.cluster.local import in_process_cluster
+from tfdist.deploy.in_process import in_process_cluster
 tfdist.patch_keras()
 import keras, tensorflow as tf
 strategy = tf.distribute.ParameterServerStrategy(in_process_cluster(num_workers=1, num_ps=1))
@@ -191,7 +191,7 @@ def test_keras_fit_under_parameter_server_is_trained_by_the_coordinator_and_lear
 
 def test_the_fix_refuses_a_keras_whose_trainer_differs():
     from tfdist.errors import UserError
-    from tfdist.keras_fit import trainer
+    from tfdist.fitting.patch import trainer
 
     real = trainer._trainer_module()
     trainer.check(real)  # the Keras installed here is the one the fix is made for

@@ -32,7 +32,7 @@ import pytest
 import yaml
 
 from tfdist import cluster
-from tfdist import kubernetes as k8s
+from tfdist.deploy import kubernetes as k8s
 from tfdist.errors import (DIVERGED_EXIT_CODE, PEER_LOST_EXIT_CODE, PREEMPTED_EXIT_CODE, USAGE_EXIT_CODE,
                            UserError)
 

@@ -34,7 +34,8 @@ from cluster_runs import (
     loopback_cluster, started_pids, train_command, worker_port_range,
 )
 from tfdist import cluster as cluster_lib
-from tfdist import launch, processes
+from tfdist import launch
+from tfdist.deploy import processes
 from tfdist.cluster.network import PORT_RANGE_ENV, port_range
 from tfdist.errors import PREEMPTED_EXIT_CODE, UserError
 

@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfdist.training.metrics import StatsAccumulator, metrics_from_stats
-from tfdist.training.step import per_image_loss, stats_size, step_stats
+from tfdist.engine.steps import StatsAccumulator
+from tfdist.segmentation.metrics import metrics_from_stats
+from tfdist.segmentation.steps import per_image_loss, stats_size, step_stats
 
 
 def _batch(seed, n=6, size=8, classes=4):

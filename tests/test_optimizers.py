@@ -4,7 +4,7 @@ import keras
 import pytest
 
 from tfdist import config as config_lib
-from tfdist.training.optimizers import WarmupCosine, learning_rate_at, make_optimizer, peak_learning_rate
+from tfdist.segmentation.optimizers import WarmupCosine, learning_rate_at, make_optimizer, peak_learning_rate
 
 
 def train_config(**overrides):

@@ -18,8 +18,8 @@ os.environ["GRPC_FAIL_FAST"] = "use_caller"
 from tfdist.strategies import setup_host
 setup_host(inter_op_threads=4)
 from tfdist import config as config_lib
-from tfdist.cluster.local import in_process_cluster
-from tfdist.training import run
+from tfdist.deploy.in_process import in_process_cluster
+from tfdist.segmentation import run
 resolver = in_process_cluster(num_workers=2, num_ps=1)
 config = config_lib.build_config(overrides={
     "strategy": "parameter_server", "image_size": 32, "train_examples": 64, "eval_examples": 16,
@@ -32,9 +32,9 @@ print("SUMMARY " + json.dumps(summary))
 # The same model, freshly initialised with the same seed, on the same eval split: the loss before training.
 import keras
 from tfdist.models import build_from_config
-from tfdist.training import inputs
-from tfdist.training.metrics import metrics_from_stats
-from tfdist.training.step import Steps
+from tfdist.segmentation import inputs
+from tfdist.segmentation.metrics import metrics_from_stats
+from tfdist.segmentation.steps import Steps
 keras.utils.set_random_seed(config.train.seed)
 fresh = Steps(model=build_from_config(config.model, config.data), optimizer=None,
               num_classes=config.data.num_classes, global_batch_size=config.train.global_batch_size)
@@ -80,11 +80,11 @@ setup_host(inter_op_threads=4)
 import keras
 import tensorflow as tf
 from tfdist import config as config_lib
-from tfdist.cluster.local import in_process_cluster
+from tfdist.deploy.in_process import in_process_cluster
 from tfdist.models import build_from_config
-from tfdist.training.coordinator_loop import CoordinatorLoop
-from tfdist.training.inputs import train_dataset_fn
-from tfdist.training.step import Steps
+from tfdist.engine.coordinator_loop import CoordinatorLoop
+from tfdist.segmentation.inputs import train_dataset_fn
+from tfdist.segmentation.steps import Steps
 config = config_lib.build_config(overrides={
     "strategy": "parameter_server", "image_size": 8, "train_examples": 16, "base_filters": 2, "depth": 1,
     "global_batch_size": 2, "optimizer": "sgd", "model_dir": sys.argv[1]})

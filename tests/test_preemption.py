@@ -298,7 +298,7 @@ def test_a_lost_ps_ends_every_task_with_status_4_and_the_chief_names_it_in_one_l
 
 
 def test_a_signal_before_the_loop_ends_at_once_and_inside_it_is_remembered():
-    from tfdist.training.preemption import Preemption
+    from tfdist.runtime.preemption import Preemption
 
     before = signal.getsignal(signal.SIGTERM)
     with Preemption("worker:3") as preemption:
@@ -312,7 +312,7 @@ def test_a_signal_before_the_loop_ends_at_once_and_inside_it_is_remembered():
         assert preemption.requested and preemption.reason() == "worker:3 received SIGTERM"
     assert signal.getsignal(signal.SIGTERM) == before  # restored
     # Left preempted, a second signal would end the process with 42 at once, not 143.
-    from tfdist.training import preemption as preemption_module
+    from tfdist.runtime import preemption as preemption_module
 
     try:
         with pytest.raises(Preempted):
@@ -332,7 +332,7 @@ def test_a_signal_before_the_loop_ends_at_once_and_inside_it_is_remembered():
 SAVED_THEN_SIGNALLED = r"""
 import sys, time
 from tfdist.errors import Preempted
-from tfdist.training.preemption import Preemption
+from tfdist.runtime.preemption import Preemption
 
 try:
     with Preemption("worker:1") as preemption:

@@ -69,7 +69,7 @@ PS_SCRIPT = r"""
 import json, os
 os.environ["GRPC_FAIL_FAST"] = "use_caller"
 import tensorflow as tf
-from tfdist.cluster.local import in_process_cluster
+from tfdist.deploy.in_process import in_process_cluster
 from tfdist.strategies import make_strategy
 resolver = in_process_cluster(num_workers=2, num_ps=2)
 s = make_strategy("parameter_server", cluster_resolver=resolver, ps_shards=1)

@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from tfdist import config as config_lib
-from tfdist.training import run
+from tfdist.segmentation import run
 from tfdist.visualize import PALETTE
 
 # A tiny experiment: 32x32 shapes, a 2-level UNet, SGD, no augmentation.
@@ -271,8 +271,8 @@ def test_mixed_float16_computes_in_float16_and_scales_the_loss_dynamically():
     import tensorflow as tf
 
     from tfdist.models import build_from_config
-    from tfdist.training.optimizers import make_optimizer
-    from tfdist.training.step import Steps
+    from tfdist.segmentation.optimizers import make_optimizer
+    from tfdist.segmentation.steps import Steps
 
     config = config_lib.build_config(overrides={**TINY, "precision": "mixed_float16"})
     keras.mixed_precision.set_dtype_policy("mixed_float16")
@@ -322,9 +322,9 @@ def test_jit_compile_is_used_where_xla_can_compile_and_refused_with_a_warning_el
 
     from tfdist.models import build_from_config
     from tfdist.strategies import make_strategy
-    from tfdist.training.experiment import _can_jit
-    from tfdist.training.optimizers import make_optimizer
-    from tfdist.training.step import Steps
+    from tfdist.segmentation.experiment import _can_jit
+    from tfdist.segmentation.optimizers import make_optimizer
+    from tfdist.segmentation.steps import Steps
 
     config = config_lib.build_config(overrides={**TINY, "strategy": name, "cpu_devices": 2, "jit_compile": True,
                                                 "batch_norm": batch_norm, "deterministic": deterministic})

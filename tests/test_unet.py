@@ -176,7 +176,7 @@ def test_replica_batch_norm_on_one_device_is_keras_batch_normalization():
 def _train_moving_statistics(strategy, images, masks, steps=3):
     """Moving statistics of every ReplicaBatchNorm after ``steps`` real train steps (``Steps.train``) on the
     same global batches, and the eval-mode logits of the last batch, computed on the replicas."""
-    from tfdist.training.step import Steps
+    from tfdist.segmentation.steps import Steps
 
     with strategy.scope():
         keras.utils.set_random_seed(3)

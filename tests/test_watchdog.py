@@ -28,8 +28,8 @@ import pytest
 
 from cluster_runs import EXPERIMENT, REPO, Processes, loopback_cluster, train_command, train_steps_logged
 from tfdist.errors import PEER_LOST_EXIT_CODE
-from tfdist.training import watchdog as watchdog_module
-from tfdist.training.watchdog import Watchdog, describe, heartbeat_name, stopped_tasks
+from tfdist.runtime import watchdog as watchdog_module
+from tfdist.runtime.watchdog import Watchdog, describe, heartbeat_name, stopped_tasks
 
 TIMEOUT_S = 6
 #: Long enough not to end before the stall, with log lines each step so the tests see where it is.

@@ -16,8 +16,8 @@ __version__ = "0.1.0"
 
 
 def fit(model_fn, x=None, y=None, **kwargs):
-    """Keras' ``fit`` for any compiled Keras 3 model under every strategy (``tfdist.training.fit.fit``)."""
-    from tfdist.training.fit import fit as _fit
+    """Keras' ``fit`` for any compiled Keras 3 model under every strategy (``tfdist.fitting.api.fit``)."""
+    from tfdist.fitting.api import fit as _fit
 
     return _fit(model_fn, x, y, **kwargs)
 
@@ -29,13 +29,13 @@ def setup(strategy: str = "one_device", **kwargs):
     cluster and task (TF_CONFIG, ``tfdist.launch``, Slurm, or ``cluster=``/
     ``task=``), the collectives, then the strategy; and Keras' own ``fit``
     made to work across workers (``patch_keras``). See
-    ``tfdist.training.session.setup`` for the arguments.
+    ``tfdist.runtime.session.setup`` for the arguments.
 
         import tfdist
         strategy = tfdist.setup("multi_worker_mirrored")   # instead of tf.distribute.MultiWorkerMirroredStrategy()
     """
-    from tfdist.keras_fit import install
-    from tfdist.training.session import setup as _setup
+    from tfdist.fitting.patch import install
+    from tfdist.runtime.session import setup as _setup
 
     result = _setup(strategy, **kwargs)
     install()
@@ -43,11 +43,11 @@ def setup(strategy: str = "one_device", **kwargs):
 
 
 def patch_keras() -> None:
-    """Make Keras' own ``fit``/``evaluate``/``predict`` work across workers (keras#20585); see ``tfdist.keras_fit``.
+    """Make Keras' own ``fit``/``evaluate``/``predict`` work across workers (keras#20585); see ``tfdist.fitting.patch``.
 
     For a script that creates its own ``tf.distribute.MultiWorkerMirroredStrategy()``:
     ``import tfdist; tfdist.patch_keras()`` at its top.
     """
-    from tfdist.keras_fit import install
+    from tfdist.fitting.patch import install
 
     install()

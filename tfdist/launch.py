@@ -74,7 +74,7 @@ from absl import flags
 from tfdist import cluster as cluster_lib
 from tfdist.cluster.network import free_ports, is_loopback, port_in_use
 from tfdist.errors import EXIT_CODES, PERMANENT_EXIT_CODES, PREEMPTED_EXIT_CODE, UserError, run_main
-from tfdist.processes import LocalCluster, Signals
+from tfdist.deploy.processes import LocalCluster, Signals
 
 FLAGS = flags.FLAGS
 

@@ -65,7 +65,7 @@ def read_image(path: str):
 
 def load_exported_model(model_dir: str):
     """The run's exported Keras model, or a UserError saying what is missing."""
-    from tfdist.training.rundir import RunDir
+    from tfdist.rundir import RunDir
 
     path = RunDir(model_dir).exported_model
     if not path.is_file():

@@ -30,7 +30,9 @@ from typing import Callable
 
 from absl import flags
 
-from tfdist import cluster, kubernetes, strategies
+from tfdist import cluster, strategies
+from tfdist.deploy import kubernetes
+from tfdist.deploy.commands import task_commands
 from tfdist.cluster import sources
 from tfdist.cluster.spec import SLURM
 from tfdist.errors import UserError, run_main
@@ -103,7 +105,7 @@ def _print_export(spec: cluster.ClusterSpec, tasks: list[cluster.Task], extra: l
 def _print_commands(spec: cluster.ClusterSpec, tasks: list[cluster.Task], extra: list[str]) -> list[str]:
     wanted = {(task.type, task.index) for task in tasks}
     lines = []
-    for task_type, index, command in cluster.task_commands(spec, FLAGS.cluster, extra):
+    for task_type, index, command in task_commands(spec, FLAGS.cluster, extra):
         if (task_type, index) in wanted:
             host, _ = cluster.split_address(spec.address(task_type, index))
             lines += [f"# {task_type}:{index} on {host}", command]

@@ -1,4 +1,4 @@
-"""``python -m tfdist.train``: a thin absl main over ``tfdist.training.run``.
+"""``python -m tfdist.train``: a thin absl main over ``tfdist.segmentation.run``.
 
 Every field of the experiment config is a flag of the same name
 (``--image_size`` is ``data.image_size``). Precedence: defaults, then the YAML
@@ -52,7 +52,7 @@ def main(argv: list[str]) -> int:
         from tfdist.errors import UserError
 
         raise UserError(f"Unexpected arguments. Received: {' '.join(argv[1:])}. Expected only --flags.")
-    from tfdist.training.experiment import run
+    from tfdist.segmentation.experiment import run
 
     summary = run(config_from_flags(), weights_dir=FLAGS.dump_weights)
     if "eval" in summary and not summary.get("is_chief", True):

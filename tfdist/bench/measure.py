@@ -32,7 +32,7 @@ from typing import Callable
 
 from tfdist import config as config_lib
 from tfdist.bench.rows import ChildJob, Measured, RowSpec
-from tfdist.cluster.local import in_process_cluster
+from tfdist.deploy.in_process import in_process_cluster
 from tfdist.strategies import make_strategy, set_grpc_fail_fast, setup_host, traits
 
 Measurement = Callable[[RowSpec], tuple[Measured, float | None]]
@@ -169,7 +169,7 @@ def _tfdist_config(spec: RowSpec, model_dir: str):
 
 def _measure_tfdist(spec: RowSpec, cluster_resolver=None, clock: list | None = None) -> tuple[Measured, float]:
     """A tfdist run with its defaults; a multi_worker_mirrored task finds its cluster in TF_CONFIG."""
-    from tfdist.training import run
+    from tfdist.segmentation import run
 
     clock = [] if clock is None else clock
     with tempfile.TemporaryDirectory(prefix="tfdist-bench-") as tmp:
@@ -206,8 +206,8 @@ def _measure_pipeline(spec: RowSpec) -> tuple[Measured, float]:
 
     from tfdist import data as data_lib
     from tfdist.models import build_from_config
-    from tfdist.training.optimizers import make_optimizer
-    from tfdist.training.step import Steps
+    from tfdist.segmentation.optimizers import make_optimizer
+    from tfdist.segmentation.steps import Steps
 
     config = _tfdist_config(spec, tempfile.gettempdir())
     batch = config.train.global_batch_size

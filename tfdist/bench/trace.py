@@ -213,7 +213,7 @@ def unet_step(strategy, *, image_size: int = 32, base_filters: int = 4, depth: i
 
     from tfdist.data import generate_shapes
     from tfdist.models import build_unet
-    from tfdist.training.step import Steps
+    from tfdist.segmentation.steps import Steps
 
     with strategy.scope():
         model = build_unet(image_size=image_size, num_classes=4, base_filters=base_filters, depth=depth)

@@ -1,7 +1,7 @@
 """Where this process's task comes from: ``--cluster FILE --task T``, TF_CONFIG, or a Slurm job step.
 
 ``resolve_task`` is the one answer to "which cluster, and which task of it am
-I", for every CLI and for ``tfdist.training``: flags win over the
+I", for every CLI and for ``tfdist.segmentation``: flags win over the
 environment, as everywhere in tfdist, and a cluster that any source gives is
 checked as strictly as a cluster spec file (TensorFlow accepts a malformed
 TF_CONFIG and fails later, on another host). ``None`` means a single process

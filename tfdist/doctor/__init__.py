@@ -1,0 +1,1 @@
+"""``python -m tfdist.doctor``: checks a cluster before training (addresses, ports, clocks, shared storage)."""

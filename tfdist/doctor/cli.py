@@ -1,0 +1,265 @@
+"""``python -m tfdist.doctor``: can this cluster start, and do its tasks agree? Checked before training.
+
+    # from any host, before the cluster starts: every task's host and port
+    python -m tfdist.doctor --cluster configs/clusters/example.yaml --strategy parameter_server
+    # a cluster that should be up: every task's port must answer
+    python -m tfdist.doctor --cluster FILE --running
+    # on every host (or under tfdist.launch, with TF_CONFIG): the tasks meet and compare
+    python -m tfdist.doctor --cluster FILE --task worker:1 --model_dir /shared/run
+    python -m tfdist.launch --local --cluster configs/clusters/local_mwm.yaml -- \\
+        python -m tfdist.doctor --model_dir /tmp/run
+
+Without a task (``--cluster FILE`` alone, or ``--nomeet``), every task of the
+cluster is probed from here (``cluster.doctor``): does its host resolve, is
+its port free (on this machine: bindable; elsewhere: the connect is refused),
+or with ``--running`` does it answer; and may its address be public (a
+warning). ``--strategy`` (default: none, no check) checks that the cluster
+has the tasks that strategy needs. One table, one row per task, then one line
+per problem with its fix.
+
+With a task (``--task``, TF_CONFIG or ``--cluster slurm``) the tasks meet
+instead, as training would (``cluster.meet``, each on its own port, at most
+``--connect_timeout`` for the others to show up), and compare their Python,
+TensorFlow, Keras and tfdist versions, the GPUs each computing task sees
+(``--devices``), their clocks against the leader's and, with ``--model_dir``,
+that it is the same shared storage for all. Every task prints the same table
+and problems, after a first line of its own (how long it took).
+
+Exit status 0 when the cluster can start (and its tasks agree), 2 otherwise:
+every problem is the user's to fix. Bad flags: one line, status 2.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import re
+import socket
+import time
+from pathlib import Path
+from typing import Sequence
+
+from absl import flags
+
+from tfdist import strategies
+from tfdist.cluster import files, sources
+from tfdist.doctor import agree
+from tfdist.doctor import probe as doctor
+from tfdist.doctor import meet
+from tfdist.cluster.spec import SLURM, ClusterSpec, source_name
+from tfdist.cluster.task import Task
+from tfdist.errors import DONE_EXIT_CODE, USAGE_EXIT_CODE, UserError, run_main
+
+FLAGS = flags.FLAGS
+
+#: ``--devices``: how a task counts its GPUs.
+DEVICES = ("tensorflow", "driver", "none")
+
+#: Where the NVIDIA driver lists the GPUs of this machine (one folder each).
+DRIVER_GPUS = Path("/proc/driver/nvidia/gpus")
+
+
+def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
+    """Define this CLI's flags; called by ``entry`` so that importing the module defines none."""
+    flags.DEFINE_string(
+        "cluster", None, "Cluster spec file (YAML or JSON), or `slurm`: the cluster of this Slurm job step "
+        "(default: TF_CONFIG's).", flag_values=flag_values,
+    )
+    flags.DEFINE_string("task", None, "This task, as type:index: meet the others (else probe them from here).",
+                        flag_values=flag_values)
+    flags.DEFINE_string("slurm_tasks", "", "With --cluster slurm: the task types of the Slurm step, e.g. "
+                        "worker=2,ps=1.", flag_values=flag_values)
+    flags.DEFINE_string("strategy", None, "Check that the cluster fits this strategy (default: no check).",
+                        flag_values=flag_values)
+    flags.DEFINE_bool("meet", True, "With a task: meet the other tasks; --nomeet: only probe them from here.",
+                      flag_values=flag_values)
+    flags.DEFINE_bool("running", False, "Probing: the cluster should be up, every task's port must answer.",
+                      flag_values=flag_values)
+    flags.DEFINE_string("model_dir", None, "Meeting: check that this is the same shared storage on every task.",
+                        flag_values=flag_values)
+    flags.DEFINE_float("connect_timeout", 60.0, "Meeting: seconds to wait for the other tasks to show up.",
+                       lower_bound=0.0, flag_values=flag_values)
+    flags.DEFINE_enum("devices", "tensorflow", DEVICES, "Meeting: count GPUs as TensorFlow sees them (imports "
+                      "it, seconds), from the NVIDIA driver and CUDA_VISIBLE_DEVICES (fast), or not at all.",
+                      flag_values=flag_values)
+
+
+# --------------------------------------------------------------------------- what this task says of itself
+
+
+def _version(*distributions: str) -> str:
+    """The installed version of the first of ``distributions`` that is installed ("" when none is)."""
+    for name in distributions:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return ""
+
+
+def _driver_uuids() -> list[str]:
+    """The UUID of each GPU the driver lists (``GPU UUID`` of its ``information`` file); [] when one is unreadable."""
+    uuids = []
+    for gpu in sorted(DRIVER_GPUS.iterdir()):
+        try:
+            match = re.search(r"^GPU UUID:\s*(\S+)", (gpu / "information").read_text(errors="replace"), re.M)
+        except OSError:
+            return []
+        if match is None:
+            return []
+        uuids.append(match.group(1) if match.group(1).startswith("GPU-") else f"GPU-{match.group(1)}")
+    return uuids
+
+
+def visible_gpus(visible: str | None, count: int, uuids: Sequence[str] = ()) -> int:
+    """How many of ``count`` GPUs CUDA shows under ``CUDA_VISIBLE_DEVICES=visible``, by CUDA's rules.
+
+    Unset: all of them. Otherwise the entries are GPU numbers, or UUIDs
+    (``GPU-...``, unique prefixes of ``uuids`` when those are known;
+    ``MIG-...``), as the first entry is. CUDA stops at the first entry that
+    names no GPU here (``-1``, a number past the last GPU, an unknown UUID,
+    an entry of the other kind) and shows none when an entry repeats.
+    """
+    if visible is None:
+        return count
+    entries = [e.strip() for e in visible.split(",")]
+    prefix = next((p for p in ("GPU-", "MIG-") if entries[0].startswith(p)), None)
+    seen: list[str] = []
+    for entry in entries:
+        if prefix is None:
+            number = re.match(r"\+?([0-9]+)", entry)  # as strtoul reads it
+            if number is None or int(number.group(1)) >= count:
+                break
+            gpu = str(int(number.group(1)))
+        elif not entry.startswith(prefix):
+            break
+        elif prefix == "GPU-" and uuids:
+            matches = [u for u in uuids if u.startswith(entry)]
+            if len(matches) != 1:
+                break
+            gpu = matches[0]
+        else:
+            gpu = entry
+        if gpu in seen:
+            return 0
+        seen.append(gpu)
+    return min(len(seen), count)
+
+
+def driver_gpus() -> int:
+    """GPUs the NVIDIA driver lists, as ``CUDA_VISIBLE_DEVICES`` narrows them (``visible_gpus``)."""
+    if not DRIVER_GPUS.is_dir():
+        return 0
+    count = len(list(DRIVER_GPUS.iterdir()))
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return visible_gpus(visible, count, _driver_uuids() if visible and visible.strip().startswith("GPU-") else ())
+
+
+def _gpus(how: str) -> int | None:
+    if how == "none":
+        return None
+    if how == "driver":
+        return driver_gpus()
+    import tensorflow as tf
+
+    return len(tf.config.list_physical_devices("GPU"))
+
+
+def own_report(task: Task, model_dir: str, devices: str) -> agree.Report:
+    """This task's report: its cluster, versions and GPUs (``--devices``), and ``model_dir``."""
+    return agree.Report(
+        task=task.name, cluster=task.spec.as_dict(), python=platform.python_version(),
+        tensorflow=_version("tensorflow", "tensorflow-cpu", "tf-nightly"), keras=_version("keras"),
+        tfdist=_version("tfdist"), gpus=_gpus(devices), model_dir=os.path.abspath(model_dir) if model_dir else "",
+    )
+
+
+# --------------------------------------------------------------------------- the two modes
+
+
+def _verdict(lines: list[str], problems: list[str], ok: str) -> int:
+    """Print the report, then the problems; the exit status."""
+    end = ok if not problems else f"{len(problems)} problem{'s' if len(problems) > 1 else ''}: the cluster cannot start"
+    print("\n".join([*lines, *problems, f"doctor: {end}"]), flush=True)
+    return USAGE_EXIT_CODE if problems else DONE_EXIT_CODE
+
+
+def probe(spec: ClusterSpec) -> int:
+    """Probe every task of ``spec`` from here and print the table and problems; the exit status."""
+    started = time.monotonic()
+    problems: list[str] = []
+    if FLAGS.strategy is not None:
+        try:
+            strategies.check_strategy(spec, FLAGS.strategy)
+        except UserError as e:
+            problems.append(f"--strategy={FLAGS.strategy}: {e}")
+    probes = doctor.probe_cluster(spec, running=FLAGS.running)
+    head = (f"doctor: {source_name(spec.source)}, {spec.num_tasks} tasks, probed from {socket.gethostname()} "
+            f"in {time.monotonic() - started:.1f} s{' (--running)' if FLAGS.running else ''}")
+    problems = [*doctor.problems(probes, running=FLAGS.running), *problems]
+    return _verdict([head, *doctor.table(probes), *doctor.warnings(probes)], problems, "the cluster can start")
+
+
+def gather(task: Task) -> int:
+    """Meet the other tasks as ``task``, print the same report as every one of them; the exit status."""
+    if FLAGS.strategy is not None:
+        strategies.check_strategy(task.spec, FLAGS.strategy)
+    started = time.monotonic()
+    report = own_report(task, FLAGS.model_dir or "", FLAGS.devices)
+    gathered = time.monotonic() - started
+    met = meet.meet(task, report, timeout=FLAGS.connect_timeout)
+    spec = task.spec
+    leader = "{}:{}".format(*spec.leader())
+    coordinator = strategies.traits(FLAGS.strategy).coordinator if FLAGS.strategy else "ps" in spec.tasks
+    addresses = {f"{t}:{i}": spec.address(t, i) for t, i in spec.task_list()}
+    problems = [f"{name} ({addresses[name]}): never answered within --connect_timeout={FLAGS.connect_timeout:g}s "
+                f"({why}). Fix: start `python -m tfdist.doctor` for {name} on its host with the same cluster spec "
+                "(or a larger --connect_timeout)." for name, why in met.missing.items()]
+    problems += [f"{name} ({addresses[name]}): left before the end of the meeting ({why}). Fix: run the doctor "
+                 "again on every task." for name, why in met.left.items()]
+    problems += agree.problems(met.reports, met.observations, leader=leader,
+                               compute=agree.compute_tasks(spec.tasks, coordinator=coordinator))
+    head = (f"doctor: {task.name} met {len(met.reports)} of {spec.num_tasks} tasks of {source_name(spec.source)} "
+            f"in {met.seconds:.1f} s (its own report took {gathered:.1f} s)")
+    table = agree.table(met.reports, met.observations, leader=leader, addresses=addresses)
+    return _verdict([head, *table], problems, "every task agrees: the cluster can start")
+
+
+def main(argv: list[str]) -> int:
+    """Probe or meet the cluster of the flags (or TF_CONFIG); see the module docstring."""
+    if len(argv) > 1:
+        raise UserError(f"Unexpected arguments. Received: {' '.join(argv[1:])!r}. Expected flags only.")
+    if FLAGS.strategy is not None:
+        strategies.traits(FLAGS.strategy)  # an unknown name is one line on stderr, before any probe
+    if FLAGS.cluster and FLAGS.cluster != SLURM and not FLAGS.task:
+        sources.check_flags(FLAGS.cluster, FLAGS.task, FLAGS.slurm_tasks)
+        task, spec = None, files.load_cluster_spec(FLAGS.cluster)
+    else:
+        task = sources.resolve_task(FLAGS.cluster, FLAGS.task, slurm_tasks=FLAGS.slurm_tasks)
+        if task is None:
+            raise UserError(
+                f"Missing `--cluster`. Received: cluster={FLAGS.cluster!r} and no TF_CONFIG. Expected a cluster "
+                f"spec file (YAML or JSON), {SLURM} inside a Slurm job step, or TF_CONFIG set (tfdist.launch)."
+            )
+        spec = task.spec
+    meeting = task is not None and FLAGS.meet
+    wrong = [f"--{name}" for name in (("running",) if meeting else ("model_dir", "connect_timeout", "devices"))
+             if FLAGS[name].present]
+    if wrong:
+        raise UserError(
+            f"Unexpected `{wrong[0]}` {'with a task (a meeting)' if meeting else 'without a task (probing)'}. "
+            f"Received: {', '.join(wrong)}. Expected "
+            + ("--running only without --task (or with --nomeet)." if meeting
+               else "--model_dir, --connect_timeout and --devices only with --task or TF_CONFIG (a meeting).")
+        )
+    return gather(task) if meeting else probe(spec)
+
+
+def entry() -> None:
+    """The ``tfdist-doctor`` console script (``setup.cfg``), as ``python -m tfdist.doctor``."""
+    run_main(main, define_flags)
+
+
+if __name__ == "__main__":
+    entry()

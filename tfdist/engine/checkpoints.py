@@ -1,0 +1,63 @@
+"""Checkpoints under ``model_dir/checkpoints``, written by the chief alone.
+
+Every worker saves (as TensorFlow's multi-worker guide asks, so that any
+collective a save needs is matched), but only the chief saves into
+``model_dir/checkpoints``; the others write into a temporary directory that
+is removed at the end, so only the chief's files survive (as TF Model Garden's
+``train_lib`` does). Every worker restores from ``model_dir/checkpoints``,
+which must therefore be on a disk they share (one machine, or a shared file
+system). ``CheckpointManager`` writes its ``checkpoint`` index only after the
+data files, so a run killed while saving resumes from the previous one.
+
+A worker's temporary directory is named after the run and the task
+(``RunDir.scratch``), so that a worker killed mid-run leaves one directory
+that its restart clears, not a new one per kill.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import tensorflow as tf
+
+from tfdist.rundir import RunDir
+
+
+class Checkpoints:
+    """Save and restore a ``tf.train.Checkpoint`` for the chief and the workers.
+
+    Args:
+      checkpoint: the ``tf.train.Checkpoint`` (model, optimizer, step).
+      run_dir: the run's directory.
+      is_chief: whether this process writes the run's outputs.
+      max_to_keep: checkpoints kept by the chief.
+      task: this task, e.g. ``"worker:1"`` (names a worker's temporary directory).
+    """
+
+    def __init__(self, *, checkpoint: tf.train.Checkpoint, run_dir: RunDir, is_chief: bool, max_to_keep: int = 3,
+                 task: str = "worker"):
+        self.checkpoint = checkpoint
+        self.directory = str(run_dir.checkpoints)
+        self._scratch = None if is_chief else str(run_dir.scratch(task))
+        self.manager = tf.train.CheckpointManager(checkpoint, self._scratch or self.directory, max_to_keep=max_to_keep)
+
+    def latest(self) -> str | None:
+        """The chief's latest checkpoint path, or None."""
+        return tf.train.latest_checkpoint(self.directory)
+
+    def restore_latest(self) -> str | None:
+        """Restore the chief's latest checkpoint, if any; returns its path."""
+        path = self.latest()
+        if path:
+            self.checkpoint.restore(path).assert_existing_objects_matched()
+        return path
+
+    def save(self, step: int) -> None:
+        """Save at ``step`` (chief: into model_dir/checkpoints; others: into scratch)."""
+        self.manager.save(checkpoint_number=step)
+
+    def close(self) -> None:
+        """Remove a non-chief worker's scratch directory."""
+        if self._scratch:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None

@@ -1,0 +1,57 @@
+"""The training state, built once for every client: model, optimizer and step counter under the strategy's
+scope, and the run directory's latest checkpoint restored into them."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+from tfdist.engine.checkpoints import Checkpoints
+from tfdist.rundir import RunDir
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingState:
+    """What a run trains and checkpoints.
+
+    Attributes:
+      model: the Keras model, built under the strategy's scope.
+      optimizer: its optimizer, built; None for a model whose own steps hold their optimizers.
+      step: the step counter (an int64 ``tf.Variable``, counted by the loops).
+      checkpoints: the run's ``Checkpoints`` of model, optimizer and step.
+      restored: the checkpoint restored at the start, or None (a fresh start).
+    """
+
+    model: Any
+    optimizer: Any
+    step: Any
+    checkpoints: Checkpoints
+    restored: str | None
+
+    def start(self) -> str:
+        """Where the run starts, for its first line: ``resuming from <path> at step N`` or ``starting at step N``."""
+        step = int(self.step.numpy())
+        return f"resuming from {self.restored} at step {step}" if self.restored else f"starting at step {step}"
+
+
+def build_state(strategy, build: Callable[[], tuple[Any, Any]], *, run_dir: RunDir, is_chief: bool,
+                task: str) -> TrainingState:
+    """Call ``build() -> (model, optimizer or None)`` under ``strategy``'s scope, add the step counter, restore.
+
+    The optimizer's variables are made before the restore, so a checkpoint's
+    slots land in them; the checkpoint holds ``model``, ``step`` and (when
+    there is one) ``optimizer``.
+    """
+    import tensorflow as tf
+
+    with strategy.scope():
+        model, optimizer = build()
+        if optimizer is not None:
+            optimizer.build(model.trainable_variables)
+        step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step",
+                           aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+    parts = {"model": model, "optimizer": optimizer, "step": step}
+    checkpoint = tf.train.Checkpoint(**{k: v for k, v in parts.items() if v is not None})
+    checkpoints = Checkpoints(checkpoint=checkpoint, run_dir=run_dir, is_chief=is_chief, task=task)
+    return TrainingState(model=model, optimizer=optimizer, step=step, checkpoints=checkpoints,
+                         restored=checkpoints.restore_latest())

@@ -1,0 +1,125 @@
+"""The synchronous loop: one_device, mirrored, central_storage, multi_worker_mirrored.
+
+``strategy.run`` inside ``tf.function``, several steps per call
+(``steps_per_loop``) so that the host is visited once per loop, not once per
+step. Each step's stats vectors are summed over replicas (and workers) with
+one ``strategy.reduce``; the loop returns their sum over its steps. A call of
+one step (the default) runs a function without the loop, which traces about
+a second faster (measured, one CPU).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Callable
+
+import numpy as np
+import tensorflow as tf
+
+from tfdist.engine.steps import Steps, counted_train_step
+
+
+def input_context(strategy) -> tf.distribute.InputContext:
+    """The ``InputContext`` that ``distribute_datasets_from_function`` gives this worker's pipeline."""
+    extended = strategy.extended
+    return tf.distribute.InputContext(
+        num_input_pipelines=getattr(extended, "_num_workers", 1),
+        input_pipeline_id=getattr(extended, "_id_in_cluster", 0),
+        num_replicas_in_sync=strategy.num_replicas_in_sync,
+    )
+
+
+def train_iterator(strategy, dataset_fn, options):
+    """An iterator over this worker's training batches.
+
+    With one replica on this worker (one_device, mirrored on one device, one
+    CPU or GPU per multi_worker_mirrored worker) the worker's own pipeline,
+    built with the same ``InputContext``, is iterated directly: its batch is
+    that replica's batch. Measured here, a distributed iterator made the same
+    train step take 2.3x longer on the CPU (78 vs 180 images/s), even over a
+    constant tensor. With several local replicas, the distributed dataset
+    splits batches between them. Eval keeps the distributed dataset, which
+    also lines up the uneven last batches of a finite split across workers.
+    """
+    if len(strategy.extended.worker_devices) == 1:
+        with tf.device(strategy.extended.worker_devices[0]):
+            return iter(dataset_fn(input_context(strategy)))
+    return iter(strategy.distribute_datasets_from_function(dataset_fn, options))
+
+
+class SyncLoop:
+    """Runs train and eval steps under a synchronous strategy.
+
+    Args:
+      strategy: the ``tf.distribute.Strategy``.
+      steps: the replica functions.
+      step_counter: an int64 variable counting optimisation steps.
+      train_dataset_fn: ``InputContext -> Dataset`` of per-replica batches, repeated.
+      eval_dataset_fn: ``InputContext -> Dataset`` of per-replica batches, finite (None: no eval).
+    """
+
+    def __init__(self, *, strategy, steps: Steps, step_counter, train_dataset_fn, eval_dataset_fn):
+        self.strategy = strategy
+        self.steps = steps
+        self.step_counter = step_counter
+        self._size = steps.stats_size
+        options = tf.distribute.InputOptions(experimental_fetch_to_device=True)
+        self._train_iterator = train_iterator(strategy, train_dataset_fn, options)
+        self._eval_dataset = (strategy.distribute_datasets_from_function(eval_dataset_fn, options)
+                              if eval_dataset_fn is not None else None)
+        self._train_fn = tf.function(self._train_steps)
+        self._train_one_fn = tf.function(self._train_step)
+        self._eval_fn = tf.function(self._eval_pass)
+        self._agree_fn = tf.function(self._agree)
+
+    def _train_step(self, iterator, vote):
+        return counted_train_step(self.strategy, self.steps, self.step_counter, iterator, vote=vote)
+
+    def _train_steps(self, iterator, num_steps, vote):
+        total = tf.zeros([self._size + 1], tf.float32)
+        for _ in tf.range(num_steps):
+            total += self._train_step(iterator, vote)
+        return total
+
+    def _eval_pass(self, dataset):
+        # Iterating a distributed dataset inside tf.function makes tf.data warn
+        # about reading options in graph mode; that is TensorFlow's own use.
+        warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data options")
+        total = tf.zeros([self._size], tf.float32)
+        for batch in dataset:
+            per_replica = self.strategy.run(self.steps.evaluate, args=(batch,))
+            total += self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+        return total
+
+    def train(self, num_steps: int, stop: Callable[[], bool] = lambda: False) -> tuple[np.ndarray, bool]:
+        """Run ``num_steps`` steps; returns their summed stats vector (numpy) and whether to stop after them.
+
+        This task's ``stop()`` is its vote, summed with every replica's and
+        worker's in each step's all-reduce: every task gets the same answer.
+        """
+        vote = tf.constant(1.0 if stop() else 0.0, tf.float32)
+        if num_steps == 1:
+            total = self._train_one_fn(self._train_iterator, vote).numpy()
+        else:
+            total = self._train_fn(self._train_iterator, tf.constant(num_steps, tf.int64), vote).numpy()
+        return total[:-1], bool(total[-1] > 0)
+
+    def step(self) -> int:
+        """The step counter's value."""
+        return int(self.step_counter.numpy())
+
+    def agree(self, flag: bool) -> bool:
+        """Whether any task says ``flag`` (e.g. stop early): one all-reduce of one number, every task the same answer."""
+        return bool(self._agree_fn(tf.constant(1.0 if flag else 0.0, tf.float32)).numpy() > 0)
+
+    def _agree(self, value):
+        per_replica = self.strategy.run(tf.identity, args=(value,))
+        return self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+    def evaluate(self):
+        """One pass over the eval split; returns the summed stats vector (numpy)."""
+        return self._eval_fn(self._eval_dataset).numpy()
+
+    def predict(self, images):
+        """Logits for a small batch of images, on this process (for TensorBoard images)."""
+        return self.steps.model(images, training=False)

@@ -1,0 +1,172 @@
+"""``tfdist.fit``: Keras' ``fit`` for any compiled Keras 3 model, under every strategy, across processes.
+
+Keras 3's ``model.fit`` does not train under ``MultiWorkerMirroredStrategy``
+with two or more workers (keras-team/keras#20585) and has no
+``ParameterServerStrategy`` path at all (keras#18624). ``fit`` takes the same
+arguments as Keras' ``fit`` (``batch_size`` is the global batch) and trains
+with tfdist's own machinery, the one the UNet experiment uses: the task and
+its role from TF_CONFIG or ``cluster``/``task`` (``runtime.lifecycle``),
+the strategy, the loop for it, the ``Controller``, checkpoints, resume,
+preemption, the progress watchdog and the chief-only outputs
+(``training.drive``). Only the steps are Keras' own: the model's compiled
+loss and metrics (``training.keras_steps``), or the model's own
+``train_step``/``test_step`` (``training.keras_custom_steps``), on
+per-replica slices of the global batches (``training.keras_data``).
+
+    import keras, numpy as np, tfdist
+
+    strategy = tfdist.setup("mirrored")   # first: before any dataset, tensor or model
+
+    def model_fn():
+        model = keras.Sequential([keras.Input((784,)), keras.layers.Dense(64, activation="relu"),
+                                  keras.layers.Dense(10, activation="softmax")])
+        model.compile(optimizer="rmsprop", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+        return model
+
+    history = tfdist.fit(model_fn, x, y, batch_size=64, epochs=3)
+    history.history["loss"], history.model
+
+Limits (what a Keras model must not do under a strategy):
+
+- ``model_fn`` is called once, inside the strategy's scope: it must build and
+  compile the model there (variables made outside it are not distributed).
+- The compiled loss must keep Keras' default reduction
+  (``sum_over_batch_size``): with sample weights (``sample_weight``,
+  ``class_weight``, a Dataset's third element) each replica's loss is then
+  ``sum(w * l) / n``, which adds up exactly over replicas; another reduction
+  is refused with one line.
+- Metrics must be additive over batches (every variable with
+  ``aggregation="sum"``: Keras' means, accuracies, AUC, precision, recall);
+  others are refused with one line.
+- A model that overrides ``train_step`` or ``test_step`` runs them as Keras'
+  ``fit`` does under the same strategy: inside ``strategy.run``, its
+  ``model.metrics`` read at each epoch's end. Its steps must return those
+  metrics' results; under ``parameter_server`` such a model is refused.
+- Batch norm: Keras' ``BatchNormalization`` normalizes each replica's slice
+  with its own statistics, so with several replicas it differs from one
+  device; ``BatchNormalization(synchronized=True)`` all-reduces them and
+  computes what one device computes.
+- Callbacks run on the chief only, with the logs reduced over every replica
+  and worker: the epoch hooks, and the train-batch hooks (with the epoch's
+  logs so far) when a callback has them. A callback that sets
+  ``model.stop_training`` (``EarlyStopping``) stops every task at the same
+  epoch.
+- One strategy per process, as in TensorFlow: logical CPUs and the cluster
+  are fixed once TensorFlow has started, so ``tfdist.setup`` comes first in a
+  script that builds its datasets before calling ``fit``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import tempfile
+
+from tfdist import config as config_lib
+from tfdist.errors import UserError
+from tfdist.fitting.args import check_fit_args
+from tfdist.rundir import RunDir
+from tfdist.runtime import session as session_lib
+from tfdist.runtime.lifecycle import training_task
+
+
+def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy: str | None = None,
+        validation_data=None, steps_per_epoch: int | None = None, validation_steps: int | None = None,
+        shuffle: bool = True, initial_epoch: int = 0, callbacks=None, verbose: int = 1, sample_weight=None,
+        class_weight: dict | None = None, model_dir=None,
+        cluster: str | None = None, task: str | None = None, cpu_devices: int = 0, seed: int | None = None,
+        cluster_resolver=None, connect_timeout: float = 120.0, progress_timeout: float = 1800.0):
+    """Train the model ``model_fn()`` builds and compiles, as Keras' ``model.fit`` would, under ``strategy``.
+
+    Args:
+      model_fn: ``() -> keras.Model``, compiled with an optimizer, a loss and metrics (Keras objects or names),
+        or overriding ``train_step``/``test_step`` and compiled as its steps need; called inside the strategy's
+        scope.
+      x, y: numpy arrays (or nested structures of them) with one row per example; or ``x`` a
+        ``tf.data.Dataset`` of ``(x, y)`` or ``(x, y, sample_weight)`` global batches; or ``x`` a
+        ``dataset_fn(InputContext)`` returning this input pipeline's per-replica batches (as
+        ``distribute_datasets_from_function`` takes it).
+      batch_size: the global batch: examples per step over all replicas and workers (required for numpy and
+        a ``dataset_fn``; a Dataset's own batches are global batches).
+      epochs: the epoch to train to (Keras' meaning, with ``initial_epoch``).
+      strategy: one of ``tfdist.strategies.NAMES``; default: the one ``tfdist.setup`` set this process up for,
+        else ``one_device``. After ``tfdist.setup``, ``strategy``, ``cpu_devices``, ``cluster`` and ``task`` are the
+        session's (the process is set up once).
+      validation_data: ``(x_val, y_val)``, ``(x_val, y_val, sample_weight_val)`` or a Dataset of global
+        batches, evaluated after each epoch.
+      steps_per_epoch: steps per epoch, a positive int (default: the whole of numpy data, or a finite Dataset).
+      validation_steps: eval steps, a positive int (default: all of ``validation_data``).
+      shuffle: shuffle numpy rows each epoch (the same order on every worker).
+      initial_epoch: the epoch to start at when no checkpoint is restored.
+      callbacks: Keras callbacks, run on the chief (epoch hooks; train-batch hooks when they have them).
+      verbose: 0 silent; otherwise a line per epoch on the chief.
+      sample_weight: numpy weights, one per row of ``x`` (Keras' meaning; numpy ``x`` only).
+      class_weight: ``{class: weight}``: each example weighted by its class, as in Keras.
+      model_dir: the run directory (checkpoints every epoch, resume, ``metrics.jsonl``, TensorBoard,
+        heartbeats), as ``tfdist.train`` writes it; None: a temporary one, removed at the end (no resume).
+      cluster, task: a cluster spec file and this task (``worker:1``), as for ``tfdist.train``; default
+        TF_CONFIG (e.g. under ``tfdist.launch``, Slurm or Kubernetes).
+      cpu_devices: logical CPUs for ``mirrored``/``central_storage`` without GPUs (0: 2).
+      seed: if given, Keras' global seed (``keras.utils.set_random_seed``) right before ``model_fn``; the
+        shuffle's seed (default 0), the same on every worker. Keras' precision policy is left as it is.
+      cluster_resolver: an in-process cluster (``tfdist.deploy.in_process.in_process_cluster``), instead of TF_CONFIG.
+      connect_timeout, progress_timeout: as ``--connect_timeout`` and ``--progress_timeout``.
+
+    Returns:
+      A ``keras.callbacks.History``: ``history`` holds each epoch's ``loss``, metrics and ``val_*`` (reduced
+      over every replica and worker, as Keras defines them); ``model`` is the trained model. Every task
+      returns the same figures; a serving task (ps, or a worker under ``parameter_server``) never returns.
+
+    Raises:
+      UserError: bad arguments (before the process is set up), a model without a loss, a metric or a loss
+        reduction that does not add up, a model's own steps where they cannot run exactly, a cluster that
+        does not fit the strategy, TensorFlow started before the set-up (``session.TOO_LATE``).
+    """
+    check_fit_args(model_fn, x, y, batch_size=batch_size, epochs=epochs, initial_epoch=initial_epoch,
+                   steps_per_epoch=steps_per_epoch, validation_data=validation_data,
+                   validation_steps=validation_steps, sample_weight=sample_weight, class_weight=class_weight)
+    session = session_lib.current()
+    if session is not None:
+        if strategy not in (None, session.runtime.strategy):
+            raise UserError(f"Invalid `strategy` for tfdist.fit after tfdist.setup. Received: strategy={strategy!r}, "
+                            f"and the process is set up for {session.runtime.strategy!r}. Expected strategy=None "
+                            "or the set-up's own.")
+        strategy = session.runtime.strategy
+        runtime = dataclasses.replace(session.runtime, progress_timeout=progress_timeout)
+    else:
+        strategy = strategy or "one_device"
+        runtime = config_lib.RuntimeConfig(strategy=strategy, cpu_devices=cpu_devices, cluster=cluster or "",
+                                           task=task or "", connect_timeout=connect_timeout,
+                                           progress_timeout=progress_timeout)
+    temporary = model_dir is None
+    model_dir = tempfile.mkdtemp(prefix="tfdist-fit-") if temporary else str(model_dir)
+    config = config_lib.Config(runtime=runtime,
+                               train=config_lib.TrainConfig(seed=0 if seed is None else seed, model_dir=model_dir))
+    if session is not None:
+        placement = session.placement
+    else:
+        placement = session_lib.place(config, in_process=cluster_resolver is not None)
+    if placement.role == "evaluate":
+        raise UserError(f"Invalid task for tfdist.fit: {placement.name}. Received: an evaluator task. Expected "
+                        "chief, worker or ps tasks (fit evaluates validation_data itself).")
+    run_dir = RunDir(model_dir)
+    try:
+        with training_task(config, placement, run_dir, cluster_resolver=cluster_resolver, verbose=bool(verbose),
+                           keras_setup=False, strategy=session.strategy if session is not None else None) as training:
+            from tfdist.fitting.train import train_keras  # TensorFlow and Keras: once the process is set up
+
+            if seed is not None:
+                import keras
+
+                keras.utils.set_random_seed(seed)
+            history = train_keras(
+                model_fn, x, y, runtime=runtime, placement=placement, run_dir=run_dir, training=training,
+                batch_size=batch_size, epochs=epochs, validation_data=validation_data,
+                steps_per_epoch=steps_per_epoch, validation_steps=validation_steps, shuffle=shuffle,
+                initial_epoch=initial_epoch, callbacks=callbacks, verbose=verbose, seed=config.train.seed,
+                keep_checkpoints=not temporary, sample_weight=sample_weight, class_weight=class_weight,
+            )
+        return history
+    finally:
+        if temporary:
+            shutil.rmtree(model_dir, ignore_errors=True)

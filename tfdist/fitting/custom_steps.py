@@ -1,0 +1,126 @@
+"""Train and eval steps for a Keras model that overrides ``train_step`` or ``test_step``: Keras' own calls.
+
+Keras' ``fit`` calls ``model.train_step(data)`` inside ``strategy.run`` and,
+at each epoch's end, reads the epoch's logs from ``model.metrics`` in
+cross-replica context: their variables aggregate with ``"sum"``, so each
+update in a replica all-reduces and every copy holds the total over every
+replica and worker. ``evaluate`` resets the metrics, calls
+``model.test_step(data)`` the same way and reads them again.
+``KerasModelSteps`` does just that for tfdist's loops, so whatever the
+model's own steps compute (their loss, their optimizers, their metrics) is
+what trains, exactly as Keras' ``fit`` runs it under the same strategy.
+
+Its stats vector is ``[0, examples]``: the figures live in the metrics'
+variables, reset by ``reset`` (at each epoch's start and before each eval
+pass, as Keras resets them) and read by ``metrics``. A step must return the
+results of ``model.metrics`` under their names (nested dicts flattened, as
+Keras' callbacks see them): a step's other logs are only that step's, which
+the epoch's metrics do not give back, so those are refused with one line.
+
+Under a coordinator (``parameter_server``) Keras' ``fit`` has no path at all,
+and a closure may run twice after a worker is lost, which would count its
+metric updates twice: there the override is refused with one line.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from tfdist.errors import UserError
+
+
+def overrides_steps(model) -> list[str]:
+    """The names of the steps ``model`` overrides (``train_step``, ``test_step``) against Keras' own."""
+    import keras
+
+    return [name for name in ("train_step", "test_step")
+            if getattr(type(model), name) is not getattr(keras.Model, name)]
+
+
+def refuse_under_coordinator(model, strategy_name: str) -> None:
+    """Refuse a model with its own steps under a strategy with a coordinator (one line, status 2)."""
+    names = overrides_steps(model)
+    if names:
+        raise UserError(
+            f"Invalid model for tfdist.fit under strategy={strategy_name!r}: {type(model).__name__} overrides "
+            f"{' and '.join(names)}. Received a model whose own steps tfdist.fit cannot run exactly there (its "
+            "metrics would count a re-run step twice). Expected strategy='multi_worker_mirrored' or 'mirrored' "
+            "for this model, or a model without the override (its compiled loss and metrics)."
+        )
+
+
+def _names(logs: dict) -> list[str]:
+    """The names of a step's logs as Keras' callbacks see them: nested dicts flattened (``pythonify_logs``)."""
+    names = set()
+    for key, value in logs.items():
+        names |= set(_names(value)) if isinstance(value, dict) else {key}
+    return sorted(names)
+
+
+class KerasModelSteps:
+    """The replica functions of a model with its own ``train_step``/``test_step``.
+
+    Args:
+      model: a compiled Keras model, built under the strategy's scope.
+      sample: ``(x, y)`` or ``(x, y, sample_weight)`` of a few examples, to build the model, its compiled
+        loss and metrics outside any step (Keras' symbolic build).
+    """
+
+    #: The count in ``metrics``' result (throughput is examples per second).
+    count_key = "examples"
+    #: ``[0, examples]``: the figures are the metrics' own variables.
+    stats_size = 2
+
+    def __init__(self, *, model, sample):
+        if not getattr(model, "compiled", False):
+            raise UserError("Invalid model_fn: it must return a compiled keras.Model. Received: a "
+                            f"{type(model).__name__} never compiled. Expected model.compile(optimizer=...) inside "
+                            "model_fn.")
+        self.model = model
+        model._maybe_symbolic_build(data_batch=tuple(sample))  # as Keras' fit builds it, under the strategy
+        self._returned: dict[str, list[str]] = {}
+
+    def _run(self, name: str, batch):
+        """``model.<name>(data)`` on this replica's slice (``data`` as Keras passes it); its stats vector."""
+        *data, _ = batch  # p, the step's examples over every replica: Keras' own steps do not use it
+        logs = getattr(self.model, name)(tuple(data))
+        self._returned[name] = _names(logs) if isinstance(logs, dict) else [f"a {type(logs).__name__}"]
+        n = tf.cast(tf.shape(tf.nest.flatten(data[0])[0])[0], tf.float32)
+        return tf.stack([tf.constant(0.0), n])
+
+    def train(self, batch):
+        """``model.train_step`` on this replica's slice; returns ``[0, examples]``."""
+        return self._run("train_step", batch)
+
+    def evaluate(self, batch):
+        """``model.test_step`` on this replica's slice; returns ``[0, examples]``."""
+        return self._run("test_step", batch)
+
+    def reset(self) -> None:
+        """Reset the model's metrics: at each epoch's start and before each eval pass, as Keras' ``fit`` does."""
+        self.model.reset_metrics()
+
+    def metrics(self, stats) -> dict:
+        """The model's metrics now (reduced over every replica and worker), and ``examples`` of ``stats``."""
+        result = {}
+        for name, value in self.model.get_metrics_result().items():
+            array = np.asarray(value)
+            result[name] = float(array) if array.size == 1 else array.tolist()
+        for step, keys in self._returned.items():
+            if keys != sorted(result):
+                raise UserError(
+                    f"Invalid {step} for tfdist.fit: it returns {keys}, and model.metrics are named "
+                    f"{sorted(result)}. Received logs that are not the model's metrics, which tfdist.fit reads "
+                    "(reduced over every replica and worker) at each epoch's end. Expected "
+                    f"{step} to return {{m.name: m.result() for m in self.metrics}}, with every tracker listed "
+                    "in the model's `metrics` property."
+                )
+        result["examples"] = int(np.asarray(stats)[1])
+        return result
+
+    @staticmethod
+    def describe(split: str, result: dict) -> str:
+        """Every scalar metric of a result, as Keras prints them: ``loss 0.1234  mae 0.5000``."""
+        return "  ".join(f"{k} {v:.4f}" for k, v in result.items()
+                         if isinstance(v, float) and k not in ("examples_per_second", "learning_rate"))

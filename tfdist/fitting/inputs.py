@@ -1,0 +1,178 @@
+"""``tfdist.fit``'s inputs: numpy arrays, a ``tf.data.Dataset`` or a ``dataset_fn``, as per-replica slices.
+
+Keras' ``fit`` walks numpy arrays in batches of ``batch_size`` (the last one
+of an epoch smaller), shuffled each epoch when ``shuffle``. Here every input
+pipeline (one per worker) walks the same global batches, in the same order
+(the same shuffle seed on every worker), and cuts from each the slices of its
+own replicas: replica ``r`` of ``R`` gets examples ``[r*b, (r+1)*b)`` of the
+global batch, ``b = batch_size / R`` (fewer, or none, in a smaller last
+batch). Each element is ``(x, y, p)`` with ``p`` the global batch's number of
+examples, which ``KerasSteps`` divides by: N replicas compute what one device
+computes on the same global batch.
+
+A ``tf.data.Dataset`` is taken as Keras takes it: ``(x, y)`` or ``(x, y,
+sample_weight)`` batches, each a global batch, cut the same way. A
+``dataset_fn(InputContext)`` is taken as
+``strategy.distribute_datasets_from_function`` takes it: it returns this
+pipeline's per-replica batches of ``input_context.get_per_replica_batch_size
+(batch_size)``, and every step has ``batch_size`` examples. Sample weights
+travel with the rows (numpy ``sample_weight``, a Dataset's third element);
+``class_weight`` becomes sample weights as Keras makes them (each example
+weighted by its class, ``class_weight.get(class, 1.0)``). Under a
+coordinator each worker shuffles in its own order (``inputs.per_worker_order``:
+asynchronous steps are not reproducible step for step anyway).
+"""
+
+from __future__ import annotations
+
+import math
+
+import tensorflow as tf
+
+from tfdist.errors import UserError
+from tfdist.engine.inputs import batches_per_step
+
+
+def _cut(context, batch_size: int):
+    """A flat_map fn: a global batch ``(x, y[, sample_weight])`` -> this pipeline's replicas' slices, ``p`` appended.
+
+    ``batch_size`` None (a Dataset's own batches): each replica takes a ``ceil(p / R)`` share of each.
+    """
+    replicas = context.num_replicas_in_sync
+    local = batches_per_step(context)
+    first = context.input_pipeline_id * local
+
+    def cut(*parts):
+        p = tf.shape(tf.nest.flatten(parts[0])[0])[0]
+        # A Dataset's own batches (batch_size None): each replica a ceil(p / R) share.
+        per_replica = batch_size // replicas if batch_size else (p + replicas - 1) // replicas
+
+        def piece(j):
+            start = tf.minimum(tf.cast(first + j, tf.int32) * per_replica, p)
+            stop = tf.minimum(start + per_replica, p)
+            take = lambda t: t[start:stop]  # noqa: E731
+            return (*tf.nest.map_structure(take, parts), p)
+
+        return tf.data.Dataset.range(local).map(piece)
+
+    return cut
+
+
+def class_weights_map(class_weight: dict):
+    """A map fn over batches ``(x, y)`` -> ``(x, y, sample_weight)`` with Keras' class weights.
+
+    A row's class is its integer target, or the argmax of a one-hot row (as Keras' ``fit`` reads them); an
+    unlisted class weighs 1.0.
+    """
+    listed = max(class_weight) + 1
+    table = tf.constant([float(class_weight.get(c, 1.0)) for c in range(listed)] + [1.0], tf.float32)
+
+    def weigh(x, y):
+        labels = tf.convert_to_tensor(y)
+        if labels.shape.rank >= 2:
+            labels = tf.cond(tf.shape(labels)[-1] > 1, lambda: tf.argmax(labels, axis=-1, output_type=tf.int32),
+                             lambda: tf.cast(tf.round(tf.squeeze(labels, axis=-1)), tf.int32))
+        else:
+            labels = tf.cast(tf.round(labels), tf.int32)
+        index = tf.where((labels < 0) | (labels >= listed), listed, labels)  # unlisted classes weigh 1.0
+        return x, y, tf.gather(table, index)
+
+    return weigh
+
+
+def check_batch(batch_size, replicas: int) -> None:
+    """Refuse a global batch that does not split evenly over the replicas (one line, status 2)."""
+    if not isinstance(batch_size, int) or batch_size < 1 or batch_size % replicas:
+        raise UserError(
+            f"Invalid value for `batch_size`. Received: batch_size={batch_size!r} with {replicas} replicas. "
+            "Expected the global batch: a positive multiple of the number of replicas."
+        )
+
+
+def rows_and_steps(x, batch_size) -> tuple[int | None, int | None]:
+    """``(rows, steps per epoch)`` of numpy ``x``, or ``(None, batches)`` of a Dataset (None when TensorFlow does
+    not know); ``(None, None)`` for a ``dataset_fn``. Builds no dataset.
+
+    The forms and row counts of ``x``/``y``/``sample_weight`` are ``keras_args.check_fit_args``' to check
+    (before the process is set up); here every array has as many rows as ``x``'s first.
+    """
+    if callable(x) and not isinstance(x, tf.data.Dataset):
+        return None, None
+    if isinstance(x, tf.data.Dataset):
+        return None, _cardinality(x)
+    rows = len(tf.nest.flatten(x)[0])
+    return rows, math.ceil(rows / batch_size)
+
+
+def dataset_fns(x, y, *, batch_size, shuffle: bool, seed: int, training: bool, start_step: int = 0,
+                sample_weight=None, class_weight: dict | None = None, own_order_per_worker: bool = False,
+                stage_dir=None):
+    """``(InputContext -> Dataset of (x, y[, sample_weight], p)``, steps per epoch or None) for any input.
+
+    Args:
+      x, y: numpy arrays (or nested structures of them) with as many rows; or ``x`` a ``tf.data.Dataset`` of
+        ``(x, y)`` or ``(x, y, sample_weight)`` global batches (``y`` None); or ``x`` a callable
+        ``dataset_fn(InputContext)`` (``y`` None).
+      batch_size: the global batch.
+      shuffle: shuffle numpy rows each epoch (Keras' ``shuffle``); never for eval.
+      seed: the shuffle's seed, the same on every worker.
+      training: repeat (the loop counts steps); eval passes are finite.
+      start_step: the step a resumed run starts at: the global batches of the steps before are skipped, so
+        it sees the examples an uninterrupted run would.
+      sample_weight: numpy weights, one per row of ``x`` (numpy ``x`` only).
+      class_weight: ``{class: weight}``, turned into sample weights as Keras does.
+      own_order_per_worker: under a coordinator, each worker shuffles in its own order.
+      stage_dir: under a coordinator, where the chief saves numpy rows or a Dataset (``Dataset.save``) for
+        the workers to load: a dataset function sent to a remote worker cannot carry its data as constants
+        (gRPC refuses messages over 4 MB: "Unable to parse tensor proto"). On storage every task shares.
+    """
+    weigh = class_weights_map(class_weight) if class_weight else None
+    if callable(x) and not isinstance(x, tf.data.Dataset):
+        def from_fn(context):
+            ds = x(context)
+            ds = (ds.map(weigh) if weigh else ds).map(lambda *parts: (*parts, batch_size))
+            return ds.repeat().skip(start_step * batches_per_step(context)) if training else ds
+
+        return from_fn, None
+    rows, steps = rows_and_steps(x, batch_size)
+    if rows is None:
+        dataset = x
+    else:
+        dataset = tf.data.Dataset.from_tensor_slices((x, y) if sample_weight is None else (x, y, sample_weight))
+    source = _source(dataset, stage_dir)
+
+    def fn(context):
+        batches = source()  # made inside the function: a coordinator's workers make their own
+        if rows is not None:
+            if shuffle and training:
+                batches = batches.shuffle(rows, seed=seed, reshuffle_each_iteration=True)
+            batches = batches.batch(batch_size)
+        if weigh:
+            batches = batches.map(weigh)
+        if training:
+            batches = batches.repeat().skip(start_step)
+        return batches.flat_map(_cut(context, batch_size))
+
+    if own_order_per_worker and training:
+        from tfdist.engine.inputs import per_worker_order
+
+        return per_worker_order(fn, seed=seed), steps
+    return fn, steps
+
+
+def _source(dataset, stage_dir):
+    """``() -> dataset``; with ``stage_dir``, the dataset is saved there now and each call loads it from the files."""
+    if stage_dir is None:
+        return lambda: dataset
+    import shutil
+
+    shutil.rmtree(stage_dir, ignore_errors=True)
+    dataset.save(str(stage_dir))
+    spec, path = dataset.element_spec, str(stage_dir)
+    return lambda: tf.data.Dataset.load(path, element_spec=spec)
+
+
+def _cardinality(dataset) -> int | None:
+    """The batches of a finite dataset, or None when TensorFlow does not know (or it repeats)."""
+    count = int(dataset.cardinality().numpy())
+    return count if count > 0 else None

@@ -1,0 +1,54 @@
+"""Keras' own ``model.fit`` under ``ParameterServerStrategy``: trained by ``tfdist.fit``'s coordinator loop.
+
+Keras 3's ``fit`` has no parameter-server path (keras#18624). After
+``tfdist.setup("parameter_server")`` the ps and worker tasks serve the chief
+from inside ``setup``, and the chief's script goes on as any Keras script:
+it builds and compiles the model in the strategy's scope and calls
+``model.fit``. That call is handed to ``tfdist.fit`` with the model itself as
+``model_fn``: the same arguments, Keras' meaning, a ``ClusterCoordinator``
+scheduling the steps on the workers, and a ``History`` back. What
+``tfdist.fit`` cannot take (``validation_split``, ``validation_batch_size``,
+``validation_freq``) is refused with one line; a ``ParameterServerStrategy``
+that ``tfdist.setup`` did not make is refused too (its serving tasks are not
+tfdist's).
+"""
+
+from __future__ import annotations
+
+from tfdist.errors import UserError
+
+#: Keras ``fit`` arguments that ``tfdist.fit`` does not take, with the value that means "not used".
+NOT_TAKEN = (("validation_split", 0.0), ("validation_batch_size", None), ("validation_freq", 1))
+#: Keras ``fit`` arguments passed on to ``tfdist.fit`` as they are (when given).
+PASSED = ("batch_size", "epochs", "callbacks", "validation_data", "shuffle", "class_weight", "sample_weight",
+          "initial_epoch", "steps_per_epoch", "validation_steps")
+
+
+def fit_under_coordinator(model, arguments: dict):
+    """``model.fit(**arguments)`` under the session's ``ParameterServerStrategy``, by ``tfdist.fit``.
+
+    Raises:
+        UserError: the strategy is not the session's, or an argument ``tfdist.fit`` does not take.
+    """
+    from tfdist.runtime import session as session_lib
+    from tfdist.fitting.api import fit
+
+    session = session_lib.current()
+    if session is None or session.strategy is not model.distribute_strategy:
+        raise UserError(
+            "Invalid strategy for Keras' own model.fit: Keras 3 has no ParameterServerStrategy path (keras#18624), "
+            "and tfdist trains one only under the strategy tfdist.setup made. Received: a ParameterServerStrategy "
+            "made without tfdist.setup. Expected strategy = tfdist.setup('parameter_server') at the top of the "
+            "script, or tfdist.fit(model_fn, x, y, ..., strategy='parameter_server')."
+        )
+    used = [f"{name}={arguments[name]!r}" for name, unused in NOT_TAKEN
+            if name in arguments and arguments[name] != unused]
+    if used:
+        raise UserError(
+            f"Invalid argument for model.fit under parameter_server: {used[0].split('=')[0]}. Received: "
+            f"{', '.join(used)}. Expected validation_data=(x_val, y_val) or a Dataset, evaluated after every epoch."
+        )
+    verbose = arguments.get("verbose", "auto")
+    passed = {name: arguments[name] for name in PASSED if arguments.get(name) is not None}
+    return fit(lambda: model, arguments.get("x"), arguments.get("y"), verbose=1 if verbose == "auto" else verbose,
+               **passed)

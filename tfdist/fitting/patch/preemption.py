@@ -1,0 +1,145 @@
+"""Preemption of Keras' own ``fit`` across workers: every worker stops at the same step, saves it, exits 42.
+
+A signal (SIGTERM from Kubernetes, ``tfdist.launch`` or ``scancel``; SIGUSR1
+from ``sbatch --signal``) reaches one worker; the others must stop with it, at
+the same step, or they wait forever in the next all-reduce. While ``fit``
+runs, the signal only sets this worker's vote, a variable that each step adds
+to its logs; the logs are averaged over every replica and worker already
+(``trainer``), so every worker reads the same vote after the same step,
+without a collective of its own. Before the next step every worker then
+saves the step it reached through the ``BackupAndRestore`` callback (the
+chief to the real backup, the others to their private copy), and the process
+ends at once with status 42 (``errors.PREEMPTED_EXIT_CODE``), after ``fit``
+has cleaned up: code after ``fit`` does not run. Run the same command
+again: ``BackupAndRestore`` restores the weights and optimizer of that step,
+and Keras goes on from the start of the epoch it was in (Keras' own resume;
+``tfdist.fit`` resumes at the step itself).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import weakref
+
+from tfdist.errors import PREEMPTED_EXIT_CODE
+from tfdist.runtime.preemption import SIGNALS, exit_preempted, signal_name
+
+#: The log key that carries the vote out of the step; removed before Keras sees the logs.
+VOTE = "_tfdist_preemption_vote"
+
+class Stopped(BaseException):
+    """Every worker stopped at the same step and saved it: ``fit`` ends the process with status 42 (``leave``).
+
+    A ``BaseException``, so that a user's ``except Exception`` around ``fit`` does not swallow it.
+    """
+
+
+def leave() -> None:
+    """End the process at once with status 42, once ``fit``'s callbacks have cleaned up.
+
+    At once: while an interpreter shuts down, its signal handlers are back to
+    the default, so a launcher's SIGTERM in those seconds would end the
+    process as killed by a signal (143) instead of preempted.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(PREEMPTED_EXIT_CODE)
+
+
+_votes: "weakref.WeakKeyDictionary[object, object]" = weakref.WeakKeyDictionary()
+
+
+class PreemptionVote:
+    """A context manager around one ``fit`` across workers: the vote in every step, the save and exit 42.
+
+    Args:
+        model: the Keras model whose ``fit`` runs.
+        strategy: its ``MultiWorkerMirroredStrategy``.
+        callbacks: ``fit``'s callbacks (a ``BackupAndRestore`` among them saves the step reached).
+    """
+
+    def __init__(self, model, strategy, callbacks):
+        self.model = model
+        self.strategy = strategy
+        self.backups = [c for c in callbacks if _is_backup(c)]
+        self.received: int | None = None
+        self._previous: dict[int, object] = {}
+        self._pending = None
+        self._steps = 0
+
+    def __enter__(self) -> "PreemptionVote":
+        import tensorflow as tf
+
+        if self.model not in _votes:
+            with tf.init_scope():
+                _votes[self.model] = tf.Variable(0.0, trainable=False, name="tfdist_preemption_vote")
+        self.flag = _votes[self.model]
+        self.flag.assign(0.0)
+        model, flag, train_step = self.model, self.flag, self.model.train_step
+
+        def voting_train_step(data):
+            logs = train_step(data)
+            return {**logs, VOTE: flag.read_value()} if isinstance(logs, dict) else logs
+
+        model.train_step = voting_train_step
+        model.make_train_function(force=True)
+        model.train_function = self._wrap(model.train_function)
+        if threading.current_thread() is threading.main_thread():
+            for signum in SIGNALS:  # after TensorFlow's own hooks, installed with the strategy
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, exc_type, exc, traceback) -> None:
+        # Preempted, the process is on its way out with status 42: a further signal (a launcher stopping the
+        # other tasks) must not turn it into a death by signal.
+        preempted = isinstance(exc, Stopped)
+        for signum, handler in self._previous.items():
+            signal.signal(signum, exit_preempted if preempted else handler)
+        self._previous = {}
+        vars(self.model).pop("train_step", None)  # the class' own train_step shows again
+        self.model.train_function = None
+
+    def _handle(self, signum, frame) -> None:
+        self.received = signum
+
+    def _wrap(self, train_function):
+        def voting_train_function(iterator):
+            if self.received is not None and not float(self.flag.numpy()):
+                self.flag.assign(1.0)
+            if self._pending is not None and float(self._pending) > 0:
+                self._stop()
+            logs = train_function(iterator)
+            self._steps += 1
+            if isinstance(logs, dict) and VOTE in logs:
+                logs = dict(logs)
+                self._pending = logs.pop(VOTE)
+            return logs
+
+        return voting_train_function
+
+    def _stop(self) -> None:
+        """Every worker, after the same step: save it through ``BackupAndRestore``, then end with status 42."""
+        from tfdist.fitting.patch.callbacks import is_chief
+
+        resolver = self.strategy.cluster_resolver
+        me = f"{resolver.task_type}:{resolver.task_id}"
+        why = (f"{me} received {signal_name(self.received)}" if self.received is not None
+               else f"another worker received SIGTERM or SIGUSR1 (this is {me})")
+        for backup in self.backups:
+            backup._save_model()
+        if self.backups:
+            where = self.backups[0].backup_dir if is_chief(self.strategy) else "a private copy (not the chief)"
+            saved = f"saved the step reached ({self._steps} steps of this fit) to {where}"
+        else:
+            saved = "nothing was saved: fit has no keras.callbacks.BackupAndRestore callback"
+        sys.stderr.write(f"tfdist: preempted: {why}; {saved}. Run the same command again to resume.\n")
+        raise Stopped()
+
+
+def _is_backup(callback) -> bool:
+    import keras
+
+    return isinstance(callback, keras.callbacks.BackupAndRestore)

@@ -1,0 +1,168 @@
+"""The two places of Keras' TensorFlow trainer that fail across workers, replaced; and ``fit`` wrapped.
+
+Keras 3's ``keras/src/backend/tensorflow/trainer.py`` (keras-team/keras#20585):
+
+- ``TensorFlowTrainer._maybe_symbolic_build`` builds the model from the first
+  batch, reduced over the replicas with ``strategy.reduce("MEAN", batch,
+  axis=None)``; across workers that all-reduce cannot take the per-replica
+  batch ("Attempt to convert a value (PerReplica...)"). Building needs only the
+  batch's shapes, so the fix builds from this worker's first replica's slice
+  (the batch is still consumed, as Keras does).
+- ``reduce_per_replica`` reduces each log with ``strategy.reduce("MEAN", v,
+  axis=0)`` in multi-worker mode, which fails on a scalar ("Invalid reduction
+  dimension 0 for input with 0 dimensions"). In one process Keras averages
+  the replicas' values (``tf.reduce_mean(local_results, axis=0)``); across
+  workers the same average over every replica is ``strategy.reduce("MEAN", v,
+  axis=None)``, which the fix uses.
+
+The fix is made for the trainer whose code it checks (``check``): on a Keras
+whose trainer differs, ``install`` refuses with one line instead of patching
+code it does not know. Nothing changes outside multi-worker mode.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+
+from tfdist.errors import UserError
+
+#: The line of ``reduce_per_replica`` that fails on scalar logs across workers.
+BUGGY_REDUCE = 'strategy.reduce("MEAN", v, axis=0)'
+#: The reduction of a data batch in ``_maybe_symbolic_build`` that fails across workers.
+BUGGY_BUILD = "self.distribute_strategy.reduce("
+
+
+def _trainer_module():
+    from keras.src.backend.tensorflow import trainer
+
+    return trainer
+
+
+def check(module) -> None:
+    """Refuse a Keras whose TensorFlow trainer is not the one the fix replaces parts of.
+
+    Raises:
+        UserError: a function the fix replaces is missing or reads otherwise.
+    """
+    import keras
+
+    cls = getattr(module, "TensorFlowTrainer", None)
+    found = {
+        "reduce_per_replica": BUGGY_REDUCE in _source(getattr(module, "reduce_per_replica", None)),
+        "_maybe_symbolic_build": BUGGY_BUILD in _source(getattr(cls, "_maybe_symbolic_build", None)),
+        "_symbolic_build": callable(getattr(cls, "_symbolic_build", None)),
+        "_collective_all_reduce_multi_worker": callable(getattr(module, "_collective_all_reduce_multi_worker", None)),
+        "fit": "callbacks" in _parameters(getattr(cls, "fit", None)),
+    }
+    differs = [name for name, ok in found.items() if not ok]
+    if differs:
+        raise UserError(
+            f"Unsupported Keras {keras.__version__} for tfdist's fix of Keras' own fit across workers "
+            f"(keras#20585): its TensorFlow trainer differs in {', '.join(differs)}. Received: keras "
+            f"{keras.__version__}. Expected the trainer of Keras 3.10 to 3.15; or train with "
+            "tfdist.fit(model_fn, ...), which does not use Keras' trainer."
+        )
+
+
+def _source(function) -> str:
+    try:
+        return inspect.getsource(function) if function is not None else ""
+    except (OSError, TypeError):
+        return ""
+
+
+def _parameters(function) -> tuple[str, ...]:
+    try:
+        return tuple(inspect.signature(function).parameters) if function is not None else ()
+    except (TypeError, ValueError):
+        return ()
+
+
+def install() -> None:
+    """Replace the two failing places and wrap ``fit`` (once per process).
+
+    Raises:
+        UserError: Keras' trainer differs (``check``).
+    """
+    module = _trainer_module()
+    cls = module.TensorFlowTrainer
+    if getattr(cls.fit, "_tfdist_fit", False):
+        return
+    check(module)
+    module.reduce_per_replica = _fixed_reduce(module.reduce_per_replica, module._collective_all_reduce_multi_worker)
+    cls._maybe_symbolic_build = _fixed_build(cls._maybe_symbolic_build, module._collective_all_reduce_multi_worker)
+    cls.fit = _wrapped_fit(cls.fit, module._collective_all_reduce_multi_worker)
+
+
+def _fixed_reduce(original, multi_worker):
+    """``reduce_per_replica`` that averages across workers with ``axis=None``, as Keras does in one process."""
+
+    @functools.wraps(original)
+    def reduce_per_replica(values, strategy, reduction):
+        import tensorflow as tf
+        from keras import tree
+
+        if reduction in ("auto", "mean") and multi_worker(strategy) \
+                and not isinstance(strategy, tf.distribute.TPUStrategy):
+            return tree.map_structure(lambda v: strategy.reduce("MEAN", v, axis=None), values)
+        return original(values, strategy, reduction)
+
+    return reduce_per_replica
+
+
+def _fixed_build(original, multi_worker):
+    """``_maybe_symbolic_build`` that builds from this worker's first replica's slice across workers."""
+
+    @functools.wraps(original)
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        import tensorflow as tf
+        from keras import tree
+
+        strategy = self._distribute_strategy
+        if strategy is None or iterator is None or not multi_worker(strategy):
+            return original(self, iterator=iterator, data_batch=data_batch)
+
+        def local(value):
+            if isinstance(value, tf.distribute.DistributedValues):
+                return strategy.experimental_local_results(value)[0]
+            return value
+
+        for _, _, batches in iterator:
+            data_batch = tree.map_structure(local, next(batches))
+            break
+        with strategy.scope():
+            self._symbolic_build(data_batch=data_batch)
+
+    return _maybe_symbolic_build
+
+
+def _wrapped_fit(original, multi_worker):
+    """``fit`` that trains under a parameter-server strategy (``parameter_server``) and, across workers,
+    keeps files and preemption right (``callbacks``, ``preemption``)."""
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def fit(self, *args, **kwargs):
+        import tensorflow as tf
+
+        from tfdist.fitting.patch.callbacks import chief_only_files
+        from tfdist.fitting.patch.preemption import PreemptionVote, Stopped, leave
+
+        strategy = self.distribute_strategy
+        arguments = signature.bind(self, *args, **kwargs).arguments
+        if isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):
+            from tfdist.fitting.patch.parameter_server import fit_under_coordinator
+
+            return fit_under_coordinator(self, {k: v for k, v in arguments.items() if k != "self"})
+        if not multi_worker(strategy):
+            return original(self, *args, **kwargs)
+        callbacks = list(arguments.get("callbacks") or [])
+        try:
+            with chief_only_files(callbacks, strategy), PreemptionVote(self, strategy, callbacks):
+                return original(self, *args, **kwargs)
+        except Stopped:
+            leave()
+
+    fit._tfdist_fit = True
+    return fit

@@ -1,0 +1,176 @@
+"""Train and eval steps for any compiled Keras model: its own loss and metrics, under every strategy.
+
+``KerasSteps`` is to ``tfdist.fit`` what ``step.Steps`` is to the UNet
+experiment: the replica functions that both loops run, returning one stats
+vector per replica, summed over replicas, workers and steps:
+
+    [loss_sum, examples, metric deltas...]
+
+- The loss is the model's compiled loss (``model.compile(loss=...)``, its
+  default ``sum_over_batch_size`` reduction) plus its regularization losses,
+  as Keras' ``compute_loss`` has it. A replica with ``n`` of the step's ``p``
+  examples minimises ``n / p * (its mean loss + regularization)``; the
+  optimizer sums gradients over replicas, so N replicas take the step that
+  one device takes on the ``p`` examples (Keras itself divides only the mean
+  by the replicas, and counts the regularization N times). ``loss_sum`` is
+  ``n * (mean + regularization)``, so the epoch's loss is what Keras' ``fit``
+  reports: the batch losses averaged with the batch sizes as weights. With
+  sample weights the mean is ``sum(w * l) / n`` (Keras' default reduction),
+  still a sum over examples divided by ``n``, so it adds up the same way;
+  a reduction that does not (``"sum"``, ``"mean_with_sample_weight"``) is
+  refused when the steps are made.
+- The metrics are the model's compiled metrics (``model.compile(metrics=)``,
+  Keras' own ``CompileMetrics``). Each replica updates a copy of their
+  variables that starts from their reset values
+  (``stateless_update_state``) and returns what its batch added; the sums
+  are added to the reset values on the host and read with Keras'
+  ``stateless_result``. So every metric is reduced over every replica and
+  worker exactly, as long as its variables add up: each must have
+  ``aggregation="sum"`` (every Keras mean, accuracy, confusion-matrix and
+  AUC metric does); others are refused when the steps are made.
+
+Every batch is ``(x, y, p)`` or ``(x, y, sample_weight, p)``: this replica's
+slice and the step's number of examples over all replicas
+(``training.keras_data``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from tfdist.errors import UserError
+
+
+class KerasSteps:
+    """The replica functions of a compiled Keras model.
+
+    Args:
+      model: a Keras model compiled with a loss (and optionally metrics), built under the strategy's scope.
+      optimizer: its optimizer (``model.optimizer``).
+      sample: ``(x, y)`` or ``(x, y, sample_weight)`` of a few examples, to build the compiled loss and
+        metrics outside any step.
+    """
+
+    #: The count in ``metrics``' result (throughput is examples per second).
+    count_key = "examples"
+
+    def __init__(self, *, model, optimizer, sample):
+        if getattr(model, "_compile_loss", None) is None:
+            raise UserError(
+                "Missing loss: model_fn must return a model compiled with a loss. Received: a model without "
+                "one. Expected model.compile(optimizer=..., loss=..., metrics=[...]) inside model_fn."
+            )
+        self.model = model
+        self.optimizer = optimizer
+        x, y = sample[:2]
+        y_pred = model(x, training=False)
+        if not model._compile_loss.built:  # built here, not inside a step: it may make loss trackers
+            model._compile_loss.build(y, y_pred)
+        _check_reductions(model._compile_loss)
+        compiled = model._compile_metrics
+        if compiled is not None and not compiled.built:
+            compiled.build(y, y_pred)
+        self._compiled = compiled
+        variables = list(compiled.variables) if compiled is not None else []
+        for variable in variables:
+            if getattr(variable, "aggregation", "sum") != "sum":
+                raise UserError(
+                    f"Invalid metric for tfdist.fit: {variable.path} aggregates with {variable.aggregation!r}. "
+                    "Received a metric whose state does not add up over replicas. Expected metrics whose "
+                    "variables have aggregation='sum' (Keras' means, accuracies, AUC, precision, recall)."
+                )
+        if compiled is not None:
+            compiled.reset_state()
+        self._initial = [np.asarray(v.numpy()) for v in variables]
+        self._shapes = [v.shape for v in self._initial]
+        self._dtypes = [v.dtype for v in variables]
+        self._sizes = [int(np.prod(shape)) for shape in self._shapes]
+
+    @property
+    def stats_size(self) -> int:
+        return 2 + sum(self._sizes)
+
+    def _objective(self, x, y, sample_weight, p, training: bool):
+        """Predictions, this replica's ``n/p * (mean loss + regularization)`` and its ``loss_sum``."""
+        y_pred = self.model(x, training=training)
+        n = tf.cast(tf.shape(tf.nest.flatten(x)[0])[0], tf.float32)
+        mean = tf.cast(self.model._compile_loss(y, y_pred, sample_weight), tf.float32)
+        replicas = tf.distribute.get_strategy().num_replicas_in_sync
+        if replicas > 1:  # Keras divides a loss inside a replica by the replicas (scale_loss_for_distribution)
+            mean = mean * replicas
+        regularization = tf.add_n([tf.cast(tf.reduce_sum(l), tf.float32) for l in self.model.losses]) \
+            if self.model.losses else tf.constant(0.0)
+        loss_sum = tf.where(n > 0, n * (mean + regularization), 0.0)
+        return y_pred, loss_sum / tf.cast(p, tf.float32), loss_sum, n
+
+    def _stats(self, y, y_pred, sample_weight, loss_sum, n):
+        head = tf.stack([loss_sum, n])
+        if self._compiled is None:
+            return head
+        initial = [tf.constant(v) for v in self._initial]
+        updated = self._compiled.stateless_update_state(initial, y, y_pred, sample_weight)
+        deltas = [tf.reshape(tf.cast(new, tf.float32) - tf.cast(old, tf.float32), [-1])
+                  for new, old in zip(updated, initial)]
+        return tf.concat([head, *deltas], axis=0)
+
+    def train(self, batch):
+        """One optimisation step on this replica's slice; returns its stats vector."""
+        x, y, sample_weight, p = _unpack(batch)
+        variables = self.model.trainable_variables
+        with tf.GradientTape() as tape:
+            y_pred, objective, loss_sum, n = self._objective(x, y, sample_weight, p, training=True)
+            scaled = self.optimizer.scale_loss(objective)
+        self.optimizer.apply(tape.gradient(scaled, variables), variables)
+        return self._stats(y, y_pred, sample_weight, loss_sum, n)
+
+    def evaluate(self, batch):
+        """Forward pass in inference mode on this replica's slice; returns its stats vector."""
+        x, y, sample_weight, p = _unpack(batch)
+        y_pred, _, loss_sum, n = self._objective(x, y, sample_weight, p, training=False)
+        return self._stats(y, y_pred, sample_weight, loss_sum, n)
+
+    def metrics(self, stats) -> dict[str, float]:
+        """``{"loss", <each compiled metric>, "examples"}`` of a summed stats vector, as Keras names them."""
+        stats = np.asarray(stats, dtype=np.float64)
+        result = {"loss": float(stats[0] / stats[1]) if stats[1] else float("nan")}
+        if self._compiled is not None:
+            values, offset = [], 2
+            for initial, shape, dtype, size in zip(self._initial, self._shapes, self._dtypes, self._sizes):
+                total = initial.astype(np.float64) + stats[offset:offset + size].reshape(shape)
+                values.append(tf.constant(total.astype(dtype)))
+                offset += size
+            for name, value in self._compiled.stateless_result(values).items():
+                result[name] = float(np.asarray(value))
+        result["examples"] = int(stats[1])
+        return result
+
+    @staticmethod
+    def describe(split: str, result: dict) -> str:
+        """Every metric of a result, as Keras prints them: ``loss 0.1234  accuracy 0.9000``."""
+        return "  ".join(f"{k} {v:.4f}" for k, v in result.items() if k not in ("examples", "examples_per_second",
+                                                                               "learning_rate"))
+
+
+def _unpack(batch):
+    """``(x, y, sample_weight or None, p)`` of a batch ``(x, y, p)`` or ``(x, y, sample_weight, p)``."""
+    if len(batch) == 4:
+        return batch
+    x, y, p = batch
+    return x, y, None, p
+
+
+#: Loss reductions whose replica losses add up to the global batch's: ``sum(w * l) / n`` on each replica.
+ADDITIVE_REDUCTIONS = ("sum_over_batch_size", "mean")
+
+
+def _check_reductions(compile_loss) -> None:
+    """Refuse a compiled loss whose reduction is not linear in per-example sums (one line, status 2)."""
+    for entry in compile_loss._flat_losses or []:
+        reduction = getattr(entry.loss, "reduction", "sum_over_batch_size")
+        if reduction not in ADDITIVE_REDUCTIONS:
+            raise UserError(
+                f"Invalid loss reduction for tfdist.fit: {getattr(entry.loss, 'name', entry.loss)!r} reduces with "
+                f"{reduction!r}. Received a reduction whose replica results do not add up to the global batch's. "
+                "Expected Keras' default reduction='sum_over_batch_size'."
+            )

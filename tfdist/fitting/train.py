@@ -1,0 +1,197 @@
+"""The training half of ``tfdist.fit``, once the strategy exists: model, inputs, callbacks, the one loop.
+
+``train_keras`` builds the user's model under the strategy's scope, restores
+the run directory's latest checkpoint (model, optimizer, step), cuts the
+inputs into per-replica slices (``keras_data``), and trains through ``drive``
+(watchdog, loop, ``Controller``): a log row and a checkpoint per epoch, the
+validation pass after each. The steps are ``KerasSteps`` (the compiled loss
+and metrics, exact global-batch reductions), or ``KerasModelSteps`` for a
+model that overrides ``train_step`` or ``test_step`` (its own steps, its
+metrics reset and read as Keras' ``fit`` does). At each epoch's end every
+task adds the epoch's logs to its ``History`` and the chief runs the
+callbacks; ``model.stop_training`` set by one of them stops every task. A
+callback with train-batch hooks gets them on the chief, once per Keras
+execution (``steps_per_execution`` steps), with the epoch's logs so far.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import tensorflow as tf
+
+from tfdist.engine.controller import Hooks, Schedule
+from tfdist.engine.inputs import batches_per_step
+from tfdist.engine.outputs import RunOutputs
+from tfdist.engine.state import build_state
+from tfdist.errors import UserError
+from tfdist.fitting.args import split_validation
+from tfdist.fitting.custom_steps import KerasModelSteps, overrides_steps, refuse_under_coordinator
+from tfdist.fitting.inputs import check_batch, dataset_fns, rows_and_steps
+from tfdist.fitting.steps import KerasSteps
+from tfdist.runtime.run_loop import run_loop
+
+#: Keys of a train or eval result that are not Keras logs.
+NOT_LOGGED = ("examples", "examples_per_second", "learning_rate")
+
+
+def _sample(x, y) -> tuple:
+    """A couple of examples ``(x, y)`` to build the model, its loss and metrics with, from any kind of input."""
+    if isinstance(x, tf.data.Dataset) or callable(x):
+        first = x if isinstance(x, tf.data.Dataset) else x(tf.distribute.InputContext())
+        xb, yb = tuple(next(iter(first.take(1))))[:2]
+        return tf.nest.map_structure(lambda t: t[:2], xb), tf.nest.map_structure(lambda t: t[:2], yb)
+    return tf.nest.map_structure(lambda a: np.asarray(a)[:2], x), tf.nest.map_structure(lambda a: np.asarray(a)[:2], y)
+
+
+def implements_batch_hooks(callback) -> bool:
+    """Whether a Keras callback overrides a train-batch hook of ``keras.callbacks.Callback`` (a progress bar does)."""
+    import keras
+
+    return any(getattr(type(callback), name) is not getattr(keras.callbacks.Callback, name)
+               for name in ("on_train_batch_begin", "on_train_batch_end", "on_batch_begin", "on_batch_end"))
+
+
+def _logs(train: dict | None, evaluated: dict | None) -> dict:
+    """Keras' epoch logs: the train metrics, and the eval ones as ``val_*``."""
+    logs = {k: v for k, v in (train or {}).items() if k not in NOT_LOGGED}
+    logs.update({f"val_{k}": v for k, v in (evaluated or {}).items() if k not in NOT_LOGGED})
+    return logs
+
+
+def _warn_unsynchronized_batch_norm(model, replicas: int) -> None:
+    """With several replicas, a ``BatchNormalization(synchronized=False)`` differs from one device: say so once."""
+    import keras
+    from absl import logging
+
+    from tfdist.models import ReplicaBatchNorm
+
+    if replicas < 2:
+        return
+    layers = [layer.name for layer in model._flatten_layers(include_self=False)
+              if isinstance(layer, keras.layers.BatchNormalization) and not layer.synchronized
+              and not isinstance(layer, ReplicaBatchNorm)]  # it all-reduces its statistics itself
+    if layers:
+        logging.warning(
+            "%d replicas and batch norm without synchronized=True (%s): each replica normalizes its own slice "
+            "of the global batch, so training differs from one device. "
+            "keras.layers.BatchNormalization(synchronized=True) all-reduces the statistics.",
+            replicas, ", ".join(layers))
+
+
+def _build(model_fn, strategy_name: str, coordinator: bool):
+    """``(model, its optimizer or None)`` from ``model_fn``, checked; called under the strategy's scope."""
+    import keras
+
+    model = model_fn()
+    own_steps = isinstance(model, keras.Model) and overrides_steps(model)
+    if not isinstance(model, keras.Model) or (getattr(model, "optimizer", None) is None and not own_steps):
+        raise UserError(f"Invalid model_fn: it must return a compiled keras.Model. Received: a "
+                        f"{type(model).__name__} without an optimizer. Expected model.compile(optimizer=..., "
+                        "loss=...) inside model_fn.")
+    if coordinator:
+        refuse_under_coordinator(model, strategy_name)
+    return model, model.optimizer
+
+
+#: Keras' batch for numpy data when no ``batch_size`` is given (its data adapters' default).
+DEFAULT_BATCH_SIZE = 32
+
+
+def _eval_fn(validation_data, *, batch_size, validation_steps, seed):
+    """The eval pipeline of ``validation_data`` (None: no eval), cut to ``validation_steps`` global steps."""
+    if validation_data is None:
+        return None
+    vx, vy, vw = split_validation(validation_data)
+    if batch_size is None and not isinstance(vx, tf.data.Dataset):
+        # A Dataset's own batches train (no batch_size): numpy validation data goes in Keras' default batches
+        # of 32, each cut over the replicas as a Dataset's own batch is.
+        arrays = (vx, vy) if vw is None else (vx, vy, vw)
+        vx, vy, vw = tf.data.Dataset.from_tensor_slices(arrays).batch(DEFAULT_BATCH_SIZE), None, None
+    eval_fn, _ = dataset_fns(vx, vy, sample_weight=vw, batch_size=batch_size, shuffle=False, seed=seed,
+                             training=False)
+    if not validation_steps:
+        return eval_fn
+    return lambda context: eval_fn(context).take(validation_steps * batches_per_step(context))
+
+
+def train_keras(model_fn, x, y, *, runtime, placement, run_dir, training, batch_size, epochs, validation_data,
+                steps_per_epoch, validation_steps, shuffle, initial_epoch, callbacks, verbose, seed,
+                keep_checkpoints: bool, sample_weight=None, class_weight=None):
+    """Train under ``training.strategy``; returns the ``keras.callbacks.History`` (see ``tfdist.fit``)."""
+    import keras
+
+    strategy, is_chief, coordinator = training.strategy, placement.is_chief, placement.coordinator
+    replicas = strategy.num_replicas_in_sync
+    if batch_size is not None:
+        check_batch(batch_size, replicas)
+    state = build_state(strategy, lambda: _build(model_fn, placement.strategy, coordinator), run_dir=run_dir,
+                        is_chief=is_chief, task=placement.name)
+    model, optimizer, step_counter = state.model, state.optimizer, state.step
+    _warn_unsynchronized_batch_norm(model, replicas)
+    own_steps = bool(overrides_steps(model))
+    steps = (KerasModelSteps(model=model, sample=_sample(x, y)) if own_steps
+             else KerasSteps(model=model, optimizer=optimizer, sample=_sample(x, y)))
+    epoch_steps = steps_per_epoch or rows_and_steps(x, batch_size)[1]
+    if not epoch_steps:
+        raise UserError("Missing `steps_per_epoch`. Received: an input of unknown length. Expected "
+                        "steps_per_epoch=N with a dataset_fn or a Dataset that repeats.")
+    eval_fn = _eval_fn(validation_data, batch_size=batch_size, validation_steps=validation_steps, seed=seed)
+    if not state.restored and initial_epoch:
+        step_counter.assign(initial_epoch * epoch_steps)
+    start_step, total_steps = int(step_counter.numpy()), epochs * epoch_steps
+    train_fn, _ = dataset_fns(x, y, sample_weight=sample_weight, class_weight=class_weight, batch_size=batch_size,
+                              shuffle=shuffle, seed=seed, training=True, start_step=start_step,
+                              own_order_per_worker=coordinator, stage_dir=run_dir.fit_inputs if coordinator else None)
+    outputs = RunOutputs(run_dir=run_dir, is_chief=is_chief)
+
+    history = keras.callbacks.History()
+    history.set_model(model)
+    params = {"verbose": verbose, "epochs": epochs, "steps": epoch_steps}
+    history.set_params(params)
+    chief_callbacks = keras.callbacks.CallbackList(callbacks if is_chief else None, add_history=False,
+                                                   add_progbar=False, model=model, **params)
+    reset = steps.reset if own_steps else (lambda: None)  # a model's own metrics: reset as Keras' fit does
+    reset()
+    history.on_train_begin()
+    chief_callbacks.on_train_begin()
+    chief_callbacks.on_epoch_begin(start_step // epoch_steps)
+
+    def epoch_end(step, train, evaluated) -> bool:
+        epoch, logs = step // epoch_steps - 1, _logs(train, evaluated)
+        history.on_epoch_end(epoch, logs)
+        chief_callbacks.on_epoch_end(epoch, logs)
+        stop = bool(getattr(model, "stop_training", False))
+        if not stop and step < total_steps:
+            reset()
+            chief_callbacks.on_epoch_begin(epoch + 1)
+        return stop
+
+    # Batch hooks on the chief, only when a callback has them. The chunks are Keras' executions
+    # (steps_per_execution steps, 1 by default, fewer at an epoch's end); as Keras numbers them, an execution
+    # begins at its first batch of the epoch and ends at that + steps_per_execution - 1, with the epoch's logs so far.
+    hooks, per_execution = {}, max(1, int(getattr(model, "steps_per_execution", 1) or 1))
+    if is_chief and any(implements_batch_hooks(c) for c in callbacks or []):
+        hooks = {"chunk_begin": lambda step, end: chief_callbacks.on_train_batch_begin(step % epoch_steps),
+                 "chunk_end": lambda step, end, result: chief_callbacks.on_train_batch_end(
+                     step % epoch_steps + per_execution - 1, _logs(result, None))}
+    if verbose and is_chief:
+        print(f"tfdist.fit: {placement.strategy} with {replicas} replicas, global batch {batch_size}, "
+              f"{total_steps} steps ({epoch_steps} an epoch); {state.start()}", flush=True)
+    run_loop(placement=placement, run_dir=run_dir, strategy=strategy, steps=steps, state=state, outputs=outputs,
+             schedule=Schedule(total_steps=total_steps, steps_per_epoch=epoch_steps, steps_per_loop=per_execution,
+                               log_every=epoch_steps, checkpoint_every=epoch_steps),
+             train_dataset_fn=train_fn, eval_dataset_fn=eval_fn, progress_timeout=runtime.progress_timeout,
+             preemption=training.preemption, checkpoints=keep_checkpoints, global_batch_size=batch_size or 0,
+             learning_rate=lambda _: _learning_rate(optimizer), verbose=bool(verbose) and is_chief,
+             hooks=Hooks(epoch_end=epoch_end, eval_begin=reset if own_steps else None, **hooks))
+    chief_callbacks.on_train_end()
+    if coordinator:
+        shutil.rmtree(run_dir.fit_inputs, ignore_errors=True)
+    return history
+
+
+def _learning_rate(optimizer) -> float:
+    """The optimizer's learning rate now (NaN for a model without one: its own steps hold their optimizers)."""
+    return float(np.asarray(optimizer.learning_rate)) if optimizer is not None else float("nan")

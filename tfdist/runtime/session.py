@@ -1,0 +1,183 @@
+"""A process set up for one strategy: its task in the cluster, its host devices, its strategy, made once.
+
+TensorFlow fixes a process's logical devices and collective configuration
+when its runtime starts, so the set-up comes first, before any other
+TensorFlow op, as every TensorFlow script creates its strategy first.
+``setup`` (``tfdist.setup``) does it for a user's own script, and returns the
+``tf.distribute.Strategy``; ``tfdist.fit`` and the UNet experiment set up the
+same way (``setup_tensorflow``). After ``setup`` the script may build its
+datasets and models anywhere, and ``tfdist.fit`` trains under the session's
+strategy (``current``).
+
+Where the task comes from: ``cluster``/``task`` (a cluster spec file), or
+TF_CONFIG (``tfdist.launch``, Ray Train, Kubernetes), or a Slurm job step
+(``cluster="slurm"``); none of them is one process. Under
+``parameter_server`` a ps or worker task serves the chief from inside
+``setup`` and never returns from it, as TensorFlow's own ``server.join()``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+from tfdist import config as config_lib
+from tfdist import strategies
+from tfdist.cluster import network, peers, sources
+from tfdist.cluster.task import Task
+from tfdist.errors import UserError
+from tfdist.runtime.placement import Placement
+from tfdist.runtime.serving import serve
+
+#: What a too-late set-up says to do (TensorFlow started before the strategy could set up the process).
+TOO_LATE = ("Expected tfdist.setup(...) (or tfdist.fit) before any other TensorFlow op: call it at the top of the "
+            "script, before building datasets, tensors or models (or restart the process or notebook kernel).")
+
+
+@dataclasses.dataclass(frozen=True)
+class Session:
+    """This process's set-up, made once by ``setup``.
+
+    Attributes:
+        runtime: the ``RuntimeConfig`` it was made with (strategy name, devices, cluster, timeouts).
+        placement: this process's ``Placement``.
+        strategy: the ``tf.distribute.Strategy``.
+    """
+
+    runtime: Any
+    placement: Placement
+    strategy: Any
+
+
+_current: Session | None = None
+
+
+def current() -> Session | None:
+    """The session ``setup`` made in this process, or None."""
+    return _current
+
+
+def place(config, *, in_process: bool = False) -> Placement:
+    """This process's ``Placement``: its task (``--cluster/--task``, TF_CONFIG or Slurm), checked against the
+    strategy, with TF_CONFIG exported for TensorFlow's resolvers.
+
+    ``in_process``: the cluster is made and coordinated by this process (no task of its own).
+    """
+    rt = config.runtime
+    traits = strategies.traits(rt.strategy)
+    if in_process:
+        return Placement(strategy=rt.strategy, traits=traits)
+    task = sources.resolve_task(rt.cluster or None, rt.task or None, slurm_tasks=rt.slurm_tasks)
+    if task is None:
+        if traits.coordinator:
+            raise UserError(
+                f"Missing cluster for strategy={rt.strategy}. Received: no --cluster and no TF_CONFIG. "
+                "Expected --cluster FILE --task TYPE:I with a chief, workers and ps."
+            )
+        return Placement(strategy=rt.strategy, traits=traits)
+    traits.check_cluster(task.spec)
+    if traits.role(task.type) != "evaluate":
+        # TensorFlow's resolvers read TF_CONFIG; the evaluator is not part of the cluster that trains.
+        os.environ["TF_CONFIG"] = task.tf_config_json(training=True)
+    public = network.public_addresses(task.spec)
+    if public:
+        from absl import logging
+
+        logging.warning(
+            "The cluster spec %s has addresses that may be reachable from outside: %s. TensorFlow's gRPC "
+            "server has no authentication and runs what it receives: use an isolated network.",
+            task.spec.source, ", ".join(public),
+        )
+    return Placement(strategy=rt.strategy, traits=traits, task=task)
+
+
+def setup_tensorflow(config, placement: Placement, cluster_resolver=None, *, keras_setup: bool = True):
+    """Devices, threads, then the strategy; then (``keras_setup``) precision, seeds and determinism.
+
+    Raises:
+        UserError: TensorFlow started before, in a way the strategy cannot use (``TOO_LATE``).
+    """
+    rt, traits, task = config.runtime, placement.traits, placement.task
+    if traits.coordinator:
+        strategies.set_grpc_fail_fast()
+    cpu_devices = rt.cpu_devices or strategies.default_cpu_devices(rt.strategy)
+    inter_op = placement.num_tasks + 1 if task else 0
+    try:
+        strategies.setup_host(cpu_devices=cpu_devices if traits.local_devices else 1, inter_op_threads=inter_op)
+        # The peers meet (bounded by --connect_timeout) right before the strategy binds the gRPC port.
+        with peers.joining(task, rt.connect_timeout, listen_meanwhile=traits.listens_while_joining):
+            strategy = strategies.make_strategy(
+                rt.strategy, cpu_devices=cpu_devices, cluster_resolver=cluster_resolver,
+                communication=rt.communication, bytes_per_pack=rt.bytes_per_pack,
+                collective_timeout=rt.collective_timeout, ps_shards=rt.ps_shards,
+                ps_min_shard_bytes=rt.ps_min_shard_bytes,
+            )
+    except strategies.DevicesFixed as e:
+        received = str(e).split(" Expected")[0].rstrip(".")
+        raise UserError(f"Invalid set-up order for strategy={rt.strategy!r}: TensorFlow had already started. "
+                        f"Received: {received}. {TOO_LATE}") from None
+    except RuntimeError as e:
+        if "at program startup" not in str(e):  # "Collective ops must be configured at program startup"
+            raise
+        raise UserError(f"Invalid set-up order for strategy={rt.strategy!r}: TensorFlow had already started, and "
+                        f"its collectives can only be configured before. Received: {e}. {TOO_LATE}") from None
+    if keras_setup:
+        setup_keras(config)
+    return strategy
+
+
+def setup_keras(config) -> None:
+    """Precision policy, seeds and op determinism (after the strategy: collectives come first)."""
+    import keras
+    import tensorflow as tf
+
+    keras.mixed_precision.set_dtype_policy(config.runtime.precision)
+    keras.utils.set_random_seed(config.train.seed)
+    if config.train.deterministic:
+        tf.config.experimental.enable_op_determinism()
+
+
+def setup(strategy: str = "one_device", *, cpu_devices: int = 0, cluster: str | None = None,
+          task: str | None = None, connect_timeout: float = 120.0, communication: str = "auto",
+          bytes_per_pack: int = 0, collective_timeout: float = 0.0, verbose: bool = True):
+    """Set this process up for ``strategy`` and return the ``tf.distribute.Strategy`` (``tfdist.setup``).
+
+    Args:
+      strategy: one of ``tfdist.strategies.NAMES``.
+      cpu_devices: logical CPUs for ``mirrored``/``central_storage`` without GPUs (0: 2).
+      cluster, task: a cluster spec file (or ``"slurm"``) and this task (``"worker:1"``); default TF_CONFIG.
+      connect_timeout: seconds to wait for the cluster's peers.
+      communication, bytes_per_pack, collective_timeout: ``multi_worker_mirrored``'s all-reduce options.
+      verbose: a serving task (ps, or a worker under ``parameter_server``) prints what it does.
+
+    Returns:
+      The strategy. Called again with the same arguments, the same strategy.
+
+    Raises:
+      UserError: a bad argument or cluster, a second set-up with other arguments, an evaluator task,
+        or TensorFlow already started in a way the strategy cannot use.
+    """
+    global _current
+    runtime = config_lib.RuntimeConfig(
+        strategy=strategy, cpu_devices=cpu_devices, cluster=cluster or "", task=task or "",
+        connect_timeout=connect_timeout, communication=communication, bytes_per_pack=bytes_per_pack,
+        collective_timeout=collective_timeout)
+    if _current is not None:
+        if _current.runtime == runtime:
+            return _current.strategy
+        raise UserError(f"Invalid second tfdist.setup: this process is already set up for "
+                        f"strategy={_current.runtime.strategy!r}. Received: strategy={strategy!r} with other "
+                        "arguments. Expected one set-up per process, as TensorFlow fixes it when it starts.")
+    config = config_lib.validate(config_lib.Config(runtime=runtime))
+    placement = place(config)
+    if placement.role == "evaluate":
+        raise UserError(f"Invalid task for tfdist.setup: {placement.name}. Received: an evaluator task. Expected a "
+                        "chief, worker or ps task (an evaluator runs `python -m tfdist.train`).")
+    if placement.task is not None:
+        peers.check_port_free(placement.task)
+    if placement.role == "serve":
+        serve(placement.task, connect_timeout=connect_timeout, verbose=verbose)
+    strategy_obj = setup_tensorflow(config, placement, keras_setup=False)
+    _current = Session(runtime=runtime, placement=placement, strategy=strategy_obj)
+    return strategy_obj

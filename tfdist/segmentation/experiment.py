@@ -1,0 +1,220 @@
+"""``run(config)``: one experiment, config -> cluster task -> strategy -> data -> model -> loop -> outputs.
+
+This is the library behind ``python -m tfdist.train`` and what a notebook
+calls. The order matters and is fixed here:
+
+1. everything the user gave is checked (config, cluster, run directory,
+   dataset) before anything is written and before TensorFlow starts, so a
+   bad run never damages ``model_dir`` and ends with one line on stderr;
+2. TF_CONFIG, logical CPUs and the inter-op pool are set before TensorFlow
+   starts, and MultiWorkerMirroredStrategy is created before any other op
+   (collectives must be configured first, DESIGN.md);
+3. model, optimizer and step counter are built under the strategy's scope,
+   restored from the latest checkpoint if there is one, and trained by the
+   loop for the strategy (``training.loop``);
+4. the chief writes the outputs; other workers write nothing that survives.
+
+In a cluster the task's type picks its role first (``strategies.Traits.role``):
+ps and worker tasks under a coordinator serve the chief (``roles.serve``), an
+evaluator follows the checkpoints (``training.evaluator``), and the rest
+train. Waiting for peers is bounded by ``--connect_timeout``
+(``cluster.peers``) and a lost peer ends the run with one line
+(``roles.peer_errors``).
+
+Comparing workers that write no outputs: ``run(config, weights_dir=DIR)``
+(``python -m tfdist.train --dump_weights DIR``) has every training task write
+its final weights to ``DIR/<type>-<index>.npz`` (``local.npz`` outside a
+cluster).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from tfdist import config as config_lib
+from tfdist import strategies
+from tfdist.engine.controller import Hooks, Schedule
+from tfdist.rundir import RunDir
+from tfdist.runtime.lifecycle import training_task
+from tfdist.runtime.placement import Placement
+from tfdist.runtime.preemption import Preemption
+from tfdist.runtime.session import place, setup_keras
+from tfdist.segmentation.inputs import eval_dataset_fn, local_eval_dataset, train_dataset_fn
+
+
+def _evaluate(config, placement: Placement, verbose: bool) -> dict:
+    """The evaluator task: one CPU device, no strategy, a plain model; see ``evaluator.evaluate_checkpoints``."""
+    from tfdist import data as data_lib
+    from tfdist.models import build_from_config
+    from tfdist.segmentation.evaluator import evaluate_checkpoints
+
+    strategies.setup_host(cpu_devices=1)
+    setup_keras(config)
+    data_lib.validate_data(config.data)
+    return evaluate_checkpoints(placement.task, config, model=build_from_config(config.model, config.data),
+                                eval_dataset=local_eval_dataset(config), verbose=verbose)
+
+
+def dump_weights(directory: str | Path, task: str, model) -> Path:
+    """Write ``model``'s weights to ``directory/<type>-<index>.npz`` for task ``"<type>:<index>"`` (``local.npz``)."""
+    import numpy as np
+
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    path = Path(directory) / f"{task.replace(':', '-')}.npz"
+    np.savez(path, *model.get_weights())
+    return path
+
+
+def _can_jit(config, strategy) -> bool:
+    """``--jit_compile``, where XLA can compile the forward and backward pass.
+
+    With several replicas in sync, batch norm all-reduces its statistics
+    inside the pass (a ``merge_call``), which a nested XLA function cannot
+    hold; and with op determinism on, XLA lacks deterministic kernels. There
+    the pass runs uncompiled and a warning says so.
+    """
+    if not config.runtime.jit_compile:
+        return False
+    from absl import logging
+    from tensorflow.python.framework.config import is_op_determinism_enabled
+
+    if is_op_determinism_enabled():
+        # As Keras does: XLA has no deterministic implementation of some ops (MaxPool's gradient).
+        logging.warning("--jit_compile is ignored: op determinism is on (--deterministic) and XLA cannot honour it.")
+        return False
+    if strategy.num_replicas_in_sync > 1 and config.model.norm in ("batch", "replica_batch"):
+        logging.warning(
+            "--jit_compile is ignored with %d replicas and --norm %s: cross-replica statistics (batch or moving) "
+            "cannot run inside an XLA-compiled step. Use --norm group or none, or one replica per worker, to compile.",
+            strategy.num_replicas_in_sync, config.model.norm,
+        )
+        return False
+    return True
+
+
+def steps_per_epoch(config) -> int:
+    """``train.steps_per_epoch``, or the train split's size over the global batch."""
+    if config.train.steps_per_epoch:
+        return config.train.steps_per_epoch
+    from tfdist import data as data_lib
+
+    return max(1, data_lib.num_examples(config.data, "train") // config.train.global_batch_size)
+
+
+def _check_training(config, placement: Placement, *, in_process_cluster: bool) -> None:
+    """What a training task can check before TensorFlow starts: its dataset, and the global batch over the replicas.
+
+    The replicas are known from the strategy, ``--cpu_devices``, the cluster
+    and the visible GPUs (``strategies.replicas_in_sync``); a cluster made in
+    this process is checked once its strategy exists (``_train``).
+    """
+    from tfdist import data as data_lib
+    from tfdist.data.pipeline import check_global_batch
+
+    data_lib.validate_data(config.data)  # a bad dataset is one line on stderr
+    if not in_process_cluster:
+        rt = config.runtime
+        check_global_batch(config.train.global_batch_size,
+                           strategies.replicas_in_sync(rt.strategy, cpu_devices=rt.cpu_devices, task=placement.task))
+
+
+def run(config, *, verbose: bool = True, cluster_resolver=None, weights_dir: str | Path | None = None,
+        clock: list | None = None) -> dict:
+    """Train and evaluate ``config``; returns the summary (also written to ``summary.json``).
+
+    Args:
+      config: a ``tfdist.config.Config``.
+      verbose: print progress on the chief.
+      cluster_resolver: a cluster for ``parameter_server`` or
+        ``multi_worker_mirrored`` that this process coordinates, e.g. from
+        ``tfdist.deploy.in_process.in_process_cluster``; None reads --cluster/TF_CONFIG.
+      weights_dir: if given, every training task writes its final weights
+        there (``dump_weights``), to compare workers that write no outputs.
+      clock: a list that gets ``(step, time.perf_counter())`` at the end of every chunk of steps: the
+        benchmark's timing window.
+
+    Raises:
+      UserError: bad input (config, cluster, data, run directory).
+      TrainingDiverged: the loss became NaN or Inf.
+    """
+    import tensorflow as tf
+
+    from tfdist.data.pipeline import check_global_batch
+    from tfdist.engine.outputs import RunOutputs
+    from tfdist.engine.state import build_state
+    from tfdist.models import build_from_config
+    from tfdist.runtime.run_loop import run_loop
+    from tfdist.segmentation.optimizers import learning_rate_at, make_optimizer
+    from tfdist.segmentation.steps import Steps
+
+    wall_start = time.perf_counter()
+    config = config_lib.validate(config)
+    placement = place(config, in_process=cluster_resolver is not None)
+    run_dir = RunDir(config.train.model_dir)
+    if placement.role == "train":
+        _check_training(config, placement, in_process_cluster=cluster_resolver is not None)
+    run_dir.check_resume(config)
+    if placement.role == "evaluate":
+        with Preemption(placement.name):  # nothing to save: a signal ends it at once, status 42
+            return _evaluate(config, placement, verbose)
+
+    train_cfg, runtime = config.train, config.runtime
+    with training_task(config, placement, run_dir, cluster_resolver=cluster_resolver, verbose=verbose) as training:
+        strategy = training.strategy
+        # Checked before TensorFlow started (_check_training); again with the replicas the strategy really has.
+        check_global_batch(train_cfg.global_batch_size, strategy.num_replicas_in_sync)
+        schedule = Schedule(total_steps=train_cfg.epochs * steps_per_epoch(config), steps_per_epoch=steps_per_epoch(config),
+                            steps_per_loop=train_cfg.steps_per_loop, log_every=train_cfg.log_every,
+                            checkpoint_every=train_cfg.checkpoint_every)
+        state = build_state(
+            strategy, lambda: (build_from_config(config.model, config.data),
+                               make_optimizer(train_cfg, runtime.precision, schedule.total_steps)),
+            run_dir=run_dir, is_chief=placement.is_chief, task=placement.name)
+        start_step = int(state.step.numpy())
+        outputs = RunOutputs(run_dir=run_dir, is_chief=placement.is_chief)
+        outputs.write_params(config)
+        if verbose and placement.is_chief:
+            print(f"tfdist: {placement.strategy} with {strategy.num_replicas_in_sync} replicas, "
+                  f"global batch {train_cfg.global_batch_size}, {schedule.total_steps} steps; {state.start()}",
+                  flush=True)
+        steps = Steps(model=state.model, optimizer=state.optimizer, num_classes=config.data.num_classes,
+                      global_batch_size=train_cfg.global_batch_size, jit_compile=_can_jit(config, strategy))
+        if placement.coordinator:
+            tf.random.set_seed(None)  # weights are initialised; now each worker's data order is its own
+        result = run_loop(
+            placement=placement, run_dir=run_dir, strategy=strategy, steps=steps, state=state, outputs=outputs,
+            schedule=schedule, train_dataset_fn=train_dataset_fn(config, start_step,
+                                                                 own_order_per_worker=placement.coordinator),
+            eval_dataset_fn=eval_dataset_fn(config), progress_timeout=runtime.progress_timeout,
+            preemption=training.preemption, global_batch_size=train_cfg.global_batch_size,
+            learning_rate=lambda s: learning_rate_at(train_cfg, schedule.total_steps, s),
+            preview=next(iter(local_eval_dataset(config).unbatch().batch(4).take(1))) if placement.is_chief else None,
+            verbose=verbose and placement.is_chief, hooks=Hooks(clock=clock))
+        if placement.is_chief and train_cfg.export:
+            plain = build_from_config(config.model, config.data)
+            plain.set_weights(state.model.get_weights())
+            outputs.export(plain)
+        summary = {
+            "strategy": placement.strategy,
+            "num_replicas": int(strategy.num_replicas_in_sync),
+            "num_workers": placement.num_workers,
+            "is_chief": placement.is_chief,
+            "global_batch_size": train_cfg.global_batch_size,
+            "steps": result.step,
+            "start_step": start_step,
+            "final_loss": result.last_train.get("loss") if result.last_train else None,
+            "eval": {k: result.final_eval[k] for k in ("loss", "mean_iou", "pixel_accuracy")},
+            "images_per_second": result.throughput,
+            "first_step_at": result.first_step_at,
+            "wall_seconds": time.perf_counter() - wall_start,
+            "precision": runtime.precision,
+            "model_dir": str(train_cfg.model_dir),
+            "variable_devices": sorted({v.value.device for v in state.model.variables}),
+            # Under a coordinator: the closures of this run whose result each worker returned (CoordinatorLoop).
+            **({"closures_per_worker": result.closures_per_worker} if placement.coordinator else {}),
+        }
+        outputs.write_summary(summary)
+        if weights_dir is not None:
+            dump_weights(weights_dir, placement.name, state.model)
+    return summary

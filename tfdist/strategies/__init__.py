@@ -1,0 +1,25 @@
+"""Strategies by name: the registry of their traits, this host's devices, and the builders.
+
+``registry`` says what each strategy is (``traits(name)``, the only place a
+name is checked), ``host`` sets up this host's devices for one, and
+``build`` makes it (``make_strategy``). Importing this package does not
+import TensorFlow.
+"""
+
+from tfdist.errors import DevicesFixed
+from tfdist.strategies.build import PS_SHARDS_SUPPORTED, check_ps_shards, communication_options, make_strategy
+from tfdist.strategies.host import (
+    default_cpu_devices,
+    has_gpu,
+    local_compute_devices,
+    replicas_in_sync,
+    set_grpc_fail_fast,
+    setup_host,
+)
+from tfdist.strategies.registry import NAMES, PS_STEPS_PER_LOOP, Traits, check_strategy, traits
+
+__all__ = [
+    "NAMES", "PS_SHARDS_SUPPORTED", "PS_STEPS_PER_LOOP", "DevicesFixed", "Traits", "check_ps_shards",
+    "check_strategy", "communication_options", "default_cpu_devices", "has_gpu", "local_compute_devices",
+    "make_strategy", "replicas_in_sync", "set_grpc_fail_fast", "setup_host", "traits",
+]

@@ -1,0 +1,103 @@
+"""This host's devices for a strategy: GPUs, logical CPUs, the inter-op pool, and the replicas they make.
+
+Devices must be set up before TensorFlow initialises its runtime, and for
+multi-worker collectives before any other op: ``setup_host`` comes first.
+"""
+
+from __future__ import annotations
+
+import os
+
+from tfdist.cluster.task import Task
+from tfdist.errors import DevicesFixed, UserError
+from tfdist.strategies.registry import traits
+
+
+def has_gpu() -> bool:
+    """Whether TensorFlow sees a GPU (does not initialise the runtime)."""
+    import tensorflow as tf
+
+    return bool(tf.config.list_physical_devices("GPU"))
+
+
+def default_cpu_devices(name: str) -> int:
+    """Logical CPUs a strategy gets when ``cpu_devices`` is 0 (auto).
+
+    Without GPUs, ``mirrored`` and ``central_storage`` get 2 logical CPUs so a
+    run really has 2 replicas; everything else keeps the CPU whole.
+    """
+    return 2 if traits(name).local_devices and not has_gpu() else 1
+
+
+def replicas_in_sync(name: str, *, cpu_devices: int, task: Task | None) -> int:
+    """The replicas of strategy ``name``, known before TensorFlow starts (it lists GPUs and starts nothing).
+
+    Local devices: the GPUs, else ``cpu_devices`` (or the default) logical CPUs; multi_worker_mirrored: its
+    chief and workers times this host's GPUs, as many on each (``python -m tfdist.doctor`` checks that).
+    """
+    import tensorflow as tf
+
+    gpus, t = len(tf.config.list_physical_devices("GPU")), traits(name)
+    if t.local_devices:
+        return gpus or cpu_devices or default_cpu_devices(name)
+    workers = sum(task.training_spec.count(k) for k in ("chief", "worker")) if task and not t.coordinator else 1
+    return workers * max(1, gpus) if t.multi_process else 1
+
+
+def setup_host(*, cpu_devices: int = 1, inter_op_threads: int = 0) -> None:
+    """Split the CPU into ``cpu_devices`` logical devices and size the inter-op pool.
+
+    Must run before TensorFlow creates its context. A host that already has
+    at least ``cpu_devices`` logical CPUs is left as it is; asking for more
+    once the runtime is up raises ``DevicesFixed`` (a ``UserError``) that says so (logical
+    devices cannot change later).
+
+    Args:
+      cpu_devices: number of logical CPU devices (>= 1).
+      inter_op_threads: inter-op thread pool size; 0 keeps TensorFlow's choice.
+        Clusters on 2 cores hang unless it is >= number of workers + 1.
+    """
+    import tensorflow as tf
+
+    if cpu_devices < 1:
+        raise UserError(f"Invalid value for `cpu_devices`. Received: cpu_devices={cpu_devices}. Expected an integer >= 1.")
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    current = tf.config.get_logical_device_configuration(cpu)
+    if (len(current) if current else 1) < cpu_devices:
+        try:
+            tf.config.set_logical_device_configuration(
+                cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(cpu_devices)]
+            )
+        except RuntimeError:
+            have = len(tf.config.list_logical_devices("CPU"))
+            raise DevicesFixed(
+                f"Cannot split the CPU into {cpu_devices} logical devices: TensorFlow is already "
+                f"initialised with {have}. Expected cpu_devices to be set before any TensorFlow op "
+                "(restart the process or notebook kernel)."
+            ) from None
+    if inter_op_threads and tf.config.threading.get_inter_op_parallelism_threads() != inter_op_threads:
+        try:
+            tf.config.threading.set_inter_op_parallelism_threads(inter_op_threads)
+        except RuntimeError:
+            pass  # runtime already up: keep what it has, as TensorFlow itself does
+
+
+def local_compute_devices(cpu_devices: int) -> list[str]:
+    """All visible GPUs, or the first ``cpu_devices`` logical CPUs when there are none."""
+    import tensorflow as tf
+
+    gpus = tf.config.list_logical_devices("GPU")
+    if gpus:
+        return [d.name for d in gpus]
+    cpus = [d.name for d in tf.config.list_logical_devices("CPU")]
+    if len(cpus) < cpu_devices:
+        raise UserError(
+            f"Invalid value for `cpu_devices`. Received: cpu_devices={cpu_devices}, but only {len(cpus)} "
+            "logical CPUs exist. Expected setup_host(cpu_devices=...) before TensorFlow starts."
+        )
+    return cpus[:cpu_devices]
+
+
+def set_grpc_fail_fast() -> None:
+    """Let a coordinator survive a lost worker (GRPC_FAIL_FAST=use_caller), before TF starts (DESIGN.md)."""
+    os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")

@@ -1,0 +1,149 @@
+"""The one registry of strategies: each name's traits (``Traits``), read through ``traits(name)``.
+
+Everything that differs between strategies is a trait here: it runs as
+several processes, has a coordinator, listens while its peers join, splits
+the CPU into logical devices, ends with a barrier. No other module compares a
+strategy's name; ``config`` takes its list of names from ``NAMES``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tfdist.cluster.spec import TASK_TYPES, ClusterSpec, source_name
+from tfdist.cluster.task import Task
+from tfdist.errors import UserError
+
+#: Closures the parameter-server chief schedules before it waits for them (``steps_per_loop`` 0).
+#: With one closure per wait only one worker is ever busy; 16 keeps several busy
+#: and still reports every ``log_every`` (16) steps.
+PS_STEPS_PER_LOOP = 16
+
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Traits:
+    """What one strategy is, as data that the rest of tfdist reads instead of comparing names.
+
+    Attributes:
+        name: the ``--strategy`` name.
+        multi_process: it runs as several processes, one per task of a cluster
+            (else it runs in one process, on a cluster of one task at most).
+        coordinator: a chief coordinates (``ClusterCoordinator``): its ``ps``
+            and ``worker`` tasks only serve, and it needs a chief, a worker
+            and a ps; asynchronous, so each worker reads its own data order.
+        listens_while_joining: every task waits for every other at start
+            (collectives), so each listens on its port while the peers join.
+        local_devices: its replicas are the local devices of one process, so
+            a host without GPUs is split into logical CPUs.
+        ends_with_barrier: every worker waits for all the others at the end.
+        default_steps_per_loop: ``steps_per_loop`` when it is left at 0.
+    """
+
+    name: str
+    multi_process: bool = False
+    coordinator: bool = False
+    listens_while_joining: bool = False
+    local_devices: bool = False
+    ends_with_barrier: bool = False
+    default_steps_per_loop: int = 1
+
+    def role(self, task_type: str | None) -> str:
+        """``"train"``, ``"serve"`` or ``"evaluate"``: what a task of ``task_type`` does (None: one process)."""
+        if task_type == "evaluator":
+            return "evaluate"
+        if self.coordinator and task_type in ("ps", "worker"):
+            return "serve"
+        return "train"
+
+    def num_workers(self, task: Task | None) -> int:
+        """Tasks that compute steps: the workers, and the chief too unless it coordinates."""
+        if task is None:
+            return 1
+        return task.spec.count("worker") + (0 if self.coordinator else task.spec.count("chief"))
+
+    def check_cluster(self, spec: ClusterSpec) -> None:
+        """Check that ``spec`` has the tasks this strategy needs, before any host starts.
+
+        - several processes, no coordinator (``multi_worker_mirrored``): at
+          least one worker and no ``ps`` (a chief and an evaluator are optional);
+        - a coordinator (``parameter_server``): at least one ``ps``, at least
+          one worker and a chief, which runs the ``ClusterCoordinator``;
+        - one process: a cluster of one task at most.
+
+        Raises:
+            UserError: the cluster does not fit.
+        """
+        problem = expected = None
+        if self.coordinator:
+            missing = [
+                name
+                for name, ok in (
+                    ("a ps task", spec.count("ps") >= 1),
+                    ("a worker", spec.count("worker") >= 1),
+                    ("a chief (the coordinator)", spec.count("chief") == 1),
+                )
+                if not ok
+            ]
+            if missing:
+                problem = "missing " + " and ".join(missing)
+                expected = "at least one ps, at least one worker and one chief (the coordinator)"
+        elif self.multi_process:
+            if spec.count("worker") < 1:
+                problem, expected = "no worker", "at least one worker"
+            elif spec.count("ps"):
+                problem = f"ps tasks are for {_names(coordinator=True)}"
+                expected = f"no ps tasks (or --strategy={_names(coordinator=True)})"
+        elif spec.num_tasks > 1:
+            problem = f"{self.name} runs on one machine"
+            expected = f"a cluster of one task, or --strategy={_names(multi_process=True)}"
+        if problem:
+            counts = ", ".join(f"{t}={spec.count(t)}" for t in TASK_TYPES)
+            raise UserError(
+                f"Invalid cluster for strategy={self.name!r} in {source_name(spec.source)}: {problem}. "
+                f"Received: {counts}. Expected {expected}."
+            )
+
+
+_TRAITS = {
+    t.name: t
+    for t in (
+        Traits(name="one_device"),
+        Traits(name="mirrored", local_devices=True),
+        Traits(name="multi_worker_mirrored", multi_process=True,
+               listens_while_joining=True, ends_with_barrier=True),
+        Traits(name="central_storage", local_devices=True),
+        Traits(name="parameter_server", multi_process=True, coordinator=True,
+               default_steps_per_loop=PS_STEPS_PER_LOOP),
+    )
+}
+
+#: Every strategy name, in the order the CLI and the docs list them.
+NAMES = tuple(_TRAITS)
+
+
+def _names(**trait: bool) -> str:
+    """The strategies with the given trait values, for messages: ``"multi_worker_mirrored or parameter_server"``."""
+    return " or ".join(t.name for t in _TRAITS.values() if all(getattr(t, k) == v for k, v in trait.items()))
+
+
+def traits(name: str) -> Traits:
+    """The traits of strategy ``name``.
+
+    Raises:
+        UserError: ``name`` is not a strategy.
+    """
+    if name not in _TRAITS:
+        raise UserError(
+            f"Invalid value for `--strategy`. Received: strategy={name!r}. Expected one of: {', '.join(NAMES)}."
+        )
+    return _TRAITS[name]
+
+
+def check_strategy(spec: ClusterSpec, strategy: str) -> None:
+    """Check that the cluster has the tasks ``strategy`` needs (``Traits.check_cluster``).
+
+    Raises:
+        UserError: the strategy is unknown, or the cluster does not fit it.
+    """
+    traits(strategy).check_cluster(spec)
