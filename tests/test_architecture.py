@@ -4,7 +4,7 @@
   contract from the CLIs down to ``errors``, and no import cycle between the
   modules of any package (imports inside functions count).
 - No module of ``tfdist/`` is over 400 lines.
-- Only the strategy registry (``strategies.py``) and the config's validation
+- Only the strategy registry (``strategies/registry.py``) and the config's validation
   (``config.py``) compare a strategy's name: everywhere else asks a trait.
 """
 
@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "tfdist"
 MAX_LINES = 400
 #: The modules allowed to compare strategy names.
-REGISTRY = {PACKAGE / "strategies.py", PACKAGE / "config.py"}
+REGISTRY = {PACKAGE / "strategies" / "registry.py", PACKAGE / "config.py"}
 
 
 def modules() -> list[Path]:
@@ -135,3 +135,32 @@ def test_config_takes_its_strategy_names_from_the_registry():
 
     assert config.STRATEGIES == strategies.NAMES
     assert all(strategies.traits(name).name == name for name in strategies.NAMES)
+
+
+#: Where a private TensorFlow or Keras name may be read: the compatibility module, and the fix of Keras'
+#: trainer, which replaces two of that module's functions (it checks their source first).
+COMPAT = {PACKAGE / "_compat.py", PACKAGE / "fitting" / "patch" / "trainer.py"}
+
+
+def _private_reaches(path: Path) -> list[str]:
+    """Private imports (``tensorflow.python``, ``keras.src``) and ``obj._name`` reads of other objects in ``path``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(("tensorflow.python", "keras.src")):
+            found.append(f"line {node.lineno}: from {node.module} import ...")
+        elif isinstance(node, ast.Import):
+            found += [f"line {node.lineno}: import {a.name}" for a in node.names
+                      if a.name.startswith(("tensorflow.python", "keras.src"))]
+        elif isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            owner = node.value
+            mine = isinstance(owner, ast.Name) and owner.id in ("self", "cls", "os", "sys")
+            parent = isinstance(owner, ast.Call) and isinstance(owner.func, ast.Name) and owner.func.id == "super"
+            if not (mine or parent):
+                found.append(f"line {node.lineno}: .{node.attr}")
+    return found
+
+
+@pytest.mark.parametrize("path", [p for p in modules() if p not in COMPAT], ids=lambda p: str(p.relative_to(REPO)))
+def test_private_tensorflow_and_keras_names_are_read_only_in_the_compatibility_module(path):
+    reaches = _private_reaches(path)
+    assert not reaches, f"{path.relative_to(REPO)} reaches into private names; move them to tfdist/_compat.py: {reaches}"

@@ -1,6 +1,6 @@
 """``tfdist.fit``'s misuse: each bad argument is one ``UserError`` line naming it, before any set-up.
 
-The process is never set up here: ``resolve_cluster`` and ``run_task`` (the
+The process is never set up here: ``session.place`` and ``training_task`` (the
 cluster, then TensorFlow and the strategy) are replaced by functions that
 fail the test, so a check that came after them would show as that failure,
 not as the expected line.
@@ -74,8 +74,8 @@ def never_set_up(monkeypatch):
     def reached(*args, **kwargs):
         raise AssertionError("the process was set up before the arguments were checked")
 
-    monkeypatch.setattr(fit_module, "resolve_cluster", reached)
-    monkeypatch.setattr(fit_module, "run_task", reached)
+    monkeypatch.setattr(fit_module.session_lib, "place", reached)
+    monkeypatch.setattr(fit_module, "training_task", reached)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

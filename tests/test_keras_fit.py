@@ -191,9 +191,10 @@ def test_keras_fit_under_parameter_server_is_trained_by_the_coordinator_and_lear
 
 def test_the_fix_refuses_a_keras_whose_trainer_differs():
     from tfdist.errors import UserError
+    from tfdist import _compat
     from tfdist.fitting.patch import trainer
 
-    real = trainer._trainer_module()
+    real = _compat.keras_tensorflow_trainer()
     trainer.check(real)  # the Keras installed here is the one the fix is made for
 
     def reduce_per_replica(values, strategy, reduction):

@@ -60,6 +60,7 @@ from tfdist.cluster.address import split_address
 from tfdist.cluster.spec import SINGLE_TASK_TYPES, SLURM, TASK_TYPES, parse_cluster_spec
 from tfdist.cluster.task import Task
 from tfdist.errors import UserError
+from tfdist import _compat
 
 #: The lowest port of a job's tasks on a node (job ids ending in 000): see ``job_port_base``.
 PORT_BASE = 8888
@@ -259,10 +260,8 @@ def expand_nodelist(nodelist: str, environ: Mapping[str, str], name: str = "node
             raise UserError(f"scontrol show hostnames failed: {why}. {received}. Expected a Slurm node list.")
         hosts = proc.stdout.split()
     else:
-        from tensorflow.python.distribute.cluster_resolver.slurm_cluster_resolver import expand_hostlist
-
         try:
-            hosts = expand_hostlist(nodelist)
+            hosts = _compat.expand_slurm_hostlist(nodelist)
         except ValueError as e:
             raise UserError(f"Invalid Slurm node list: {e}. {received}. Expected a node list such as node[1-2],gpu7.") from None
     if not hosts:

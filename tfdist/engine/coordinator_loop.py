@@ -37,6 +37,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfdist.engine.steps import Steps, counted_train_step
+from tfdist import _compat
 
 #: Seconds between two looks at the closures in flight (and at the preemption signal).
 POLL_SECONDS = 0.005
@@ -74,7 +75,7 @@ class CoordinatorLoop:
         self._worker_fn = tf.function(self._worker_step)
         self._worker_steps_fn = tf.function(self._worker_steps)
         self.steps_per_closure = max(1, int(steps_per_closure))
-        self._num_workers = max(1, int(getattr(strategy.extended, "_num_workers", 1)))
+        self._num_workers = _compat.num_input_pipelines(strategy)
         self._eval_fn = tf.function(self._eval_pass)
         self._closures: dict[int, int] = {}
 

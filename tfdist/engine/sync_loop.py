@@ -17,14 +17,15 @@ import numpy as np
 import tensorflow as tf
 
 from tfdist.engine.steps import Steps, counted_train_step
+from tfdist import _compat
 
 
 def input_context(strategy) -> tf.distribute.InputContext:
     """The ``InputContext`` that ``distribute_datasets_from_function`` gives this worker's pipeline."""
     extended = strategy.extended
     return tf.distribute.InputContext(
-        num_input_pipelines=getattr(extended, "_num_workers", 1),
-        input_pipeline_id=getattr(extended, "_id_in_cluster", 0),
+        num_input_pipelines=_compat.num_input_pipelines(strategy),
+        input_pipeline_id=_compat.input_pipeline_id(strategy),
         num_replicas_in_sync=strategy.num_replicas_in_sync,
     )
 

@@ -28,6 +28,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfdist.errors import UserError
+from tfdist import _compat
 
 
 def overrides_steps(model) -> list[str]:
@@ -78,7 +79,7 @@ class KerasModelSteps:
                             f"{type(model).__name__} never compiled. Expected model.compile(optimizer=...) inside "
                             "model_fn.")
         self.model = model
-        model._maybe_symbolic_build(data_batch=tuple(sample))  # as Keras' fit builds it, under the strategy
+        _compat.symbolic_build(model, sample)  # as Keras' fit builds it, under the strategy
         self._returned: dict[str, list[str]] = {}
 
     def _run(self, name: str, batch):

@@ -40,6 +40,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfdist.errors import UserError
+from tfdist import _compat
 
 
 class KerasSteps:
@@ -56,7 +57,7 @@ class KerasSteps:
     count_key = "examples"
 
     def __init__(self, *, model, optimizer, sample):
-        if getattr(model, "_compile_loss", None) is None:
+        if _compat.compiled_loss(model) is None:
             raise UserError(
                 "Missing loss: model_fn must return a model compiled with a loss. Received: a model without "
                 "one. Expected model.compile(optimizer=..., loss=..., metrics=[...]) inside model_fn."
@@ -65,10 +66,11 @@ class KerasSteps:
         self.optimizer = optimizer
         x, y = sample[:2]
         y_pred = model(x, training=False)
-        if not model._compile_loss.built:  # built here, not inside a step: it may make loss trackers
-            model._compile_loss.build(y, y_pred)
-        _check_reductions(model._compile_loss)
-        compiled = model._compile_metrics
+        compile_loss = _compat.compiled_loss(model)
+        if not compile_loss.built:  # built here, not inside a step: it may make loss trackers
+            compile_loss.build(y, y_pred)
+        _check_reductions(compile_loss)
+        compiled = _compat.compiled_metrics(model)
         if compiled is not None and not compiled.built:
             compiled.build(y, y_pred)
         self._compiled = compiled
@@ -95,7 +97,7 @@ class KerasSteps:
         """Predictions, this replica's ``n/p * (mean loss + regularization)`` and its ``loss_sum``."""
         y_pred = self.model(x, training=training)
         n = tf.cast(tf.shape(tf.nest.flatten(x)[0])[0], tf.float32)
-        mean = tf.cast(self.model._compile_loss(y, y_pred, sample_weight), tf.float32)
+        mean = tf.cast(_compat.compiled_loss(self.model)(y, y_pred, sample_weight), tf.float32)
         replicas = tf.distribute.get_strategy().num_replicas_in_sync
         if replicas > 1:  # Keras divides a loss inside a replica by the replicas (scale_loss_for_distribution)
             mean = mean * replicas
@@ -166,7 +168,7 @@ ADDITIVE_REDUCTIONS = ("sum_over_batch_size", "mean")
 
 def _check_reductions(compile_loss) -> None:
     """Refuse a compiled loss whose reduction is not linear in per-example sums (one line, status 2)."""
-    for entry in compile_loss._flat_losses or []:
+    for entry in _compat.flat_losses(compile_loss):
         reduction = getattr(entry.loss, "reduction", "sum_over_batch_size")
         if reduction not in ADDITIVE_REDUCTIONS:
             raise UserError(

@@ -31,6 +31,7 @@ from tfdist.fitting.custom_steps import KerasModelSteps, overrides_steps, refuse
 from tfdist.fitting.inputs import check_batch, dataset_fns, rows_and_steps
 from tfdist.fitting.steps import KerasSteps
 from tfdist.runtime.run_loop import run_loop
+from tfdist import _compat
 
 #: Keys of a train or eval result that are not Keras logs.
 NOT_LOGGED = ("examples", "examples_per_second", "learning_rate")
@@ -69,7 +70,7 @@ def _warn_unsynchronized_batch_norm(model, replicas: int) -> None:
 
     if replicas < 2:
         return
-    layers = [layer.name for layer in model._flatten_layers(include_self=False)
+    layers = [layer.name for layer in _compat.sublayers(model)
               if isinstance(layer, keras.layers.BatchNormalization) and not layer.synchronized
               and not isinstance(layer, ReplicaBatchNorm)]  # it all-reduces its statistics itself
     if layers:

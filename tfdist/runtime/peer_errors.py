@@ -18,6 +18,7 @@ from tfdist.errors import PeerLost
 from tfdist.rundir import RunDir
 from tfdist.runtime.placement import Placement
 from tfdist.runtime.watchdog import stopped_tasks
+from tfdist import _compat
 
 #: TensorFlow error types (by name) that mean a peer of the cluster was lost or stopped answering.
 PEER_ERRORS = ("UnavailableError", "DeadlineExceededError", "AbortedError", "CancelledError")
@@ -95,6 +96,4 @@ def finish_together(placement: Placement, timeout: float) -> None:
     task = placement.task
     if not placement.traits.ends_with_barrier or task is None or task.training_spec.num_tasks < 2:
         return
-    from tensorflow.python.eager import context  # the coordination service's barrier has no public API
-
-    context.context().wait_at_barrier("tfdist-finished", int(timeout * 1000))
+    _compat.wait_at_barrier("tfdist-finished", int(timeout * 1000))

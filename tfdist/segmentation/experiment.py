@@ -41,6 +41,7 @@ from tfdist.runtime.placement import Placement
 from tfdist.runtime.preemption import Preemption
 from tfdist.runtime.session import place, setup_keras
 from tfdist.segmentation.inputs import eval_dataset_fn, local_eval_dataset, train_dataset_fn
+from tfdist import _compat
 
 
 def _evaluate(config, placement: Placement, verbose: bool) -> dict:
@@ -77,9 +78,8 @@ def _can_jit(config, strategy) -> bool:
     if not config.runtime.jit_compile:
         return False
     from absl import logging
-    from tensorflow.python.framework.config import is_op_determinism_enabled
 
-    if is_op_determinism_enabled():
+    if _compat.op_determinism_enabled():
         # As Keras does: XLA has no deterministic implementation of some ops (MaxPool's gradient).
         logging.warning("--jit_compile is ignored: op determinism is on (--deterministic) and XLA cannot honour it.")
         return False

@@ -12,6 +12,7 @@ all resume from the same state; only its writes go to the private copy.
 """
 
 from __future__ import annotations
+from tfdist import _compat
 
 import contextlib
 import os
@@ -58,8 +59,7 @@ def _redirect(callback, directory: str) -> list[tuple[object, str, object]]:
         def on_train_begin(logs=None):
             restore(logs)
             move(callback, "backup_dir", private)
-            for attribute in ("_weights_path", "_training_metadata_path", "_prev_weights_path",
-                              "_prev_training_metadata_path"):
+            for attribute in _compat.BACKUP_PATHS:
                 move(callback, attribute, _inside(private, getattr(callback, attribute)))
 
         move(callback, "on_train_begin", on_train_begin)

@@ -26,6 +26,7 @@ import weakref
 
 from tfdist.errors import PREEMPTED_EXIT_CODE
 from tfdist.runtime.preemption import SIGNALS, exit_preempted, signal_name
+from tfdist import _compat
 
 #: The log key that carries the vote out of the step; removed before Keras sees the logs.
 VOTE = "_tfdist_preemption_vote"
@@ -129,7 +130,7 @@ class PreemptionVote:
         why = (f"{me} received {signal_name(self.received)}" if self.received is not None
                else f"another worker received SIGTERM or SIGUSR1 (this is {me})")
         for backup in self.backups:
-            backup._save_model()
+            _compat.save_backup(backup)
         if self.backups:
             where = self.backups[0].backup_dir if is_chief(self.strategy) else "a private copy (not the chief)"
             saved = f"saved the step reached ({self._steps} steps of this fit) to {where}"

@@ -26,17 +26,12 @@ import functools
 import inspect
 
 from tfdist.errors import UserError
+from tfdist import _compat
 
 #: The line of ``reduce_per_replica`` that fails on scalar logs across workers.
 BUGGY_REDUCE = 'strategy.reduce("MEAN", v, axis=0)'
 #: The reduction of a data batch in ``_maybe_symbolic_build`` that fails across workers.
 BUGGY_BUILD = "self.distribute_strategy.reduce("
-
-
-def _trainer_module():
-    from keras.src.backend.tensorflow import trainer
-
-    return trainer
 
 
 def check(module) -> None:
@@ -85,7 +80,7 @@ def install() -> None:
     Raises:
         UserError: Keras' trainer differs (``check``).
     """
-    module = _trainer_module()
+    module = _compat.keras_tensorflow_trainer()
     cls = module.TensorFlowTrainer
     if getattr(cls.fit, "_tfdist_fit", False):
         return

@@ -1,0 +1,88 @@
+"""Every private TensorFlow and Keras attribute tfdist reads, in one place: the first things an upgrade breaks.
+
+Each function names what it reaches and falls back where TensorFlow or Keras
+has no public way; ``fitting.patch.trainer`` replaces two functions of the
+module ``keras_tensorflow_trainer`` returns, after checking their source.
+Nothing here imports TensorFlow or Keras at import time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def num_input_pipelines(strategy) -> int:
+    """The input pipelines (workers) of ``strategy``: ``extended._num_workers``, 1 where it has none."""
+    return max(1, int(getattr(strategy.extended, "_num_workers", 1)))
+
+
+def input_pipeline_id(strategy) -> int:
+    """This worker's index among ``strategy``'s input pipelines: ``extended._id_in_cluster``, 0 where it has none."""
+    return int(getattr(strategy.extended, "_id_in_cluster", 0))
+
+
+def op_determinism_enabled() -> bool:
+    """Whether ``tf.config.experimental.enable_op_determinism`` is on (TensorFlow has no public getter)."""
+    from tensorflow.python.framework.config import is_op_determinism_enabled
+
+    return bool(is_op_determinism_enabled())
+
+
+def wait_at_barrier(name: str, timeout_ms: int) -> None:
+    """The coordination service's barrier across every task (no public API)."""
+    from tensorflow.python.eager import context
+
+    context.context().wait_at_barrier(name, timeout_ms)
+
+
+def expand_slurm_hostlist(nodelist: str) -> list[str]:
+    """``node[1-3]`` -> ``[node1, node2, node3]``, as TensorFlow's Slurm resolver expands it.
+
+    Raises:
+      ValueError: a node list it cannot read.
+    """
+    from tensorflow.python.distribute.cluster_resolver.slurm_cluster_resolver import expand_hostlist
+
+    return expand_hostlist(nodelist)
+
+
+def compiled_loss(model) -> Any:
+    """A compiled Keras model's ``CompileLoss`` (``model._compile_loss``), or None before ``compile(loss=...)``."""
+    return getattr(model, "_compile_loss", None)
+
+
+def compiled_metrics(model) -> Any:
+    """A compiled Keras model's ``CompileMetrics`` (``model._compile_metrics``), or None."""
+    return getattr(model, "_compile_metrics", None)
+
+
+def flat_losses(compile_loss) -> list:
+    """The losses a ``CompileLoss`` holds, one entry per output (``_flat_losses``; each has ``.loss``)."""
+    return list(getattr(compile_loss, "_flat_losses", None) or [])
+
+
+def symbolic_build(model, sample) -> None:
+    """Build ``model``, its compiled loss and metrics from a data batch, as Keras' ``fit`` does
+    (``model._maybe_symbolic_build``)."""
+    model._maybe_symbolic_build(data_batch=tuple(sample))
+
+
+def sublayers(model) -> list:
+    """Every layer inside ``model``, nested ones too (``model._flatten_layers``)."""
+    return list(model._flatten_layers(include_self=False))
+
+
+#: ``BackupAndRestore``'s private file paths, moved with its ``backup_dir``.
+BACKUP_PATHS = ("_weights_path", "_training_metadata_path", "_prev_weights_path", "_prev_training_metadata_path")
+
+
+def save_backup(backup) -> None:
+    """Save a ``keras.callbacks.BackupAndRestore`` now, as it does at an epoch's end (``_save_model``)."""
+    backup._save_model()
+
+
+def keras_tensorflow_trainer():
+    """The module of Keras' TensorFlow trainer (``keras.src.backend.tensorflow.trainer``)."""
+    from keras.src.backend.tensorflow import trainer
+
+    return trainer
