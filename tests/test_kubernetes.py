@@ -114,8 +114,8 @@ def test_manifests_read_back_into_the_same_tf_configs(emitted, spec_file, monkey
         assert job.spec.template.metadata.labels["tfdist/task-type"] == task_type
         assert container.command == ["python", "-m", "tfdist.train"]
         assert container.args == ["--strategy", "parameter_server", "--epochs", "2", "--model_dir", "/runs/unet"]
-        assert pod.restart_policy == "Never" and job.spec.backoff_limit == 3  # README: "up to 3 times"
-        assert pod.termination_grace_period_seconds == k8s.TERMINATION_GRACE_SECONDS == 90  # README: 90 s to save
+        assert pod.restart_policy == "Never" and job.spec.backoff_limit == 3  # docs/clusters.md: "up to 3 times"
+        assert pod.termination_grace_period_seconds == k8s.TERMINATION_GRACE_SECONDS == 90  # docs/clusters.md: 90 s
         assert container.resources.requests == {"cpu": "2", "memory": "4Gi"}  # tfconfig --cpu, --memory defaults
         assert container.resources.limits.get("nvidia.com/gpu") == (None if task_type == "ps" else "1")
         # TensorFlow reads the same cluster and task from it
@@ -162,7 +162,7 @@ def job_verdict(document: dict, exit_code: int | None = None, conditions: tuple[
 
 
 def test_jobs_fail_at_once_on_tfdists_own_verdicts(emitted):
-    """README: each Job fails at once on exit 2 (a user error) or 3 (a diverged loss), the statuses of
+    """docs/clusters.md: each Job fails at once on exit 2 (a user error) or 3 (a diverged loss), the statuses of
     tfdist.errors; a pod evicted or preempted (DisruptionTarget) does not count against its 3 restarts."""
     from tfdist.errors import TrainingDiverged
 
@@ -180,8 +180,8 @@ def test_jobs_fail_at_once_on_tfdists_own_verdicts(emitted):
 
 
 def test_a_preempted_task_is_replaced_without_counting_against_the_backoff_limit(emitted):
-    """README: exit 42 (preempted: a checkpoint was saved) and an eviction start a new pod, not counted against
-    the 3 restarts; 2 and 3 fail the Job; any other failure (4: a lost peer, 1: a crash) is counted."""
+    """docs/clusters.md: exit 42 (preempted: a checkpoint was saved) and an eviction start a new pod, not
+    counted against the 3 restarts; 2 and 3 fail the Job; any other failure (4: a lost peer, 1: a crash) is counted."""
     for document in emitted[1:]:
         validate_pod_failure_policy(document)
         job = load_model(document)

@@ -1,4 +1,4 @@
-"""README "Several hosts, by hand", for real: each task on a host of its own, in its own network namespace.
+"""docs/clusters.md "Several hosts, by hand", for real: each task on a host of its own, in its own network namespace.
 
 Every task is ``python -m tfdist.train --cluster F --task TYPE:I`` started
 inside a namespace of its own (``tests/netns.py``): the cluster spec names

@@ -53,7 +53,9 @@ def test_two_ps_tasks_both_hold_variables_and_training_runs_the_exact_steps(pyth
 
 
 def test_ps_shards_above_one_is_one_line_before_tensorflow_starts(tmp_path):
-    """README: `--ps_shards 2` ends with status 2 and one line, before TensorFlow starts; --model_dir untouched."""
+    """docs/running.md: `--ps_shards 2` ends with status 2 and one line, before TensorFlow starts.
+
+    --model_dir stays untouched."""
     spec = tmp_path / "cluster.yaml"  # 2 ps tasks, nothing listening: the refusal comes before any connection
     spec.write_text(yaml.safe_dump({"chief": "127.0.0.1:1", "worker": ["127.0.0.1:2"],
                                     "ps": ["127.0.0.1:3", "127.0.0.1:4"]}))

@@ -556,7 +556,7 @@ def sbatch_directives() -> list[str]:
 
 
 def test_sbatch_script_asks_for_the_warning_signal_and_requeue():
-    """README: SIGUSR1 90 s before the time limit to every task of the steps (not `B:`, the batch shell only),
+    """docs/clusters.md: SIGUSR1 90 s before the time limit to every task of the steps (not `B:`, the batch shell only),
     requeue allowed, one log file over the starts; the preempted status is read from tfdist.errors."""
     directives = sbatch_directives()
     (signal,) = [d for d in directives if d.startswith("--signal=")]

@@ -72,7 +72,7 @@ def test_resume_in_a_new_process_equals_training_straight(tmp_path):
 
 
 def test_predict_writes_the_models_own_mask_at_the_images_size(tmp_path):
-    """README: ``tfdist.predict --model_dir D --image X --output Y`` writes the predicted mask of D's exported
+    """docs/running.md: ``tfdist.predict --model_dir D --image X --output Y`` writes the predicted mask of D's exported
     model. The mask (--mask_output) is the model's own prediction pixel for pixel, at the image's size (40x50
     from the model's 32x32), and the overlay is exactly that mask over the image.
 
@@ -116,7 +116,7 @@ def checkpoint_values(path: str) -> dict:
 
 @pytest.mark.parametrize("strategy", ["one_device", "mirrored"])
 def test_a_diverging_run_stops_and_keeps_the_last_good_checkpoint(tmp_path, strategy):
-    """README: a NaN or Inf loss stops the run (exit 3) and keeps the last good checkpoint.
+    """docs/running.md: a NaN or Inf loss stops the run (exit 3) and keeps the last good checkpoint.
 
     With a checkpoint every step, the kept one is that of the step before the one the error names, its
     weights are finite, and every logged step before it had a finite loss.
@@ -197,7 +197,7 @@ AFTER_TENSORFLOW_STARTS = {"connect_timeout"}
 
 
 #: (case, flags or a function (tmp_path, ExitStack) -> (flags, needle), what the line must name). Each runs
-#: after TINY_FLAGS, on the finished run they made: every user error the README documents (a bad flag,
+#: after TINY_FLAGS, on the finished run they made: every user error docs/running.md documents (a bad flag,
 #: config, cluster file, dataset or task; a run directory that another run holds).
 BAD_INPUT = [
     ("strategy", ["--strategy=horovod"], "strategy='horovod'"),
@@ -240,7 +240,7 @@ def _contents(directory: Path) -> dict:
 
 @pytest.mark.parametrize("case, args, needle", BAD_INPUT, ids=[case for case, _, _ in BAD_INPUT])
 def test_bad_input_exits_2_with_one_line_and_leaves_a_finished_run_alone(tmp_path, finished_run, case, args, needle):
-    """README: a user error ends with exit status 2 and one line on stderr, and leaves --model_dir untouched.
+    """docs/running.md: a user error ends with exit status 2 and one line on stderr, and leaves --model_dir untouched.
 
     ``--model_dir`` is a finished run's; every file in it must be byte for byte the same afterwards, not
     rewritten, and none may be added. Where the check can only run after TensorFlow has started
@@ -262,7 +262,7 @@ def test_bad_input_exits_2_with_one_line_and_leaves_a_finished_run_alone(tmp_pat
 
 
 def test_a_public_address_in_the_cluster_spec_is_warned_about(tmp_path):
-    """README (Security): tfdist.train warns when a cluster spec has an address that may be public.
+    """docs/clusters.md (Security): tfdist.train warns when a cluster spec has an address that may be public.
 
     A one-task cluster on 8.8.8.8 (one_device runs on a cluster of one task; nothing connects to it).
     """
@@ -277,7 +277,7 @@ def test_a_public_address_in_the_cluster_spec_is_warned_about(tmp_path):
 
 
 def test_helpfull_lists_every_config_field():
-    """README: every config field is a flag of the same name, and ``--helpfull`` lists them."""
+    """docs/running.md: every config field is a flag of the same name, and ``--helpfull`` lists them."""
     from tfdist.config import FIELD_SECTION
 
     result = subprocess.run([sys.executable, "-m", "tfdist.train", "--helpfull"], capture_output=True, text=True,

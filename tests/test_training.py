@@ -72,7 +72,7 @@ def one_device_run(one_device_runs):
     return one_device_runs()
 
 
-# --norm batch all-reduces the batch statistics; --norm group has none (README: --norm): both are exact.
+# --norm batch all-reduces the batch statistics; --norm group has none (docs/running.md: --norm): both are exact.
 @pytest.mark.parametrize("strategy, norm", [("mirrored", "batch"), ("central_storage", "batch"), ("mirrored", "group")])
 def test_two_replicas_equal_one_device_with_the_global_batch(tmp_path, one_device_runs, strategy, norm):
     one_dir, one = one_device_runs(norm)
@@ -113,7 +113,7 @@ def read_event_tensors(log_dir) -> dict:
 
 
 def test_tensorboard_holds_the_logged_scalars_and_predicted_masks(one_device_run):
-    """README: tensorboard/ holds the train and eval scalars and predicted masks.
+    """docs/running.md: tensorboard/ holds the train and eval scalars and predicted masks.
 
     Every scalar of every metrics.jsonl row is in the split's event files at the row's step, with the
     row's value; the eval images are PNGs of image | true mask | predicted mask, one per preview image.
@@ -263,7 +263,7 @@ def test_precision_and_xla_runs_train(tmp_path, caplog, strategy, precision, jit
 
 
 def test_mixed_float16_computes_in_float16_and_scales_the_loss_dynamically():
-    """README: mixed_float16 with dynamic loss scaling, logits float32.
+    """docs/running.md: mixed_float16 with dynamic loss scaling, logits float32.
 
     The UNet computes in float16 on float32 variables; a step whose scaled gradients overflow float16 is
     skipped (weights unchanged) and halves the loss scale; a finite step updates the weights and keeps it.
@@ -417,7 +417,7 @@ def interrupted_after(straight: Path, step: int, target: Path) -> None:
     [("one_device", "mixed_float16"), ("mirrored", "float32"), ("central_storage", "float32")],
 )
 def test_resuming_mid_run_equals_training_straight(tmp_path, strategy, precision):
-    """README: a run on a model_dir with a checkpoint resumes from it (model, optimizer, step, data position).
+    """docs/running.md: a run on a model_dir with a checkpoint resumes from it (model, optimizer, step, data position).
 
     The default optimizer (Adam, cosine decay over the whole run), 4 steps in 2 epochs, relaunched from
     step 3 (mid-epoch, past an eval) with the identical config: the weights, the last step's loss and
