@@ -164,3 +164,24 @@ def _private_reaches(path: Path) -> list[str]:
 def test_private_tensorflow_and_keras_names_are_read_only_in_the_compatibility_module(path):
     reaches = _private_reaches(path)
     assert not reaches, f"{path.relative_to(REPO)} reaches into private names; move them to tfdist/_compat.py: {reaches}"
+
+
+#: Where a strategy's traits are looked up by name: the registry's package, the config's validation, where a
+#: process is placed (once per run), the doctor's flag and the benchmark's rows (which name their strategy).
+#: Everything else asks the ``Placement`` or ``Traits``.
+LOOKUPS = {PACKAGE / "config.py", PACKAGE / "runtime" / "session.py", PACKAGE / "doctor" / "cli.py"}
+
+
+def test_a_strategy_is_looked_up_by_name_only_where_a_run_is_placed():
+    calls = {}
+    for path in modules():
+        if path in LOOKUPS or path.parent in (PACKAGE / "strategies", PACKAGE / "bench"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "traits" \
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "strategies":
+                calls.setdefault(str(path.relative_to(REPO)), []).append(node.lineno)
+            elif isinstance(node, ast.ImportFrom) and node.module == "tfdist.strategies" \
+                    and any(a.name == "traits" for a in node.names):
+                calls.setdefault(str(path.relative_to(REPO)), []).append(node.lineno)
+    assert not calls, f"strategies.traits(name) outside the placement; ask the Placement or its Traits: {calls}"

@@ -101,7 +101,7 @@ def setup_tensorflow(config, placement: Placement, cluster_resolver=None, *, ker
     rt, traits, task = config.runtime, placement.traits, placement.task
     if traits.coordinator:
         strategies.set_grpc_fail_fast()
-    cpu_devices = rt.cpu_devices or strategies.default_cpu_devices(rt.strategy)
+    cpu_devices = rt.cpu_devices or strategies.default_cpu_devices(traits)
     inter_op = placement.num_tasks + 1 if task else 0
     try:
         strategies.setup_host(cpu_devices=cpu_devices if traits.local_devices else 1, inter_op_threads=inter_op)

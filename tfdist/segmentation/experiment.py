@@ -116,7 +116,7 @@ def _check_training(config, placement: Placement, *, in_process_cluster: bool) -
     if not in_process_cluster:
         rt = config.runtime
         check_global_batch(config.train.global_batch_size,
-                           strategies.replicas_in_sync(rt.strategy, cpu_devices=rt.cpu_devices, task=placement.task))
+                           strategies.replicas_in_sync(placement.traits, cpu_devices=rt.cpu_devices, task=placement.task))
 
 
 def run(config, *, verbose: bool = True, cluster_resolver=None, weights_dir: str | Path | None = None,

@@ -144,7 +144,7 @@ def make_strategy(
     Args:
       name: one of ``NAMES`` (case-insensitive).
       cpu_devices: logical CPUs for ``mirrored``/``central_storage`` without
-        GPUs; 0 picks ``default_cpu_devices(name)``. With GPUs, all visible GPUs
+        GPUs; 0 picks ``default_cpu_devices``. With GPUs, all visible GPUs
         are used instead.
       cluster_resolver: for ``multi_worker_mirrored`` and ``parameter_server``;
         None reads TF_CONFIG.
@@ -159,7 +159,7 @@ def make_strategy(
     """
     found = traits(str(name).strip().lower())
     check_ps_shards(ps_shards)  # before any device is set up
-    cpu_devices = cpu_devices or default_cpu_devices(found.name)
+    cpu_devices = cpu_devices or default_cpu_devices(found)
     if found.local_devices:
         setup_host(cpu_devices=cpu_devices)
     return _BUILDERS[found.name](

@@ -10,7 +10,7 @@ import os
 
 from tfdist.cluster.task import Task
 from tfdist.errors import DevicesFixed, UserError
-from tfdist.strategies.registry import traits
+from tfdist.strategies.registry import Traits
 
 
 def has_gpu() -> bool:
@@ -20,26 +20,26 @@ def has_gpu() -> bool:
     return bool(tf.config.list_physical_devices("GPU"))
 
 
-def default_cpu_devices(name: str) -> int:
+def default_cpu_devices(traits: Traits) -> int:
     """Logical CPUs a strategy gets when ``cpu_devices`` is 0 (auto).
 
     Without GPUs, ``mirrored`` and ``central_storage`` get 2 logical CPUs so a
     run really has 2 replicas; everything else keeps the CPU whole.
     """
-    return 2 if traits(name).local_devices and not has_gpu() else 1
+    return 2 if traits.local_devices and not has_gpu() else 1
 
 
-def replicas_in_sync(name: str, *, cpu_devices: int, task: Task | None) -> int:
-    """The replicas of strategy ``name``, known before TensorFlow starts (it lists GPUs and starts nothing).
+def replicas_in_sync(traits: Traits, *, cpu_devices: int, task: Task | None) -> int:
+    """The replicas of the strategy of ``traits``, known before TensorFlow starts (it lists GPUs and starts nothing).
 
     Local devices: the GPUs, else ``cpu_devices`` (or the default) logical CPUs; multi_worker_mirrored: its
     chief and workers times this host's GPUs, as many on each (``python -m tfdist.doctor`` checks that).
     """
     import tensorflow as tf
 
-    gpus, t = len(tf.config.list_physical_devices("GPU")), traits(name)
+    gpus, t = len(tf.config.list_physical_devices("GPU")), traits
     if t.local_devices:
-        return gpus or cpu_devices or default_cpu_devices(name)
+        return gpus or cpu_devices or default_cpu_devices(traits)
     workers = sum(task.training_spec.count(k) for k in ("chief", "worker")) if task and not t.coordinator else 1
     return workers * max(1, gpus) if t.multi_process else 1
 
