@@ -21,7 +21,7 @@ import yaml
 
 from tfdist import strategies
 from tfdist.cluster import sources
-from tfdist.cluster.spec import SLURM
+from tfdist.cluster.spec import ENVIRONMENT_CLUSTERS
 from tfdist.errors import UserError
 
 #: The ``--strategy`` names: the strategy registry's.
@@ -311,7 +311,7 @@ def validate(config: Config) -> Config:
             f"Expected a multiple of 2**depth={2**model.depth}."
         )
     sources.check_flags(rt.cluster, rt.task, rt.slurm_tasks)
-    if rt.cluster and rt.cluster != SLURM and not rt.task:
+    if rt.cluster and rt.cluster not in ENVIRONMENT_CLUSTERS and not rt.task:
         raise UserError(f"Missing `--task` for --cluster={rt.cluster}. Received: task=''. Expected type:index, e.g. worker:0.")
     if rt.task and not rt.cluster:
         raise UserError(f"Missing `--cluster` for --task={rt.task}. Received: cluster=''. Expected a cluster spec file.")

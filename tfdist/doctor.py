@@ -44,7 +44,7 @@ from absl import flags
 
 from tfdist import strategies
 from tfdist.cluster import agree, doctor, files, meet, sources
-from tfdist.cluster.spec import SLURM, ClusterSpec, source_name
+from tfdist.cluster.spec import ENVIRONMENT_CLUSTERS, SLURM, ClusterSpec, source_name
 from tfdist.cluster.task import Task
 from tfdist.errors import DONE_EXIT_CODE, USAGE_EXIT_CODE, UserError, run_main
 
@@ -229,7 +229,7 @@ def main(argv: list[str]) -> int:
         raise UserError(f"Unexpected arguments. Received: {' '.join(argv[1:])!r}. Expected flags only.")
     if FLAGS.strategy is not None:
         strategies.traits(FLAGS.strategy)  # an unknown name is one line on stderr, before any probe
-    if FLAGS.cluster and FLAGS.cluster != SLURM and not FLAGS.task:
+    if FLAGS.cluster and FLAGS.cluster not in ENVIRONMENT_CLUSTERS and not FLAGS.task:
         sources.check_flags(FLAGS.cluster, FLAGS.task, FLAGS.slurm_tasks)
         task, spec = None, files.load_cluster_spec(FLAGS.cluster)
     else:
