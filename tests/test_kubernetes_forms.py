@@ -268,6 +268,21 @@ def test_every_form_carries_the_grace_period_the_command_and_the_volume(emitted,
         assert documents[0]["spec"]["volumes"] == [{"mountPath": "/runs", "volumeClaimName": "unet-runs"}]
 
 
+@pytest.mark.parametrize("form", FORMS)
+def test_doctor_manifests_run_the_doctor_in_the_same_pods(spec_files, validators, expected, form):
+    proc = tfconfig("--cluster", str(spec_files["parameter_server"]), "--emit", form, "--image", "img:1", "--name", NAME,
+                    "--volume", "unet-runs", "--doctor", "--", "--epochs", "2")
+    assert proc.returncode == 0, proc.stderr
+    documents = list(yaml.safe_load_all(proc.stdout))
+    for document in documents:
+        assert validators[(document["apiVersion"], document["kind"])].is_valid(document)
+    for task_type, index, container, env in pods(form, documents):
+        assert container["command"] == ["python", "-m", "tfdist.doctor"]
+        assert "--epochs" not in container["args"] and f"/runs/{NAME}" in container["args"]
+        want = expected[(form, "parameter_server")][(task_type, index)]
+        assert json.loads(entrypoint_task(container, env).tf_config_json()) == want
+
+
 def job_failure_message(exit_code: int | None) -> str:
     """The Job controller's message for a pod that matched a FailJob rule (pkg/controller/job/pod_failure_policy.go)."""
     if exit_code is None:
@@ -350,10 +365,17 @@ def test_jobset_host_names_have_the_job_index_in_their_length(spec_files):
         assert proc.returncode == 2 and "'" + "a" * 53 + "-worker-0-0' is 64 characters" in proc.stderr, proc.stderr
 
 
-def test_volume_with_a_form_that_takes_none_is_refused(spec_files):
-    proc = tfconfig("--cluster", str(spec_files["parameter_server"]), "--emit", "kubernetes", "--image", "img:1",
-                    "--volume", "runs")
-    assert proc.returncode == 2 and "Unexpected `--volume`" in proc.stderr
+@pytest.mark.parametrize("flag", (("--volume", "runs"), ("--doctor",)))
+def test_volume_and_doctor_with_a_form_that_takes_neither_are_refused(spec_files, flag):
+    proc = tfconfig("--cluster", str(spec_files["parameter_server"]), "--emit", "kubernetes", "--image", "img:1", *flag)
+    assert proc.returncode == 2 and f"Unexpected `{flag[0]}`" in proc.stderr, proc.stderr
+
+
+def test_the_train_config_takes_the_pods_cluster_without_a_task():
+    from tfdist import config
+    assert config.build_config(overrides={"cluster": "kubernetes"}).runtime.cluster == "kubernetes"
+    with pytest.raises(UserError, match="Unexpected `--task` with --cluster=kubernetes"):
+        config.build_config(overrides={"cluster": "kubernetes", "task": "worker:0"})
 
 
 #: A worker pod of a JobSet of a chief and 2 workers, as the controllers set it up.

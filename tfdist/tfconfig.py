@@ -13,6 +13,8 @@
     python -m tfdist.tfconfig --cluster FILE --emit kubernetes --image IMAGE --name unet -- --epochs 2
     # gang-admitted: a JobSet (or trainjob, volcano), --model_dir on a PersistentVolumeClaim
     python -m tfdist.tfconfig --cluster FILE --emit jobset --image IMAGE --volume CLAIM -- --epochs 2
+    # the same pods running tfdist.doctor, to check the cluster from inside before training
+    python -m tfdist.tfconfig --cluster FILE --emit jobset --image IMAGE --volume CLAIM --doctor --name unet-check
     # inside such a pod: its own TF_CONFIG, from its environment (docs/kubernetes.md)
     python -m tfdist.tfconfig --cluster kubernetes
 
@@ -95,11 +97,15 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
         "volume", None, f"--emit {', '.join(deploy.FORMS)}: the PersistentVolumeClaim (shared by every pod) mounted "
         f"at {deploy.common.MODEL_MOUNT}, where --model_dir lies.", flag_values=flag_values,
     )
+    flags.DEFINE_bool(
+        "doctor", False, f"--emit {', '.join(deploy.FORMS)}: the same pods run tfdist.doctor (they meet and compare, "
+        "and check --model_dir) instead of training; run it once before training.", flag_values=flag_values,
+    )
     flags.DEFINE_string("output", None, "Write to this file instead of stdout.", flag_values=flag_values)
 
 
 #: Flags that mean something only with --emit.
-_EMIT_FLAGS = ("image", "name", "namespace", "cpu", "memory", "gpus", "volume")
+_EMIT_FLAGS = ("image", "name", "namespace", "cpu", "memory", "gpus", "volume", "doctor")
 
 #: ``--emit`` values: the plain and legacy forms, then the gang-admitted ones.
 EMITS = (*kubernetes.EMITS, *deploy.FORMS)
@@ -158,17 +164,17 @@ def _volume() -> str:
 
 def _print_jobset(spec: cluster.ClusterSpec, tasks: list[cluster.Task], extra: list[str]) -> list[str]:
     """--emit jobset: the JobSet, as YAML."""
-    return [kubernetes.to_yaml([jobset.jobset(spec, _deployment(extra), _volume())]).rstrip("\n")]
+    return [kubernetes.to_yaml([jobset.jobset(spec, _deployment(extra), _volume(), doctor=FLAGS.doctor)]).rstrip("\n")]
 
 
 def _print_trainjob(spec: cluster.ClusterSpec, tasks: list[cluster.Task], extra: list[str]) -> list[str]:
     """--emit trainjob: the TrainingRuntime and the TrainJob, as one YAML stream."""
-    return [kubernetes.to_yaml(trainjob.trainjob(spec, _deployment(extra), _volume())).rstrip("\n")]
+    return [kubernetes.to_yaml(trainjob.trainjob(spec, _deployment(extra), _volume(), doctor=FLAGS.doctor)).rstrip("\n")]
 
 
 def _print_volcano(spec: cluster.ClusterSpec, tasks: list[cluster.Task], extra: list[str]) -> list[str]:
     """--emit volcano: the Volcano Job, as YAML."""
-    return [kubernetes.to_yaml([volcano.volcano_job(spec, _deployment(extra), _volume())]).rstrip("\n")]
+    return [kubernetes.to_yaml([volcano.volcano_job(spec, _deployment(extra), _volume(), doctor=FLAGS.doctor)]).rstrip("\n")]
 
 
 #: Output mode -> function (spec, tasks, extra args) -> lines to print.
@@ -204,10 +210,11 @@ def _output_mode() -> str:
                 f"Unexpected `{stray[0]}` without --emit. Received: {', '.join(stray)}. "
                 f"Expected --emit {' or --emit '.join(EMITS)} with it."
             )
-    if FLAGS.volume is not None and FLAGS.emit in kubernetes.EMITS:
+    stray = [f"--{name}" for name in ("volume", "doctor") if FLAGS[name].present and FLAGS.emit in kubernetes.EMITS]
+    if stray:
         raise UserError(
-            f"Unexpected `--volume` with --emit={FLAGS.emit}. Received: volume={FLAGS.volume!r}. "
-            f"Expected --volume with --emit {' or --emit '.join(deploy.FORMS)} only (or the volume in your own manifest)."
+            f"Unexpected `{stray[0]}` with --emit={FLAGS.emit}. Received: {', '.join(stray)}. "
+            f"Expected it with --emit {' or --emit '.join(deploy.FORMS)} only."
         )
     return FLAGS.emit or ("commands" if FLAGS.commands else "export" if FLAGS.export else "json")
 

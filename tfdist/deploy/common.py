@@ -27,6 +27,9 @@ MODEL_MOUNT = "/runs"
 #: The pod volume that holds ``--volume``.
 VOLUME = "model-dir"
 
+#: What every pod runs with ``--doctor``: the doctor's check of the same pods (they meet as training would).
+DOCTOR_COMMAND = ("python", "-m", "tfdist.doctor")
+
 #: How many times a run is restarted whole (after a preemption, an eviction or a crash) before it fails.
 MAX_RESTARTS = 5
 
@@ -50,8 +53,8 @@ def check_volume(volume: str) -> None:
         )
 
 
-def model_dir_args(train_args: Sequence[str], name: str) -> tuple[str, ...]:
-    """``train_args`` with a ``--model_dir`` under ``MODEL_MOUNT``: the one given, or ``MODEL_MOUNT/<name>``.
+def model_dir_args(train_args: Sequence[str], name: str) -> tuple[tuple[str, ...], str]:
+    """``train_args`` with a ``--model_dir`` under ``MODEL_MOUNT`` (the one given, or ``MODEL_MOUNT/<name>``), and it.
 
     Raises:
         UserError: the ``--model_dir`` given is not under ``MODEL_MOUNT``.
@@ -69,8 +72,8 @@ def model_dir_args(train_args: Sequence[str], name: str) -> tuple[str, ...]:
                 f"Invalid value for `--model_dir` with --volume. Received: model_dir={value!r}. "
                 f"Expected a directory under {MODEL_MOUNT}/, where --volume is mounted in every pod, e.g. {MODEL_MOUNT}/{name}."
             )
-        return tuple(args)
-    return (*args, "--model_dir", f"{MODEL_MOUNT}/{name}")
+        return tuple(args), value
+    return (*args, "--model_dir", f"{MODEL_MOUNT}/{name}"), f"{MODEL_MOUNT}/{name}"
 
 
 def run_port(spec: cluster.ClusterSpec) -> int:
@@ -100,11 +103,15 @@ def check_host_names(spec: cluster.ClusterSpec, name: str) -> None:
 
 def prepare(
     spec: cluster.ClusterSpec, deployment: kubernetes.Deployment, volume: str, *, resolved_by_pod: bool = True,
-) -> kubernetes.Deployment:
-    """Check a deployment and return it with ``--model_dir`` (and ``--cluster kubernetes`` if ``resolved_by_pod``).
+    doctor: bool = False,
+) -> tuple[kubernetes.Deployment, tuple[str, ...]]:
+    """Check a deployment; return it with ``--model_dir`` (and ``--cluster kubernetes`` if ``resolved_by_pod``), and
+    the pods' command.
 
     ``resolved_by_pod`` is False where the controller writes TF_CONFIG itself
-    (Volcano), and the host names are then ``check_name``'s.
+    (Volcano), and the host names are then ``check_name``'s. With ``doctor``
+    the pods run ``DOCTOR_COMMAND`` with ``--model_dir`` alone of the train
+    arguments: the same pods, checked before training.
 
     Raises:
         UserError: ``deployment.check`` fails, ``volume`` is not a claim name,
@@ -113,11 +120,14 @@ def prepare(
     """
     deployment.check(spec)
     check_volume(volume)
-    args = model_dir_args(deployment.train_args, deployment.name)
-    if not resolved_by_pod:
-        return dataclasses.replace(deployment, train_args=args)
-    check_host_names(spec, deployment.name)
-    return dataclasses.replace(deployment, train_args=("--cluster", KUBERNETES, *args))
+    args, model_dir = model_dir_args(deployment.train_args, deployment.name)
+    command = DOCTOR_COMMAND if doctor else kubernetes.TRAIN_COMMAND
+    if doctor:
+        args = ("--model_dir", model_dir)
+    if resolved_by_pod:
+        check_host_names(spec, deployment.name)
+        args = ("--cluster", KUBERNETES, *args)
+    return dataclasses.replace(deployment, train_args=args), command
 
 
 def pod_env(spec: cluster.ClusterSpec, subdomain: str) -> list[dict[str, Any]]:
@@ -184,14 +194,14 @@ def pod_spec(containers: list[dict[str, Any]], volume: str | None) -> dict[str, 
 
 
 def jobset_spec(
-    spec: cluster.ClusterSpec, deployment: kubernetes.Deployment, volume: str, subdomain: str,
+    spec: cluster.ClusterSpec, deployment: kubernetes.Deployment, command: Sequence[str], volume: str, subdomain: str,
     trainer: tuple[str, dict[str, str]] | None = None,
 ) -> dict[str, Any]:
     """A JobSet's spec: one replicated job (one Indexed Job, a pod per task) per task type.
 
     Args:
         spec: the cluster (task types, counts, the leader's port).
-        deployment: as ``prepare`` returned it.
+        deployment, command: as ``prepare`` returned them.
         volume: the claim that holds ``--model_dir``.
         subdomain: the pods' subdomain (a JobSet's defaults to its name).
         trainer: ``(container name, job labels)`` of the workers' job for
@@ -202,7 +212,8 @@ def jobset_spec(
     for task_type in spec.tasks:
         count = spec.count(task_type)
         name, labels = trainer if trainer and task_type == "worker" else (kubernetes.CONTAINER, {})
-        container = {**deployment.container(spec, task_type, port, "grpc", env=pod_env(spec, subdomain)), "name": name}
+        container = deployment.container(spec, task_type, port, "grpc", env=pod_env(spec, subdomain), command=command)
+        container["name"] = name
         job = {
             "completionMode": "Indexed",
             "parallelism": count,

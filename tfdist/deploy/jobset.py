@@ -20,17 +20,21 @@ from tfdist.deploy import common
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
 
 
-def jobset(spec: cluster.ClusterSpec, deployment: kubernetes.Deployment, volume: str) -> dict[str, Any]:
+def jobset(
+    spec: cluster.ClusterSpec, deployment: kubernetes.Deployment, volume: str, *, doctor: bool = False,
+) -> dict[str, Any]:
     """The JobSet of ``spec``, named ``deployment.name``, ``--model_dir`` on the claim ``volume``.
+
+    With ``doctor`` its pods run ``tfdist.doctor`` instead of training (``common.prepare``).
 
     Raises:
         UserError: ``common.prepare`` fails.
     """
-    deployment = common.prepare(spec, deployment, volume)
+    deployment, command = common.prepare(spec, deployment, volume, doctor=doctor)
     name = deployment.name
     return {
         "apiVersion": API_VERSION,
         "kind": "JobSet",
         "metadata": kubernetes._metadata(name, deployment.namespace, kubernetes._run_labels(name)),
-        "spec": common.jobset_spec(spec, deployment, volume, subdomain=name),
+        "spec": common.jobset_spec(spec, deployment, command, volume, subdomain=name),
     }

@@ -24,13 +24,17 @@ TRAINER_CONTAINER = "node"
 TRAINER_STEP_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
 
 
-def trainjob(spec: cluster.ClusterSpec, deployment: kubernetes.Deployment, volume: str) -> list[dict[str, Any]]:
+def trainjob(
+    spec: cluster.ClusterSpec, deployment: kubernetes.Deployment, volume: str, *, doctor: bool = False,
+) -> list[dict[str, Any]]:
     """The TrainingRuntime and the TrainJob of ``spec``, both named ``deployment.name``.
+
+    With ``doctor`` its pods run ``tfdist.doctor`` instead of training (``common.prepare``).
 
     Raises:
         UserError: ``common.prepare`` fails.
     """
-    deployment = common.prepare(spec, deployment, volume)
+    deployment, command = common.prepare(spec, deployment, volume, doctor=doctor)
     name, namespace = deployment.name, deployment.namespace
     labels = kubernetes._run_labels(name)
     trainer = (TRAINER_CONTAINER, {TRAINER_STEP_LABEL: "trainer"})
@@ -40,7 +44,9 @@ def trainjob(spec: cluster.ClusterSpec, deployment: kubernetes.Deployment, volum
         "metadata": kubernetes._metadata(name, namespace, labels),
         "spec": {
             "mlPolicy": {"numNodes": spec.count("worker")},
-            "template": {"spec": common.jobset_spec(spec, deployment, volume, subdomain=name, trainer=trainer)},
+            "template": {"spec": common.jobset_spec(
+                spec, deployment, command, volume, subdomain=name, trainer=trainer,
+            )},
         },
     }
     job = {

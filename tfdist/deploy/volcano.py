@@ -21,18 +21,22 @@ from tfdist.errors import PERMANENT_EXIT_CODES, PREEMPTED_EXIT_CODE
 API_VERSION = "batch.volcano.sh/v1alpha1"
 
 
-def volcano_job(spec: cluster.ClusterSpec, deployment: kubernetes.Deployment, volume: str) -> dict[str, Any]:
+def volcano_job(
+    spec: cluster.ClusterSpec, deployment: kubernetes.Deployment, volume: str, *, doctor: bool = False,
+) -> dict[str, Any]:
     """The Volcano Job of ``spec``, named ``deployment.name``, ``--model_dir`` on the claim ``volume``.
+
+    With ``doctor`` its pods run ``tfdist.doctor`` instead of training (``common.prepare``).
 
     Raises:
         UserError: ``common.prepare`` fails.
     """
-    deployment = common.prepare(spec, deployment, volume, resolved_by_pod=False)
+    deployment, command = common.prepare(spec, deployment, volume, resolved_by_pod=False, doctor=doctor)
     name, port = deployment.name, common.run_port(spec)
     leader = spec.leader()[0]
     tasks = []
     for task_type in spec.tasks:
-        pod = common.pod_spec([deployment.container(spec, task_type, port, "grpc")], None)  # `volumes` below mounts it
+        pod = common.pod_spec([deployment.container(spec, task_type, port, "grpc", command=command)], None)  # `volumes` below mounts it
         task = {
             "name": task_type,
             "replicas": spec.count(task_type),
