@@ -66,7 +66,7 @@ class RuntimeConfig:
 
     strategy: str = "mirrored"
     cpu_devices: int = 0  # 0: 2 logical CPUs for mirrored/central_storage without GPUs, else 1
-    cluster: str = ""  # cluster spec file, or "slurm" (the Slurm job step); empty: TF_CONFIG, if any
+    cluster: str = ""  # cluster spec file, "slurm" (the Slurm job step) or "kubernetes" (the pod); empty: TF_CONFIG, if any
     task: str = ""  # "type:index" within --cluster (none with --cluster slurm)
     slurm_tasks: str = ""  # --cluster slurm: task types of the step, e.g. "worker=2,ps=1"; empty: all workers
     precision: str = "float32"

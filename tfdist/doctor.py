@@ -60,8 +60,8 @@ DRIVER_GPUS = Path("/proc/driver/nvidia/gpus")
 def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
     """Define this CLI's flags; called by ``entry`` so that importing the module defines none."""
     flags.DEFINE_string(
-        "cluster", None, "Cluster spec file (YAML or JSON), or `slurm`: the cluster of this Slurm job step "
-        "(default: TF_CONFIG's).", flag_values=flag_values,
+        "cluster", None, "Cluster spec file (YAML or JSON), `slurm`: the cluster of this Slurm job step, or `kubernetes`: "
+        "of this pod (default: TF_CONFIG's).", flag_values=flag_values,
     )
     flags.DEFINE_string("task", None, "This task, as type:index: meet the others (else probe them from here).",
                         flag_values=flag_values)
