@@ -287,7 +287,8 @@ def job_failure_message(exit_code: int | None) -> str:
     """The Job controller's message for a pod that matched a FailJob rule (pkg/controller/job/pod_failure_policy.go)."""
     if exit_code is None:
         return "Pod ml/unet-worker-0-1-abcde has condition DisruptionTarget matching FailJob rule at index 2"
-    return f"Container tensorflow for pod ml/unet-worker-0-1-abcde failed with exit code {exit_code} matching FailJob rule at index 0"
+    return (f"Container tensorflow for pod ml/unet-worker-0-1-abcde failed with exit code {exit_code} "
+            f"matching FailJob rule at index 0")
 
 
 def jobset_action(failure_policy: dict, message: str) -> str:
@@ -394,7 +395,7 @@ def test_a_pod_is_found_without_flags_and_a_plain_indexed_job_too():
 
 
 @pytest.mark.parametrize("change, match", [
-    ({"JOB_COMPLETION_INDEX": None}, "JOB_COMPLETION_INDEX='not set'|Received: JOB_COMPLETION_INDEX=None"),
+    ({"JOB_COMPLETION_INDEX": None}, "JOB_COMPLETION_INDEX is not set .is the pod's Job an Indexed Job"),
     ({"JOB_COMPLETION_INDEX": "2"}, "out of range"),
     ({"JOB_COMPLETION_INDEX": "x"}, "not a non-negative integer"),
     ({"TFDIST_TASK_TYPE": "ps"}, "not a task type of TFDIST_TASKS"),

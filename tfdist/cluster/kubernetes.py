@@ -44,7 +44,8 @@ def detected(environ: Mapping[str, str]) -> bool:
 
 def _error(name: str, value: Any, problem: str, expected: str) -> UserError:
     return UserError(
-        f"Invalid pod environment for --cluster={KUBERNETES}: {problem}. Received: {name}={short(value)}. Expected {expected}."
+        f"Invalid pod environment for --cluster={KUBERNETES}: {problem}. "
+        f"Received: {name}={short(value)}. Expected {expected}."
     )
 
 
@@ -70,7 +71,9 @@ def _integer(environ: Mapping[str, str], name: str, default: int | None = None) 
     if raw is None and default is not None:
         return default
     if raw is None or not is_digits(raw):
-        what = "not set" if raw is None else "not a non-negative integer"
+        what = f"{name} is not set" if raw is None else f"{name} is not a non-negative integer"
+        if raw is None and name == INDEX_ENV:
+            what += " (is the pod's Job an Indexed Job, completionMode: Indexed?)"
         raise _error(name, raw, what, "a non-negative integer, as the controller sets it")
     return int(raw)
 

@@ -70,7 +70,8 @@ def model_dir_args(train_args: Sequence[str], name: str) -> tuple[tuple[str, ...
         if not value.startswith(MODEL_MOUNT + "/") or "/.." in value:
             raise UserError(
                 f"Invalid value for `--model_dir` with --volume. Received: model_dir={value!r}. "
-                f"Expected a directory under {MODEL_MOUNT}/, where --volume is mounted in every pod, e.g. {MODEL_MOUNT}/{name}."
+                f"Expected a directory under {MODEL_MOUNT}/, where --volume is mounted in every pod, "
+                f"e.g. {MODEL_MOUNT}/{name}."
             )
         return tuple(args), value
     return (*args, "--model_dir", f"{MODEL_MOUNT}/{name}"), f"{MODEL_MOUNT}/{name}"
@@ -181,7 +182,7 @@ def failure_policy() -> dict[str, Any]:
 
 
 def pod_spec(containers: list[dict[str, Any]], volume: str | None) -> dict[str, Any]:
-    """A pod's spec: its containers, each mounting ``volume`` (if not None) at ``MODEL_MOUNT``, never restarted in place."""
+    """A pod's spec: its containers, each mounting ``volume`` (unless None) at ``MODEL_MOUNT``; no restart in place."""
     pod: dict[str, Any] = {
         "restartPolicy": "Never",  # a Job's podFailurePolicy requires it; the controller restarts the run
         "terminationGracePeriodSeconds": kubernetes.TERMINATION_GRACE_SECONDS,

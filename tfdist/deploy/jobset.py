@@ -35,6 +35,6 @@ def jobset(
     return {
         "apiVersion": API_VERSION,
         "kind": "JobSet",
-        "metadata": kubernetes._metadata(name, deployment.namespace, kubernetes._run_labels(name)),
+        "metadata": kubernetes.object_metadata(name, deployment.namespace, kubernetes.run_labels(name)),
         "spec": common.jobset_spec(spec, deployment, command, volume, subdomain=name),
     }

@@ -36,12 +36,12 @@ def trainjob(
     """
     deployment, command = common.prepare(spec, deployment, volume, doctor=doctor)
     name, namespace = deployment.name, deployment.namespace
-    labels = kubernetes._run_labels(name)
+    labels = kubernetes.run_labels(name)
     trainer = (TRAINER_CONTAINER, {TRAINER_STEP_LABEL: "trainer"})
     runtime = {
         "apiVersion": API_VERSION,
         "kind": "TrainingRuntime",
-        "metadata": kubernetes._metadata(name, namespace, labels),
+        "metadata": kubernetes.object_metadata(name, namespace, labels),
         "spec": {
             "mlPolicy": {"numNodes": spec.count("worker")},
             "template": {"spec": common.jobset_spec(
@@ -52,7 +52,7 @@ def trainjob(
     job = {
         "apiVersion": API_VERSION,
         "kind": "TrainJob",
-        "metadata": kubernetes._metadata(name, namespace, labels),
+        "metadata": kubernetes.object_metadata(name, namespace, labels),
         "spec": {"runtimeRef": {"name": name, "apiGroup": "trainer.kubeflow.org", "kind": "TrainingRuntime"}},
     }
     return [runtime, job]

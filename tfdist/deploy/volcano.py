@@ -36,11 +36,12 @@ def volcano_job(
     leader = spec.leader()[0]
     tasks = []
     for task_type in spec.tasks:
-        pod = common.pod_spec([deployment.container(spec, task_type, port, "grpc", command=command)], None)  # `volumes` below mounts it
+        container = deployment.container(spec, task_type, port, "grpc", command=command)
+        pod = common.pod_spec([container], None)  # the Job's `volumes` mounts the claim in every pod
         task = {
             "name": task_type,
             "replicas": spec.count(task_type),
-            "template": {"metadata": {"labels": kubernetes._run_labels(name)}, "spec": pod},
+            "template": {"metadata": {"labels": kubernetes.run_labels(name)}, "spec": pod},
         }
         if task_type == leader:
             task["policies"] = [{"event": "TaskCompleted", "action": "CompleteJob"}]
@@ -48,7 +49,7 @@ def volcano_job(
     return {
         "apiVersion": API_VERSION,
         "kind": "Job",
-        "metadata": kubernetes._metadata(name, deployment.namespace, kubernetes._run_labels(name)),
+        "metadata": kubernetes.object_metadata(name, deployment.namespace, kubernetes.run_labels(name)),
         "spec": {
             "schedulerName": "volcano",
             "minAvailable": spec.num_tasks,
