@@ -256,6 +256,7 @@ def test_every_pod_computes_the_tf_config_of_its_task(emitted, expected, form, s
 def test_every_form_carries_the_grace_period_the_command_and_the_volume(emitted, form):
     documents = emitted[(form, "parameter_server")]
     for template in pod_templates(form, documents):
+        assert template["metadata"]["labels"]["app.kubernetes.io/instance"] == NAME  # kubectl logs -l selects them
         pod = template["spec"]
         assert pod["terminationGracePeriodSeconds"] >= 60
         (container,) = pod["containers"]

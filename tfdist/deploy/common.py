@@ -221,7 +221,8 @@ def jobset_spec(
             "completions": count,
             "backoffLimit": 0,
             "podFailurePolicy": {"rules": pod_failure_rules(name)},
-            "template": {"spec": pod_spec([container], volume)},
+            "template": {"metadata": {"labels": kubernetes.run_labels(deployment.name)},
+                         "spec": pod_spec([container], volume)},
         }
         template = {"metadata": {"labels": labels}, "spec": job} if labels else {"spec": job}
         replicated.append({"name": task_type, "replicas": 1, "template": template})
