@@ -122,24 +122,28 @@ def controller_cluster(form: str, spec: dict) -> dict[str, list[str]]:
 
 @pytest.fixture(scope="module")
 def expected(tmp_path_factory) -> dict[tuple[str, str], dict[tuple[str, int], dict]]:
-    """``tfdist.tfconfig --task`` for every task of every controller's cluster (one process per task, side by side)."""
+    """``tfdist.tfconfig --task`` for every task of every controller's cluster.
+
+    One process per task of each distinct cluster (JobSet and Trainer name
+    pods alike, and three strategies share one cluster), all side by side.
+    """
     folder = tmp_path_factory.mktemp("expected")
+    clusters = {(form, strategy): controller_cluster(form, spec) for form in FORMS for strategy, spec in SPECS.items()}
     runs = {}
-    for form in FORMS:
-        for strategy, spec in SPECS.items():
-            path = folder / f"{form}-{strategy}.yaml"
-            path.write_text(yaml.safe_dump(controller_cluster(form, spec)))
-            for task_type, n in counts(spec).items():
-                for i in range(n):
-                    runs[(form, strategy, task_type, i)] = subprocess.Popen(
-                        [sys.executable, "-m", "tfdist.tfconfig", "--cluster", str(path), "--task", f"{task_type}:{i}"],
-                        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    result: dict = {}
-    for (form, strategy, task_type, i), proc in runs.items():
+    for n, text in enumerate(sorted({json.dumps(c, sort_keys=True) for c in clusters.values()})):
+        path = folder / f"cluster{n}.yaml"
+        path.write_text(yaml.safe_dump(json.loads(text)))
+        for task_type, addresses in json.loads(text).items():
+            for i in range(len(addresses)):
+                runs[(text, task_type, i)] = subprocess.Popen(
+                    [sys.executable, "-m", "tfdist.tfconfig", "--cluster", str(path), "--task", f"{task_type}:{i}"],
+                    cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    printed: dict = {}
+    for (text, task_type, i), proc in runs.items():
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err
-        result.setdefault((form, strategy), {})[(task_type, i)] = json.loads(out)
-    return result
+        printed.setdefault(text, {})[(task_type, i)] = json.loads(out)
+    return {key: printed[json.dumps(c, sort_keys=True)] for key, c in clusters.items()}
 
 
 def container_env(container: dict, labels: dict[str, str]) -> dict[str, str]:

@@ -39,7 +39,7 @@ from absl import flags
 from tfdist import cluster, deploy, kubernetes, strategies
 from tfdist.cluster import sources
 from tfdist.cluster.spec import ENVIRONMENT_CLUSTERS, KUBERNETES, SLURM
-from tfdist.deploy import jobset, trainjob, volcano
+from tfdist.deploy import common, jobset, trainjob, volcano
 from tfdist.errors import UserError, run_main
 
 FLAGS = flags.FLAGS
@@ -95,7 +95,7 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
     )
     flags.DEFINE_string(
         "volume", None, f"--emit {', '.join(deploy.FORMS)}: the PersistentVolumeClaim (shared by every pod) mounted "
-        f"at {deploy.common.MODEL_MOUNT}, where --model_dir lies.", flag_values=flag_values,
+        f"at {common.MODEL_MOUNT}, where --model_dir lies.", flag_values=flag_values,
     )
     flags.DEFINE_bool(
         "doctor", False, f"--emit {', '.join(deploy.FORMS)}: the same pods run tfdist.doctor (they meet and compare, "
@@ -157,7 +157,7 @@ def _volume() -> str:
     if FLAGS.volume is None:
         raise UserError(
             f"Missing `--volume` for --emit={FLAGS.emit}. Received: volume=None. Expected the PersistentVolumeClaim "
-            f"that holds --model_dir for every pod (mounted at {deploy.common.MODEL_MOUNT}), e.g. --volume unet-runs."
+            f"that holds --model_dir for every pod (mounted at {common.MODEL_MOUNT}), e.g. --volume unet-runs."
         )
     return FLAGS.volume
 
