@@ -21,7 +21,7 @@ import yaml
 
 from tfdist import strategies
 from tfdist.cluster import sources
-from tfdist.cluster.spec import SLURM
+from tfdist.cluster.spec import ENVIRONMENT_CLUSTERS
 from tfdist.errors import UserError
 
 #: The ``--strategy`` names: the strategy registry's.
@@ -66,7 +66,7 @@ class RuntimeConfig:
 
     strategy: str = "mirrored"
     cpu_devices: int = 0  # 0: 2 logical CPUs for mirrored/central_storage without GPUs, else 1
-    cluster: str = ""  # cluster spec file, or "slurm" (the Slurm job step); empty: TF_CONFIG, if any
+    cluster: str = ""  # cluster spec file, "slurm" (the Slurm job step) or "kubernetes" (the pod); empty: TF_CONFIG, if any
     task: str = ""  # "type:index" within --cluster (none with --cluster slurm)
     slurm_tasks: str = ""  # --cluster slurm: task types of the step, e.g. "worker=2,ps=1"; empty: all workers
     precision: str = "float32"
@@ -311,7 +311,7 @@ def validate(config: Config) -> Config:
             f"Expected a multiple of 2**depth={2**model.depth}."
         )
     sources.check_flags(rt.cluster, rt.task, rt.slurm_tasks)
-    if rt.cluster and rt.cluster != SLURM and not rt.task:
+    if rt.cluster and rt.cluster not in ENVIRONMENT_CLUSTERS and not rt.task:
         raise UserError(f"Missing `--task` for --cluster={rt.cluster}. Received: task=''. Expected type:index, e.g. worker:0.")
     if rt.task and not rt.cluster:
         raise UserError(f"Missing `--cluster` for --task={rt.task}. Received: cluster=''. Expected a cluster spec file.")

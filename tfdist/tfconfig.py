@@ -11,6 +11,12 @@
     srun python -m tfdist.tfconfig --cluster slurm --slurm_tasks chief=1,worker=2,ps=1
     # Kubernetes: a headless Service and a Job per task (or --emit tfjob: a Kubeflow TFJob)
     python -m tfdist.tfconfig --cluster FILE --emit kubernetes --image IMAGE --name unet -- --epochs 2
+    # gang-admitted: a JobSet (or trainjob, volcano), --model_dir on a PersistentVolumeClaim
+    python -m tfdist.tfconfig --cluster FILE --emit jobset --image IMAGE --volume CLAIM -- --epochs 2
+    # the same pods running tfdist.doctor, to check the cluster from inside before training
+    python -m tfdist.tfconfig --cluster FILE --emit jobset --image IMAGE --volume CLAIM --doctor --name unet-check
+    # inside such a pod: its own TF_CONFIG, from its environment (docs/kubernetes.md)
+    python -m tfdist.tfconfig --cluster kubernetes
 
 ``--strategy`` checks that the cluster has the tasks the strategy needs (and
 with ``--commands`` and ``--emit`` is passed on to every command; ``--emit``
@@ -30,11 +36,12 @@ from typing import Callable
 
 from absl import flags
 
-from tfdist import cluster, strategies
+from tfdist import cluster, deploy, strategies
 from tfdist.deploy import kubernetes
 from tfdist.deploy.commands import task_commands
 from tfdist.cluster import sources
-from tfdist.cluster.spec import SLURM
+from tfdist.cluster.spec import ENVIRONMENT_CLUSTERS, KUBERNETES, SLURM
+from tfdist.deploy import common, jobset, trainjob, volcano
 from tfdist.errors import UserError, run_main
 
 FLAGS = flags.FLAGS
@@ -47,7 +54,8 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
     then be imported in one process, e.g. by tests or a launcher.)
     """
     flags.DEFINE_string(
-        "cluster", None, "Cluster spec file (YAML or JSON), or `slurm`: the cluster of this Slurm job step.",
+        "cluster", None, "Cluster spec file (YAML or JSON), `slurm`: the cluster of this Slurm job step, or `kubernetes`: "
+        "of this pod (docs/kubernetes.md).",
         flag_values=flag_values,
     )
     flags.DEFINE_string("task", None, "This task, as type:index, e.g. worker:1.", flag_values=flag_values)
@@ -67,7 +75,7 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
         "(default: every task a worker).", flag_values=flag_values,
     )
     flags.DEFINE_string(
-        "emit", None, f"Print manifests instead of TF_CONFIG: one of {', '.join(kubernetes.EMITS)}; "
+        "emit", None, f"Print manifests instead of TF_CONFIG: one of {', '.join(EMITS)}; "
         "arguments after -- are appended to every task's tfdist.train command.", flag_values=flag_values,
     )
     flags.DEFINE_string("image", None, "--emit: the container image (with tfdist installed).", flag_values=flag_values)
@@ -87,11 +95,22 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
     flags.DEFINE_integer(
         "gpus", kubernetes.DEFAULT_GPUS, "--emit: GPUs (nvidia.com/gpu) of each task but ps.", flag_values=flag_values
     )
+    flags.DEFINE_string(
+        "volume", None, f"--emit {', '.join(deploy.FORMS)}: the PersistentVolumeClaim (shared by every pod) mounted "
+        f"at {common.MODEL_MOUNT}, where --model_dir lies.", flag_values=flag_values,
+    )
+    flags.DEFINE_bool(
+        "doctor", False, f"--emit {', '.join(deploy.FORMS)}: the same pods run tfdist.doctor (they meet and compare, "
+        "and check --model_dir) instead of training; run it once before training.", flag_values=flag_values,
+    )
     flags.DEFINE_string("output", None, "Write to this file instead of stdout.", flag_values=flag_values)
 
 
 #: Flags that mean something only with --emit.
-_EMIT_FLAGS = ("image", "name", "namespace", "cpu", "memory", "gpus")
+_EMIT_FLAGS = ("image", "name", "namespace", "cpu", "memory", "gpus", "volume", "doctor")
+
+#: ``--emit`` values: the plain and legacy forms, then the gang-admitted ones.
+EMITS = (*kubernetes.EMITS, *deploy.FORMS)
 
 
 def _print_json(spec: cluster.ClusterSpec, tasks: list[cluster.Task], extra: list[str]) -> list[str]:
@@ -135,6 +154,31 @@ def _print_tfjob(spec: cluster.ClusterSpec, tasks: list[cluster.Task], extra: li
     return [kubernetes.to_yaml([kubernetes.tfjob(spec, _deployment(extra))]).rstrip("\n")]
 
 
+def _volume() -> str:
+    """``--volume``, required by the gang-admitted forms (every pod finds ``--model_dir`` there)."""
+    if FLAGS.volume is None:
+        raise UserError(
+            f"Missing `--volume` for --emit={FLAGS.emit}. Received: volume=None. Expected the PersistentVolumeClaim "
+            f"that holds --model_dir for every pod (mounted at {common.MODEL_MOUNT}), e.g. --volume unet-runs."
+        )
+    return FLAGS.volume
+
+
+def _print_jobset(spec: cluster.ClusterSpec, tasks: list[cluster.Task], extra: list[str]) -> list[str]:
+    """--emit jobset: the JobSet, as YAML."""
+    return [kubernetes.to_yaml([jobset.jobset(spec, _deployment(extra), _volume(), doctor=FLAGS.doctor)]).rstrip("\n")]
+
+
+def _print_trainjob(spec: cluster.ClusterSpec, tasks: list[cluster.Task], extra: list[str]) -> list[str]:
+    """--emit trainjob: the TrainingRuntime and the TrainJob, as one YAML stream."""
+    return [kubernetes.to_yaml(trainjob.trainjob(spec, _deployment(extra), _volume(), doctor=FLAGS.doctor)).rstrip("\n")]
+
+
+def _print_volcano(spec: cluster.ClusterSpec, tasks: list[cluster.Task], extra: list[str]) -> list[str]:
+    """--emit volcano: the Volcano Job, as YAML."""
+    return [kubernetes.to_yaml([volcano.volcano_job(spec, _deployment(extra), _volume(), doctor=FLAGS.doctor)]).rstrip("\n")]
+
+
 #: Output mode -> function (spec, tasks, extra args) -> lines to print.
 _OUTPUTS: dict[str, Callable[[cluster.ClusterSpec, list[cluster.Task], list[str]], list[str]]] = {
     "json": _print_json,
@@ -142,18 +186,19 @@ _OUTPUTS: dict[str, Callable[[cluster.ClusterSpec, list[cluster.Task], list[str]
     "commands": _print_commands,
     "kubernetes": _print_kubernetes,
     "tfjob": _print_tfjob,
+    "jobset": _print_jobset,
+    "trainjob": _print_trainjob,
+    "volcano": _print_volcano,
 }
 
 #: Modes that print for every task of the cluster, and take arguments after --.
-_ALL_TASK_MODES = ("commands", *kubernetes.EMITS)
+_ALL_TASK_MODES = ("commands", *EMITS)
 
 
 def _output_mode() -> str:
     """The output mode the flags ask for; conflicting flags are a user error."""
-    if FLAGS.emit is not None and FLAGS.emit not in kubernetes.EMITS:
-        raise UserError(
-            f"Invalid value for `--emit`. Received: emit={FLAGS.emit!r}. Expected one of: {', '.join(kubernetes.EMITS)}."
-        )
+    if FLAGS.emit is not None and FLAGS.emit not in EMITS:
+        raise UserError(f"Invalid value for `--emit`. Received: emit={FLAGS.emit!r}. Expected one of: {', '.join(EMITS)}.")
     chosen = [name for name, given in (("--export", FLAGS.export), ("--commands", FLAGS.commands),
                                        ("--emit", FLAGS.emit is not None)) if given]
     if len(chosen) > 1:
@@ -165,26 +210,34 @@ def _output_mode() -> str:
         if stray:
             raise UserError(
                 f"Unexpected `{stray[0]}` without --emit. Received: {', '.join(stray)}. "
-                f"Expected --emit {' or --emit '.join(kubernetes.EMITS)} with it."
+                f"Expected --emit {' or --emit '.join(EMITS)} with it."
             )
+    stray = [f"--{name}" for name in ("volume", "doctor") if FLAGS[name].present and FLAGS.emit in kubernetes.EMITS]
+    if stray:
+        raise UserError(
+            f"Unexpected `{stray[0]}` with --emit={FLAGS.emit}. Received: {', '.join(stray)}. "
+            f"Expected it with --emit {' or --emit '.join(deploy.FORMS)} only."
+        )
     return FLAGS.emit or ("commands" if FLAGS.commands else "export" if FLAGS.export else "json")
 
 
 def _tasks(mode: str) -> tuple[cluster.ClusterSpec, list[cluster.Task]]:
     """The cluster and the tasks to print for ``mode``."""
     sources.check_flags(FLAGS.cluster, FLAGS.task, FLAGS.slurm_tasks)
-    if FLAGS.cluster == SLURM:
+    if FLAGS.cluster in ENVIRONMENT_CLUSTERS:
         if mode in _ALL_TASK_MODES:
+            starter = "srun starts every task (see configs/slurm/train.sbatch)" if FLAGS.cluster == SLURM \
+                else "the controller starts every pod"
             raise UserError(
-                f"Invalid flags: --{'commands' if mode == 'commands' else 'emit'} with --cluster={SLURM}. "
-                f"Received: cluster={SLURM!r}. Expected a cluster spec file: under Slurm, srun starts every "
-                f"task (see configs/slurm/train.sbatch) and each one prints its own TF_CONFIG."
+                f"Invalid flags: --{'commands' if mode == 'commands' else 'emit'} with --cluster={FLAGS.cluster}. "
+                f"Received: cluster={FLAGS.cluster!r}. Expected a cluster spec file: {starter} and each one prints "
+                f"its own TF_CONFIG."
             )
-        task = sources.resolve_task(SLURM, None, slurm_tasks=FLAGS.slurm_tasks)
+        task = sources.resolve_task(FLAGS.cluster, None, slurm_tasks=FLAGS.slurm_tasks)
         return task.spec, [task]
     spec = cluster.load_cluster_spec(FLAGS.cluster)
     if FLAGS.task:
-        if mode in kubernetes.EMITS:
+        if mode in EMITS:
             raise UserError(
                 f"Unexpected `--task` with --emit={mode}. Received: task={FLAGS.task!r}. "
                 f"Expected no --task: the manifests are for every task of the cluster."
@@ -220,7 +273,7 @@ def main(argv: list[str]) -> int:
         raise UserError(
             f"Missing `--cluster`. Received: cluster={FLAGS.cluster!r}. "
             f"Expected a cluster spec file (YAML or JSON), e.g. --cluster configs/clusters/local_mwm.yaml, "
-            f"or {SLURM} inside a Slurm job step."
+            f"or {SLURM} inside a Slurm job step, or {KUBERNETES} inside a pod (docs/kubernetes.md)."
         )
     if extra and mode not in _ALL_TASK_MODES:
         raise UserError(

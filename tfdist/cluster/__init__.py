@@ -7,7 +7,8 @@ A run's cluster flows one way through these modules, each one idea:
 - ``task``: ``Task``, one task of a spec (this process's), and its TF_CONFIG;
 - ``files``: cluster spec files (YAML or JSON, strict);
 - ``slurm``: the cluster of a Slurm job step (``--cluster slurm``);
-- ``sources``: which of those gives this process its task (flags, TF_CONFIG, Slurm);
+- ``kubernetes``: the cluster of a pod of an Indexed Job or a JobSet (``--cluster kubernetes``);
+- ``sources``: which of those gives this process its task (flags, TF_CONFIG, Slurm, a pod);
 - ``network``: free ports, TCP probes, loopback and public addresses;
 - ``peers``: the bounded rendezvous before TensorFlow binds, and liveness watches;
 - ``commands``: the shell command that starts each task on its host;

@@ -1,11 +1,13 @@
-"""Where this process's task comes from: ``--cluster FILE --task T``, TF_CONFIG, or a Slurm job step.
+"""Where this process's task comes from: ``--cluster FILE --task T``, TF_CONFIG, a Slurm job step, or a pod.
 
 ``resolve_task`` is the one answer to "which cluster, and which task of it am
 I", for every CLI and for ``tfdist.segmentation``: flags win over the
 environment, as everywhere in tfdist, and a cluster that any source gives is
 checked as strictly as a cluster spec file (TensorFlow accepts a malformed
 TF_CONFIG and fails later, on another host). ``None`` means a single process
-with no cluster. Only ``--cluster slurm`` imports TensorFlow (in
+with no cluster. A pod whose manifest gives the job's shape
+(``TFDIST_TASKS``, ``cluster.kubernetes``) and no TF_CONFIG is picked up as
+``--cluster kubernetes``. Only ``--cluster slurm`` imports TensorFlow (in
 ``cluster.slurm``).
 """
 
@@ -15,11 +17,12 @@ import json
 import os
 from typing import Mapping
 
+from tfdist.cluster import kubernetes
 from tfdist.cluster.slurm import parse_slurm_tasks
 from tfdist.cluster.slurm import resolve as resolve_slurm
 from tfdist.cluster.address import is_digits
 from tfdist.cluster.files import json_unique_object, load_cluster_spec
-from tfdist.cluster.spec import SLURM, TF_CONFIG, check_task, parse_cluster_spec
+from tfdist.cluster.spec import ENVIRONMENT_CLUSTERS, KUBERNETES, SLURM, TF_CONFIG, check_task, parse_cluster_spec
 from tfdist.cluster.task import Task, parse_task
 from tfdist.errors import UserError, article, short
 
@@ -35,12 +38,13 @@ def check_flags(cluster_value: str | None, task: str | None, slurm_tasks: str | 
         UserError: ``--task`` with ``--cluster slurm``, ``--slurm_tasks``
             without it, or a malformed ``--slurm_tasks``.
     """
+    if cluster_value in ENVIRONMENT_CLUSTERS and task:
+        where = "Slurm task takes its own from the allocation (its node and SLURM_LOCALID)" if cluster_value == SLURM \
+            else "pod takes its own from its environment (its Job's completion index and host name)"
+        raise UserError(
+            f"Unexpected `--task` with --cluster={cluster_value}. Received: task={task!r}. Expected no --task: each {where}."
+        )
     if cluster_value == SLURM:
-        if task:
-            raise UserError(
-                f"Unexpected `--task` with --cluster={SLURM}. Received: task={task!r}. "
-                f"Expected no --task: each Slurm task takes its own from the allocation (its node and SLURM_LOCALID)."
-            )
         parse_slurm_tasks(slurm_tasks or "")
     elif slurm_tasks:
         raise UserError(
@@ -129,7 +133,9 @@ def resolve_task(
 
     Args:
         cluster_file: ``--cluster`` (empty or None when not given), or
-            ``"slurm"``.
+            ``"slurm"``, or ``"kubernetes"`` (``cluster.kubernetes.resolve``;
+            chosen too when neither flags nor TF_CONFIG are given and
+            ``TFDIST_TASKS`` is set).
         task: ``--task`` (empty or None when not given; must be empty with
             ``--cluster slurm``).
         environ: the environment to read TF_CONFIG (or the ``SLURM_*``
@@ -152,6 +158,8 @@ def resolve_task(
     check_flags(cluster_file, task, slurm_tasks)
     if cluster_file == SLURM:
         return resolve_slurm(slurm_tasks, environ)
+    if cluster_file == KUBERNETES:
+        return kubernetes.resolve(environ)
     if cluster_file and not task:
         spec = load_cluster_spec(cluster_file)
         raise UserError(
@@ -165,4 +173,13 @@ def resolve_task(
         )
     if cluster_file:
         return parse_task(task, load_cluster_spec(cluster_file))
+    environ_or_os = os.environ if environ is None else environ
+    if kubernetes.detected(environ_or_os):
+        if environ_or_os.get("TF_CONFIG", "").strip():
+            raise UserError(
+                f"Ambiguous task: both TF_CONFIG and {kubernetes.TASKS_ENV} are set. "
+                f"Received: {kubernetes.TASKS_ENV}={short(environ_or_os[kubernetes.TASKS_ENV])}. "
+                f"Expected one of them: TF_CONFIG, or the job's shape for --cluster={KUBERNETES}."
+            )
+        return kubernetes.resolve(environ)
     return from_environment(environ)

@@ -37,11 +37,19 @@ TF_CONFIG = "TF_CONFIG"
 #: The ``--cluster`` value (and source name) of a cluster taken from a Slurm allocation (``cluster.slurm``).
 SLURM = "slurm"
 
+#: The ``--cluster`` value (and source name) of a cluster taken from a pod's environment (``cluster.kubernetes``).
+KUBERNETES = "kubernetes"
+
+#: ``--cluster`` values that name a source in the environment, not a file; each task finds its own task there.
+ENVIRONMENT_CLUSTERS = (SLURM, KUBERNETES)
+
 
 def source_name(source: str) -> str:
     """How errors name a cluster's source: ``cluster spec FILE``, ``TF_CONFIG "cluster"``, the Slurm allocation."""
     if source == TF_CONFIG:
         return 'TF_CONFIG "cluster"'
+    if source == KUBERNETES:
+        return "the pod's environment"
     return "the Slurm allocation" if source == SLURM else f"cluster spec {source}"
 
 

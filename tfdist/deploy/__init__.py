@@ -1,2 +1,7 @@
-"""How tasks get started: local processes (the launcher), per-task commands, Kubernetes manifests, and an
-in-process cluster."""
+"""How tasks get started: local processes (the launcher), per-task commands, an in-process cluster, and
+Kubernetes manifests: the plain (Jobs and a Service) and legacy (TFJob) forms in ``kubernetes``, and the
+gang-admitted ``jobset``, ``trainjob`` and ``volcano`` forms (sharing ``common``).
+"""
+
+#: The ``--emit`` values of the gang-admitted forms.
+FORMS = ("jobset", "trainjob", "volcano")

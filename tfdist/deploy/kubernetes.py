@@ -183,19 +183,19 @@ def dns_spec(spec: cluster.ClusterSpec, name: str) -> cluster.ClusterSpec:
     return cluster.parse_cluster_spec(renamed, source=spec.source)
 
 
-def _metadata(name: str, namespace: str, labels: dict[str, str]) -> dict[str, Any]:
+def object_metadata(name: str, namespace: str, labels: dict[str, str]) -> dict[str, Any]:
     """An object's metadata; no namespace key when none is given, so that kubectl's applies."""
     return {"name": name, **({"namespace": namespace} if namespace else {}), "labels": labels}
 
 
-def _run_labels(name: str) -> dict[str, str]:
+def run_labels(name: str) -> dict[str, str]:
     """The labels of every object of a run; the Service selects its pods by them."""
     return {"app.kubernetes.io/name": "tfdist", "app.kubernetes.io/instance": name}
 
 
 def _task_labels(name: str, task_type: str, index: int) -> dict[str, str]:
     """The run's labels plus the task's type and index, to select one task's Job or pod."""
-    return {**_run_labels(name), "tfdist/task-type": task_type, "tfdist/task-index": str(index)}
+    return {**run_labels(name), "tfdist/task-type": task_type, "tfdist/task-index": str(index)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -305,11 +305,11 @@ def manifests(spec: cluster.ClusterSpec, deployment: Deployment) -> list[dict[st
     service = {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _metadata(name, namespace, _run_labels(name)),
+        "metadata": object_metadata(name, namespace, run_labels(name)),
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
-            "selector": _run_labels(name),
+            "selector": run_labels(name),
             "ports": [{"name": f"grpc-{p}", "port": p, "targetPort": p, "protocol": "TCP"} for p in ports],
         },
     }
@@ -325,7 +325,7 @@ def manifests(spec: cluster.ClusterSpec, deployment: Deployment) -> list[dict[st
         jobs.append({
             "apiVersion": "batch/v1",
             "kind": "Job",
-            "metadata": _metadata(hostname, namespace, labels),
+            "metadata": object_metadata(hostname, namespace, labels),
             "spec": {
                 "backoffLimit": BACKOFF_LIMIT,
                 "podFailurePolicy": {"rules": pod_failure_rules()},
@@ -365,14 +365,14 @@ def tfjob(spec: cluster.ClusterSpec, deployment: Deployment) -> dict[str, Any]:
             "replicas": len(addresses),
             "restartPolicy": "ExitCode",  # the operator sets the pods' own restartPolicy to Never
             "template": {
-                "metadata": {"labels": _run_labels(deployment.name)},
+                "metadata": {"labels": run_labels(deployment.name)},
                 "spec": {"terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS, "containers": [container]},
             },
         }
     return {
         "apiVersion": "kubeflow.org/v1",
         "kind": "TFJob",
-        "metadata": _metadata(deployment.name, deployment.namespace, _run_labels(deployment.name)),
+        "metadata": object_metadata(deployment.name, deployment.namespace, run_labels(deployment.name)),
         "spec": {
             "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": BACKOFF_LIMIT},
             "tfReplicaSpecs": replica_specs,

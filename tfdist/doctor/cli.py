@@ -47,7 +47,7 @@ from tfdist.cluster import files, sources
 from tfdist.doctor import agree
 from tfdist.doctor import probe as doctor
 from tfdist.doctor import meet
-from tfdist.cluster.spec import SLURM, ClusterSpec, source_name
+from tfdist.cluster.spec import ENVIRONMENT_CLUSTERS, SLURM, ClusterSpec, source_name
 from tfdist.cluster.task import Task
 from tfdist.errors import DONE_EXIT_CODE, USAGE_EXIT_CODE, UserError, run_main
 
@@ -63,8 +63,8 @@ DRIVER_GPUS = Path("/proc/driver/nvidia/gpus")
 def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
     """Define this CLI's flags; called by ``entry`` so that importing the module defines none."""
     flags.DEFINE_string(
-        "cluster", None, "Cluster spec file (YAML or JSON), or `slurm`: the cluster of this Slurm job step "
-        "(default: TF_CONFIG's).", flag_values=flag_values,
+        "cluster", None, "Cluster spec file (YAML or JSON), `slurm`: the cluster of this Slurm job step, or `kubernetes`: "
+        "of this pod (default: TF_CONFIG's).", flag_values=flag_values,
     )
     flags.DEFINE_string("task", None, "This task, as type:index: meet the others (else probe them from here).",
                         flag_values=flag_values)
@@ -232,7 +232,7 @@ def main(argv: list[str]) -> int:
         raise UserError(f"Unexpected arguments. Received: {' '.join(argv[1:])!r}. Expected flags only.")
     if FLAGS.strategy is not None:
         strategies.traits(FLAGS.strategy)  # an unknown name is one line on stderr, before any probe
-    if FLAGS.cluster and FLAGS.cluster != SLURM and not FLAGS.task:
+    if FLAGS.cluster and FLAGS.cluster not in ENVIRONMENT_CLUSTERS and not FLAGS.task:
         sources.check_flags(FLAGS.cluster, FLAGS.task, FLAGS.slurm_tasks)
         task, spec = None, files.load_cluster_spec(FLAGS.cluster)
     else:

@@ -1,0 +1,41 @@
+"""``--emit jobset``: one JobSet (``jobset.x-k8s.io/v1alpha2``) that runs every task of a cluster spec.
+
+One replicated job per task type, each one Indexed Job with a pod per task;
+JobSet gives every pod the stable host name ``<name>-<type>-0-<i>.<name>``
+and the headless Service behind it, and each pod computes its TF_CONFIG from
+that (``cluster.kubernetes``). Kueue admits a JobSet as one workload (add the
+label ``kueue.x-k8s.io/queue-name``), so a run starts whole or not at all.
+Policies (``deploy.common``): exit 2 or 3 fails the run, 42 or an eviction
+restarts it whole up to ``MAX_RESTARTS`` times, and it is done when the
+leader's (chief's, else the workers') job has succeeded.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tfdist import cluster
+from tfdist.deploy import kubernetes
+from tfdist.deploy import common
+
+API_VERSION = "jobset.x-k8s.io/v1alpha2"
+
+
+def jobset(
+    spec: cluster.ClusterSpec, deployment: kubernetes.Deployment, volume: str, *, doctor: bool = False,
+) -> dict[str, Any]:
+    """The JobSet of ``spec``, named ``deployment.name``, ``--model_dir`` on the claim ``volume``.
+
+    With ``doctor`` its pods run ``tfdist.doctor`` instead of training (``common.prepare``).
+
+    Raises:
+        UserError: ``common.prepare`` fails.
+    """
+    deployment, command = common.prepare(spec, deployment, volume, doctor=doctor)
+    name = deployment.name
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "JobSet",
+        "metadata": kubernetes.object_metadata(name, deployment.namespace, kubernetes.run_labels(name)),
+        "spec": common.jobset_spec(spec, deployment, command, volume, subdomain=name),
+    }
