@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 
@@ -25,6 +24,7 @@ import pytest
 import tensorflow as tf
 
 from cluster_runs import Processes, launcher, loopback_cluster
+from test_fit import tagged
 from tfdist.fitting.inputs import dataset_fns
 
 ROWS, BATCH = 36, 8  # 5 batches an epoch, the last of 4 rows
@@ -118,10 +118,6 @@ history = tfdist.fit(model_fn, x, y, batch_size=BATCH, epochs=3, shuffle=True, s
                      callbacks=[SignalOnce()])
 print("HISTORY " + json.dumps(history.history), flush=True)
 """
-
-
-def tagged(text: str, tag: str):
-    return json.loads(next(line for line in text.splitlines() if line.startswith(tag + " "))[len(tag) + 1:])
 
 
 @pytest.mark.slow
