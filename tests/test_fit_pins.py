@@ -41,12 +41,13 @@ def global_batches(steps: int, *, pipelines: int = 1, replicas: int = 1, **kwarg
                                              num_replicas_in_sync=replicas)
         slices = [part[0].numpy().tolist() for part in fn(context).take(steps * replicas // pipelines)]
         local = replicas // pipelines  # each step: this pipeline's replicas' slices, one after the other
-        per_pipeline.append([sum(slices[s * local:(s + 1) * local], []) for s in range(steps)])
-    return [sum((rows[s] for rows in per_pipeline), []) for s in range(steps)]
+        per_pipeline.append([[row for part in slices[s * local:(s + 1) * local] for row in part] for s in range(steps)])
+    return [[row for rows in per_pipeline for row in rows[s]] for s in range(steps)]
 
 
 def epochs(batches: list[list[int]]) -> list[list[int]]:
-    return [sum(batches[e * STEPS:(e + 1) * STEPS], []) for e in range(len(batches) // STEPS)]
+    return [[row for batch in batches[e * STEPS:(e + 1) * STEPS] for row in batch]
+            for e in range(len(batches) // STEPS)]
 
 
 def test_a_shuffled_epoch_is_every_row_once_in_another_order_each_epoch():
@@ -134,7 +135,7 @@ def test_a_run_preempted_mid_epoch_resumes_at_its_step_with_the_straight_runs_lo
         assert resumed.wait(400) == 0, resumed.text()[-3000:]
     # The signal arrives during the callback after step signal_after; the next step carries the vote.
     reached = int(re.search(r"^error: Preempted at step (\d+) of 15: local received SIGTERM\. ", preempted.text(),
-                            re.M).group(1))
+                            re.MULTILINE).group(1))
     assert reached == signal_after + 1 and STEPS < reached < 2 * STEPS, preempted.text()[-3000:]
     assert "HISTORY" not in preempted.text()  # fit did not return
     assert re.search(rf"resuming from \S+/ckpt-{reached} at step {reached}\n", resumed.text()), resumed.text()[-3000:]
