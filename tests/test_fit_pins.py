@@ -9,7 +9,9 @@
 - A run preempted mid-epoch by a callback's own SIGTERM (no race: the signal
   is sent at a chosen batch, inside the run) ends with status 42 and its
   ``Preempted at step N`` line; the same command resumes at step N and its
-  per-epoch losses are those of a straight run, the interrupted epoch's too.
+  per-epoch losses are those of a straight run, the interrupted epoch's too
+  (a checkpoint carries the sums of the epoch's steps so far; one written
+  without them still restores).
 - Under 2 ``multi_worker_mirrored`` workers a callback that writes one file
   per call leaves the chief's file set alone, each file written once.
 """
@@ -80,6 +82,22 @@ def test_a_pipeline_started_at_a_step_reads_the_straight_batches_from_there(star
     two_workers = global_batches(3 * STEPS - start_step, pipelines=2, replicas=2, shuffle=True, seed=5,
                                  start_step=start_step)
     assert two_workers == straight[start_step:]
+
+
+def test_a_checkpoint_carries_the_log_window_and_one_without_it_still_restores(tmp_path):
+    from tfdist.engine.checkpoints import Checkpoints
+    from tfdist.rundir import RunDir
+
+    run_dir = RunDir(tmp_path / "run")
+    run_dir.checkpoints.mkdir(parents=True)
+    tf.train.Checkpoint(step=tf.Variable(7, dtype=tf.int64)).save(str(run_dir.checkpoints / "ckpt"))  # no window
+    step = tf.Variable(0, dtype=tf.int64)
+    first = Checkpoints(checkpoint=tf.train.Checkpoint(step=step), run_dir=run_dir, is_chief=True)
+    assert first.restore_latest() and int(step.numpy()) == 7 and first.restored_window().size == 0
+    first.save(9, [1.5, 2.0, 0.25])
+    again = Checkpoints(checkpoint=tf.train.Checkpoint(step=step), run_dir=run_dir, is_chief=True)
+    assert again.restore_latest().endswith("ckpt-9")
+    assert again.restored_window().tolist() == [1.5, 2.0, 0.25]
 
 
 #: A small regression under ``tfdist.fit``, ``shuffle=True``; argv: model_dir, the global step after which a
