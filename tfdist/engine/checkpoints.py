@@ -36,6 +36,11 @@ class Checkpoints:
 
     def __init__(self, *, checkpoint: tf.train.Checkpoint, run_dir: RunDir, is_chief: bool, max_to_keep: int = 3,
                  task: str = "worker"):
+        # The stats summed since the last log row, and their seconds, saved with each step: a run resumed
+        # between two rows (a preemption mid-epoch) writes its next row over the same steps as a straight run.
+        # Added to the checkpoint after the restore, which fills it in if the checkpoint has one: a checkpoint
+        # written without it still restores (``assert_existing_objects_matched`` would refuse it).
+        self.window = tf.Variable(tf.zeros([0], tf.float64), shape=tf.TensorShape(None), trainable=False)
         self.checkpoint = checkpoint
         self.directory = str(run_dir.checkpoints)
         self._scratch = None if is_chief else str(run_dir.scratch(task))
@@ -50,11 +55,23 @@ class Checkpoints:
         path = self.latest()
         if path:
             self.checkpoint.restore(path).assert_existing_objects_matched()
+        self._add_window()
         return path
 
-    def save(self, step: int) -> None:
-        """Save at ``step`` (chief: into model_dir/checkpoints; others: into scratch)."""
+    def _add_window(self) -> None:
+        if getattr(self.checkpoint, "log_window", None) is not self.window:
+            self.checkpoint.log_window = self.window
+
+    def save(self, step: int, window=None) -> None:
+        """Save at ``step`` (chief: into model_dir/checkpoints; others: into scratch), with the log ``window``."""
+        self._add_window()
+        if window is not None:
+            self.window.assign(tf.constant(window, tf.float64))
         self.manager.save(checkpoint_number=step)
+
+    def restored_window(self):
+        """The log window saved with the restored step (empty: none, or a fresh start)."""
+        return self.window.numpy()
 
     def close(self) -> None:
         """Remove a non-chief worker's scratch directory."""

@@ -20,6 +20,8 @@ import sys
 import time
 from typing import Callable, NoReturn
 
+import numpy as np
+
 from tfdist.errors import Preempted, TrainingDiverged
 from tfdist.engine.steps import StatsAccumulator
 
@@ -119,9 +121,10 @@ class Controller:
         if self.watchdog is not None:
             self.watchdog.progress(step)
 
-    def _save(self, step: int) -> None:
+    def _save(self, step: int, window: StatsAccumulator, seconds: float) -> None:
+        """Save ``step`` with the log window so far (its stats and seconds): a run resumed there logs as this one."""
         with self._phase("checkpointing", step):
-            self.checkpoints.save(step)
+            self.checkpoints.save(step, np.append(window.total, seconds))
 
     def evaluate(self, step: int) -> dict:
         """One eval pass; logged and returned."""
@@ -148,6 +151,10 @@ class Controller:
         window = StatsAccumulator(self.steps.stats_size, self.steps.metrics)
         final = None
         window_seconds = 0.0
+        carried = self.checkpoints.restored_window() if self.checkpoints else ()
+        if len(carried) == self.steps.stats_size + 1:  # resumed between two log rows: the window goes on
+            window.add(carried[:-1])
+            window_seconds = float(carried[-1])
         first_chunk = True
         while step < total_steps:
             end = min(
@@ -172,7 +179,7 @@ class Controller:
                 self.first_step_at = time.time()
             first_chunk = False
             if stop and stats[1] == 0:  # a coordinator stopped waiting for its closures: nothing to log
-                self._preempted(self.loop.step(), total_steps, saved=False)
+                self._preempted(self.loop.step(), total_steps, saved=False, window=(window, window_seconds))
             begin, step = step, end
             window_seconds += elapsed
             window.add(stats)
@@ -201,9 +208,9 @@ class Controller:
                 window_seconds = 0.0
             saved = bool(self.checkpoints) and (step % schedule.checkpoint_every == 0 or step == total_steps)
             if saved:
-                self._save(step)
+                self._save(step, window, window_seconds)
             if stop:
-                self._preempted(step, total_steps, saved=saved)
+                self._preempted(step, total_steps, saved=saved, window=(window, window_seconds))
             if step % schedule.steps_per_epoch == 0:
                 final = self.evaluate(step) if self.evaluates else None
                 # Every task's answer is the same: a chief's callback may stop the run for all of them.
@@ -216,10 +223,10 @@ class Controller:
     def _stop_requested(self) -> bool:
         return self.preemption is not None and self.preemption.requested
 
-    def _preempted(self, step: int, total_steps: int, *, saved: bool) -> NoReturn:
+    def _preempted(self, step: int, total_steps: int, *, saved: bool, window: tuple) -> NoReturn:
         """Every task agreed to stop after ``step``: save that step (every task, as for any save) and end, status 42."""
         if self.checkpoints and not saved:
-            self._save(step)
+            self._save(step, *window)
         where = f"{self.checkpoints.directory}/ckpt-{step}" if self.checkpoints else "no checkpoint (none asked for)"
         raise Preempted(
             f"Preempted at step {step} of {total_steps}: {self.preemption.reason()}. Saved the checkpoint of that "

@@ -75,3 +75,8 @@ class StatsAccumulator:
 
     def result(self) -> dict[str, float]:
         return self.read(self._total)
+
+    @property
+    def total(self):
+        """The stats summed since the last reset."""
+        return self._total.copy()

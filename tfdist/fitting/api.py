@@ -59,11 +59,13 @@ Limits (what a Keras model must not do under a strategy):
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
+import sys
 import tempfile
 
 from tfdist import config as config_lib
-from tfdist.errors import UserError
+from tfdist.errors import Preempted, UserError
 from tfdist.fitting.args import check_fit_args
 from tfdist.rundir import RunDir
 from tfdist.runtime import session as session_lib
@@ -121,6 +123,9 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy:
       UserError: bad arguments (before the process is set up), a model without a loss, a metric or a loss
         reduction that does not add up, a model's own steps where they cannot run exactly, a cluster that
         does not fit the strategy, TensorFlow started before the set-up (``session.TOO_LATE``).
+
+    A preemption (SIGTERM or SIGUSR1) does not return: the step reached is saved in ``model_dir`` and the
+    process ends with status 42 and an ``error: Preempted at step N ...`` line; the same call resumes there.
     """
     check_fit_args(model_fn, x, y, batch_size=batch_size, epochs=epochs, initial_epoch=initial_epoch,
                    steps_per_epoch=steps_per_epoch, validation_data=validation_data,
@@ -167,6 +172,15 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy:
                 keep_checkpoints=not temporary, sample_weight=sample_weight, class_weight=class_weight,
             )
         return history
+    except Preempted as e:
+        # As every tfdist task: the step reached is saved, and the process ends here with status 42 and one
+        # line, so that a scheduler (or tfdist.launch) restarts the same command, which resumes from that step.
+        if temporary:
+            shutil.rmtree(model_dir, ignore_errors=True)
+        sys.stdout.flush()
+        sys.stderr.write(f"error: {e}\n")
+        sys.stderr.flush()
+        os._exit(e.exit_code)
     finally:
         if temporary:
             shutil.rmtree(model_dir, ignore_errors=True)
