@@ -164,7 +164,8 @@ def run(config, *, verbose: bool = True, cluster_resolver=None, weights_dir: str
         strategy = training.strategy
         # Checked before TensorFlow started (_check_training); again with the replicas the strategy really has.
         check_global_batch(train_cfg.global_batch_size, strategy.num_replicas_in_sync)
-        schedule = Schedule(total_steps=train_cfg.epochs * steps_per_epoch(config), steps_per_epoch=steps_per_epoch(config),
+        epoch_steps = steps_per_epoch(config)
+        schedule = Schedule(total_steps=train_cfg.epochs * epoch_steps, steps_per_epoch=epoch_steps,
                             steps_per_loop=train_cfg.steps_per_loop, log_every=train_cfg.log_every,
                             checkpoint_every=train_cfg.checkpoint_every)
         state = build_state(
