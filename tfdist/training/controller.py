@@ -20,6 +20,7 @@ import time
 from typing import NoReturn
 
 from tfdist.errors import Preempted, TrainingDiverged
+from tfdist.training.hold import hold_for_signal
 from tfdist.training.metrics import StatsAccumulator
 
 
@@ -192,6 +193,7 @@ class Controller:
                 self._save(step)
             if stop:
                 self._preempted(step, total_steps, saved=saved)
+            hold_for_signal(begin, step, self.preemption, self.first_step_at)  # off unless a benchmark sets it
             if step % self.steps_per_epoch == 0:
                 final = self.evaluate(step) if self.evaluates else None
                 # Every task's answer is the same: a chief's callback may stop the run for all of them.
