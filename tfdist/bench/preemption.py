@@ -13,8 +13,9 @@ processes, the way a user or a scheduler runs it:
    that a run faster than the parent cannot pass the step unsignalled. Once
    every task's marker is there, SIGTERM to the process (to the launcher,
    for the 2-worker ``multi_worker_mirrored`` row under ``python -m
-   tfdist.launch --local``, which forwards it to every task); its next step
-   carries the stop, so it must end with status 42 at step ``signal_at + 1``;
+   tfdist.launch --local``, which forwards it to every task); the next step
+   carries the stop (a row every step: one step a chunk), so it must end
+   with status 42 at step ``signal_at + 1``;
 2. the same command again (no hold), which must resume from the step
    reached and end with status 0.
 
@@ -200,10 +201,10 @@ def measure(spec: PreemptionSpec) -> PreemptionMeasured:
             exit_seconds = time.monotonic() - sent
             _expect(status, PREEMPTED_EXIT_CODE, "the preempted run", fresh)
             reached = _reached_step(fresh.text(), spec)
-            if not spec.signal_at < reached < spec.steps:
-                raise RuntimeError(f"preemption benchmark: preempted at step {reached}, expected after the step it "
-                                   f"held at ({spec.signal_at}) and before the last ({spec.steps}); raise `steps` "
-                                   "above `signal_at` + 1.")
+            if reached != spec.signal_at + 1 or reached >= spec.steps:
+                raise RuntimeError(f"preemption benchmark: preempted at step {reached}, expected the step after the "
+                                   f"hold ({spec.signal_at + 1}), before the last ({spec.steps}; raise `steps` "
+                                   "above `signal_at` + 1 if it is not).")
             started.append(again := Process(argv, directory, "relaunch"))
             again_status = again.wait(spec.timeout, "end of the relaunch")
             _expect(again_status, DONE_EXIT_CODE, "the relaunch", again)
