@@ -8,23 +8,27 @@ measurement runs the benchmark's experiment (``rows.BASE`` as
 ``python -m tfdist.train`` flags, a train row logged every step) as real
 processes, the way a user or a scheduler runs it:
 
-1. a fresh start; once ``metrics.jsonl`` has a train row at step
-   ``signal_at`` or later, SIGTERM to the process (to the launcher, for the
-   2-worker ``multi_worker_mirrored`` row under ``python -m tfdist.launch
-   --local``, which forwards it to every task); it must end with status 42;
-2. the same command again, which must resume from the step reached and end
-   with status 0.
+1. a fresh start, told to hold (``engine.hold``): every task ends step
+   ``signal_at``, writes a marker file and waits there for its signal, so
+   that a run faster than the parent cannot pass the step unsignalled. Once
+   every task's marker is there, SIGTERM to the process (to the launcher,
+   for the 2-worker ``multi_worker_mirrored`` row under ``python -m
+   tfdist.launch --local``, which forwards it to every task); the next step
+   carries the stop (a row every step: one step a chunk), so it must end
+   with status 42 at step ``signal_at + 1``;
+2. the same command again (no hold), which must resume from the step
+   reached and end with status 0.
 
-Figures (unix times, ``time.time()``): SIGTERM to exit; relaunch (just
-before the process is started) to its first step (``summary.json``'s
-``first_step_at``); the same for the fresh start, read off the moment its
-first train row was written (a preempted run writes no ``summary.json``; with
-``--log_every=1`` that row is written right after the first step: 8 ms after
-``first_step_at``, measured on an uninterrupted run); the ratio of the two;
-the step reached and the step resumed at, which must be equal for these
-synchronous strategies. Anything else (another status, no
-resume, a step lost or repeated, a wait past its bound) raises: a wrong
-figure would hide a broken preemption.
+Figures (unix times, ``time.time()``): SIGTERM (taken after the hold, just
+before the signal) to exit; relaunch (just before the process is started)
+to its first step (``summary.json``'s ``first_step_at``); the same for the
+fresh start, with the ``first_step_at`` its markers carry (a preempted run
+writes no ``summary.json``; the earliest task's, and under a synchronous
+strategy the tasks end that step together); the ratio of the two; the step
+reached and the step resumed at, which must be equal for these synchronous
+strategies. Anything else (another status, no resume, a step lost or
+repeated, a wait past its bound) raises: a wrong figure would hide a broken
+preemption.
 
 Each measurement runs once, whatever ``--repeats`` says: it starts
 TensorFlow twice (twice two workers), 1.2-2 minutes a row on 2 busy cores.
@@ -46,8 +50,9 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from tfdist.bench.rows import BASE
-from tfdist.bench.runs import POLL_SECONDS, Process, rows, train_command
+from tfdist.bench.runs import POLL_SECONDS, Process, train_command
 from tfdist.errors import DONE_EXIT_CODE, PREEMPTED_EXIT_CODE
+from tfdist.engine import hold
 
 #: ``error: Preempted at step N of M`` (each task's, prefixed ``[worker:i] `` under the launcher).
 PREEMPTED_LINE = re.compile(r"error: Preempted at step (\d+) of (\d+)")
@@ -65,9 +70,9 @@ class PreemptionSpec:
       workers: 1: one ``python -m tfdist.train`` process; more: that many
         ``multi_worker_mirrored`` workers under ``python -m tfdist.launch --local``.
       steps: the run's steps (one epoch), enough that the signal lands mid-run.
-      signal_at: SIGTERM once a train row at this step or later is logged.
+      signal_at: every task holds after this step until the SIGTERM; the run stops after the next one.
       overrides: experiment values over ``BASE`` (the test's tiny model).
-      timeout: the bound of each wait (first row, exit, relaunch), in seconds.
+      timeout: the bound of each wait (the hold, exit, relaunch), in seconds.
     """
 
     name: str
@@ -132,37 +137,29 @@ def command(spec: PreemptionSpec, directory: Path) -> list[str]:
                          {"worker": spec.workers} if spec.workers > 1 else None)
 
 
-def _train_rows(metrics: Path) -> tuple[list[int], float]:
-    """The steps of the train rows in ``metrics`` so far, and when the file was last written (unix time)."""
-    try:
-        before = metrics.stat().st_mtime
-    except FileNotFoundError:
-        return [], 0.0
-    steps = [row["step"] for row in rows(metrics, "train")]
-    try:
-        after = metrics.stat().st_mtime
-    except FileNotFoundError:
-        return [], 0.0
-    return steps, (after if before == after else time.time())
+def hold_env(spec: PreemptionSpec, directory: Path) -> dict[str, str]:
+    """The environment that makes every task of the run hold after ``spec.signal_at`` (markers into ``directory``)."""
+    return {hold.STEP_VARIABLE: str(spec.signal_at), hold.DIRECTORY_VARIABLE: str(directory),
+            hold.SECONDS_VARIABLE: f"{spec.timeout:g}"}
 
 
-def _wait_for_rows(proc: Process, metrics: Path, signal_at: int, timeout: float) -> float:
-    """Wait for a train row at ``signal_at`` or later; returns when the first train row was written (unix time)."""
-    deadline = time.monotonic() + timeout
-    first_row_at = None
+def _wait_for_hold(proc: Process, directory: Path, spec: PreemptionSpec) -> float:
+    """Wait until every task holds (its marker in ``directory``); returns the earliest task's ``first_step_at``."""
+    deadline = time.monotonic() + spec.timeout
     while time.monotonic() < deadline:
-        steps, written_at = _train_rows(metrics)
-        if steps and first_row_at is None:
-            # The file's write time is the first row's while that row is alone in it; else now (a bound).
-            first_row_at = written_at if len(steps) == 1 else time.time()
-        if steps and max(steps) >= signal_at:
-            return first_row_at
+        markers = sorted(directory.glob("*.held"))
+        if len(markers) == spec.workers:
+            marks = [json.loads(m.read_text()) for m in markers]
+            if any(m["step"] != spec.signal_at for m in marks):
+                raise RuntimeError(f"preemption benchmark: expected every task to hold after step {spec.signal_at}, "
+                                   f"received {marks}")
+            return min(m["first_step_at"] for m in marks)
         if proc.popen.poll() is not None:
-            raise RuntimeError(f"preemption benchmark: the run ended (status {proc.popen.returncode}) before a "
-                               f"train row at step {signal_at}: {proc.text()[-1500:]}")
+            raise RuntimeError(f"preemption benchmark: the run ended (status {proc.popen.returncode}) before "
+                               f"{spec.workers} task(s) held after step {spec.signal_at}: {proc.text()[-1500:]}")
         time.sleep(POLL_SECONDS)
-    raise RuntimeError(f"preemption benchmark: no train row at step {signal_at} after {timeout:g} s: "
-                       f"{proc.text()[-1500:]}")
+    raise RuntimeError(f"preemption benchmark: {len(list(directory.glob('*.held')))} of {spec.workers} task(s) "
+                       f"held after step {spec.signal_at} within {spec.timeout:g} s: {proc.text()[-1500:]}")
 
 
 def _expect(status: int, expected: int, what: str, proc: Process) -> None:
@@ -192,20 +189,22 @@ def measure(spec: PreemptionSpec) -> PreemptionMeasured:
     with tempfile.TemporaryDirectory(prefix="tfdist-bench-preemption-") as tmp:
         directory = Path(tmp)
         argv = command(spec, directory)
-        metrics, summary = directory / "run" / "metrics.jsonl", directory / "run" / "summary.json"
+        summary, held = directory / "run" / "summary.json", directory / "held"
+        held.mkdir()
         started: list[Process] = []
         try:
-            started.append(fresh := Process(argv, directory, "fresh"))
-            first_row_at = _wait_for_rows(fresh, metrics, spec.signal_at, spec.timeout)
+            started.append(fresh := Process(argv, directory, "fresh", env=hold_env(spec, held)))
+            first_step_at = _wait_for_hold(fresh, held, spec)
+            sent = time.monotonic()  # after the hold: the figure is the stop's alone
             fresh.popen.send_signal(signal.SIGTERM)
-            sent = time.monotonic()
             status = fresh.wait(spec.timeout, "exit after SIGTERM")
             exit_seconds = time.monotonic() - sent
             _expect(status, PREEMPTED_EXIT_CODE, "the preempted run", fresh)
             reached = _reached_step(fresh.text(), spec)
-            if not 0 < reached < spec.steps:
-                raise RuntimeError(f"preemption benchmark: preempted at step {reached}, not mid-run (1 to "
-                                   f"{spec.steps - 1}); raise `steps` above `signal_at` ({spec.signal_at}).")
+            if reached != spec.signal_at + 1 or reached >= spec.steps:
+                raise RuntimeError(f"preemption benchmark: preempted at step {reached}, expected the step after the "
+                                   f"hold ({spec.signal_at + 1}), before the last ({spec.steps}; raise `steps` "
+                                   "above `signal_at` + 1 if it is not).")
             started.append(again := Process(argv, directory, "relaunch"))
             again_status = again.wait(spec.timeout, "end of the relaunch")
             _expect(again_status, DONE_EXIT_CODE, "the relaunch", again)
@@ -219,7 +218,7 @@ def measure(spec: PreemptionSpec) -> PreemptionMeasured:
         raise RuntimeError(f"preemption benchmark: preempted at step {reached}, but the relaunch resumed at "
                            f"step {resumed} ({resumed_line.group(0) if resumed_line else 'no resuming line'}); "
                            "a synchronous strategy must resume at the step it reached.")
-    fresh_seconds = first_row_at - fresh.started_at
+    fresh_seconds = first_step_at - fresh.started_at
     resumed_seconds = result["first_step_at"] - again.started_at
     return PreemptionMeasured(name=spec.name, strategy=spec.strategy, workers=spec.workers, steps=spec.steps,
                               signal_at=spec.signal_at,
@@ -255,6 +254,6 @@ def markdown(section: Mapping[str, Any]) -> list[str]:
                      f"{r['resumed_step']} |")
     when = sorted({(r["signal_at"], r["steps"]) for r in section["rows"]})
     runs = "One run of each preemption row" if section["runs"] == 1 else f"{section['runs']} runs of each"
-    lines += ["", f"{runs} (not repeated): SIGTERM once a train row at step "
-              + " / ".join(f"{k} of {n}" for k, n in when) + " or later is logged, then the same command again."]
+    lines += ["", f"{runs} (not repeated): SIGTERM after step " + " / ".join(f"{k} of {n}" for k, n in when)
+              + ", then the same command again."]
     return lines

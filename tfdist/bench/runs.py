@@ -70,12 +70,14 @@ class Process:
       directory: where its stdout/stderr files go (and its TMPDIR: scratch files go with the directory).
       name: the files' stem.
       label: how errors name the measurement (``"preemption benchmark"``).
+      env: variables added to its environment (e.g. ``training.hold``'s), or None.
     """
 
-    def __init__(self, argv: list[str], directory: Path, name: str, label: str = "preemption benchmark"):
+    def __init__(self, argv: list[str], directory: Path, name: str, label: str = "preemption benchmark",
+                 env: Mapping[str, str] | None = None):
         import time
 
-        env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+        env = {**{k: v for k, v in os.environ.items() if k != "TF_CONFIG"}, **(env or {})}
         env.update(TF_CPP_MIN_LOG_LEVEL="2", TMPDIR=str(directory))
         self.label = label
         self.out, self.err = directory / f"{name}.out", directory / f"{name}.err"

@@ -23,6 +23,7 @@ from typing import Callable, NoReturn
 import numpy as np
 
 from tfdist.errors import Preempted, TrainingDiverged
+from tfdist.engine.hold import hold_for_signal
 from tfdist.engine.steps import StatsAccumulator
 
 
@@ -211,6 +212,7 @@ class Controller:
                 self._save(step, window, window_seconds)
             if stop:
                 self._preempted(step, total_steps, saved=saved, window=(window, window_seconds))
+            hold_for_signal(begin, step, self.preemption, self.first_step_at)  # off unless a benchmark sets it
             if step % schedule.steps_per_epoch == 0:
                 final = self.evaluate(step) if self.evaluates else None
                 # Every task's answer is the same: a chief's callback may stop the run for all of them.

@@ -1,0 +1,64 @@
+"""A hold for a measurement's signal: a task waits after a chosen step until it has received SIGTERM or SIGUSR1.
+
+A benchmark that preempts a run must signal it mid-run; a run that is faster
+than the parent's look at it would finish first. With ``TFDIST_HOLD_AT_STEP``
+set (``tfdist.bench.preemption`` sets it for the run it preempts; unset, the
+hold is off), each task ends the chunk that reaches that step, writes a
+marker file (JSON: task, step, when its first step ended) into
+``TFDIST_HOLD_DIR`` and waits, at most ``TFDIST_HOLD_SECONDS``, until its
+``Preemption`` has received a signal. The next chunk then carries its vote.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from tfdist.errors import RunFailed
+
+#: The step after which each task holds; unset or empty: no hold.
+STEP_VARIABLE = "TFDIST_HOLD_AT_STEP"
+#: The directory that gets one marker file per holding task.
+DIRECTORY_VARIABLE = "TFDIST_HOLD_DIR"
+#: The bound of the wait, in seconds.
+SECONDS_VARIABLE = "TFDIST_HOLD_SECONDS"
+#: How often a holding task looks whether its signal arrived.
+POLL_SECONDS = 0.005
+
+
+def marker_name(task: str) -> str:
+    """The marker file of ``task`` (``"worker:1"`` -> ``"worker-1.held"``)."""
+    return task.replace(":", "-") + ".held"
+
+
+def hold_for_signal(begin: int, end: int, preemption, first_step_at: float | None) -> None:
+    """If ``TFDIST_HOLD_AT_STEP`` lies in ``(begin, end]``: mark this task as held, wait for its signal.
+
+    Args:
+      begin, end: the chunk of steps just trained.
+      preemption: this task's ``runtime.preemption.Preemption`` (None: it takes no signal; the hold fails).
+      first_step_at: unix time this task's first chunk ended, written into the marker.
+
+    Raises:
+      RunFailed: no signal within ``TFDIST_HOLD_SECONDS``, or the run takes no preemption signal.
+    """
+    at = os.environ.get(STEP_VARIABLE, "")
+    if not at or not begin < int(at) <= end:
+        return
+    seconds = float(os.environ.get(SECONDS_VARIABLE, "60"))
+    if preemption is None:
+        raise RunFailed(f"{STEP_VARIABLE}={at} asks this task to hold for a signal, but its run takes no "
+                        "preemption signal. Expected a run of tfdist.train, which takes SIGTERM.")
+    where = preemption.where
+    marker = Path(os.environ[DIRECTORY_VARIABLE]) / marker_name(where)
+    partial = marker.with_suffix(".partial")
+    partial.write_text(json.dumps({"task": where, "step": end, "first_step_at": first_step_at}))
+    partial.replace(marker)  # whole or absent for a reader
+    deadline = time.monotonic() + seconds
+    while not preemption.requested:
+        if time.monotonic() > deadline:
+            raise RunFailed(f"{where} held after step {end} ({STEP_VARIABLE}={at}) for {seconds:g} s and "
+                            "received no SIGTERM or SIGUSR1. Expected the process that set the hold to signal it.")
+        time.sleep(POLL_SECONDS)
