@@ -57,7 +57,7 @@ def test_experiments_in_repo_load():
         ("train:\n  image_size: 32\n", r"Unknown key `train.image_size`"),
         ("- 1\n- 2\n", r"top level of type list"),
         ("data: 3\n", r"Invalid section `data`"),
-        ("data:\n  image_size: big\n", r"data.image_size.*Expected a int"),
+        ("data:\n  image_size: big\n", r"data.image_size.*Expected an int"),
         ("data: [\n", r"Cannot read experiment file"),
     ],
 )
