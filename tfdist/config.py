@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -39,6 +40,8 @@ COMMUNICATIONS = ("auto", "ring", "nccl")
 
 #: Classes of each dataset when ``num_classes`` is left at 0.
 DATASET_NUM_CLASSES = {"shapes": 4, "oxford_iiit_pet": 3}
+#: Masks are 8-bit class indices; larger images than this do not fit a host's memory in a batch.
+MAX_NUM_CLASSES, MAX_IMAGE_SIZE = 256, 4096
 
 
 def _experiments_dir() -> Path:
@@ -194,8 +197,6 @@ def runtime_config(where: str, **values: Any) -> RuntimeConfig:
 
 def path_text(value: Any) -> Any:
     """An API's path argument as the config holds it: a ``str`` (``""`` for None); anything else as it is, to be refused."""
-    import os
-
     return "" if value is None else os.fspath(value) if isinstance(value, os.PathLike) else value
 
 
@@ -283,12 +284,10 @@ def _check_magnitudes(config: Config) -> None:
     """Every int fits TensorFlow's int64, and every float is finite (a timeout of 0 is the one that means "off")."""
     for name, section in FIELD_SECTION.items():
         value = getattr(getattr(config, section), name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            continue
-        if isinstance(value, int) and not -(2**63) <= value < 2**63:
-            raise UserError(f"Invalid value for `--{name}`. Received: {name}={value}. Expected an integer below 2**63.")
-        if isinstance(value, float) and not math.isfinite(value):
-            raise UserError(f"Invalid value for `--{name}`. Received: {name}={value!r}. Expected a finite number.")
+        expected = ("an integer below 2**63" if type(value) is int and not -(2**63) <= value < 2**63 else
+                    "a finite number" if type(value) is float and not math.isfinite(value) else None)
+        if expected:
+            raise UserError(f"Invalid value for `--{name}`. Received: {name}={value!r}. Expected {expected}.")
 
 
 def validate(config: Config) -> Config:
@@ -330,6 +329,13 @@ def validate(config: Config) -> Config:
         raise UserError(f"Missing `--num_classes` for dataset={data.dataset!r}. Received: num_classes=0. Expected an integer >= 2.")
     if num_classes < 2:
         raise UserError(f"Invalid value for `--num_classes`. Received: num_classes={num_classes}. Expected an integer >= 2.")
+    if num_classes > MAX_NUM_CLASSES or data.image_size > MAX_IMAGE_SIZE:
+        raise UserError(f"Invalid value for `--{'num_classes' if num_classes > MAX_NUM_CLASSES else 'image_size'}`. "
+                        f"Received: num_classes={num_classes}, image_size={data.image_size}. Expected num_classes <= "
+                        f"{MAX_NUM_CLASSES} (masks hold 8-bit class indices) and image_size <= {MAX_IMAGE_SIZE}.")
+    if data.dataset == "shapes" and num_classes < DATASET_NUM_CLASSES["shapes"]:
+        raise UserError(f"Invalid value for `--num_classes` for shapes. Received: num_classes={num_classes}. Expected "
+                        f"at least {DATASET_NUM_CLASSES['shapes']} (background and three shapes), or no --num_classes.")
     if data.dataset == "oxford_iiit_pet" and num_classes != 3:
         raise UserError(f"Invalid value for `--num_classes` for oxford_iiit_pet. Received: num_classes={num_classes}. Expected 3 (pet, background, border).")
     if model.encoder == "unet" and data.image_size % (2**model.depth):
@@ -363,14 +369,12 @@ def check_encoder_weights(encoder: str, path: str) -> None:
     if encoder != "mobilenetv2":
         raise UserError(f"Unexpected `--encoder_weights` with encoder={encoder!r}. Received: encoder_weights={path!r}. "
                         f"{expected}")
-    signature = WEIGHTS_SIGNATURES.get(Path(path).suffix.lower())
     try:
-        with open(path, "rb") as f:
-            head = f.read(8)
+        head = Path(path).read_bytes()[:8]  # a directory or a missing file: OSError
     except OSError as e:
         raise UserError(f"Invalid value for `--encoder_weights`: {e.strerror or type(e).__name__}. "
                         f"Received: encoder_weights={path!r}. {expected}") from None
-    if signature is None or not head.startswith(signature):
+    if not head.startswith(WEIGHTS_SIGNATURES.get(Path(path).suffix.lower(), b"-")):
         raise UserError(f"Invalid value for `--encoder_weights`: not an HDF5 or .keras file. "
                         f"Received: encoder_weights={path!r}. {expected}")
 

@@ -143,6 +143,7 @@ def run(config, *, verbose: bool = True, cluster_resolver=None, weights_dir: str
     config = config_lib.validate(config)
     task = None if cluster_resolver is not None else resolve_cluster(config)
     run_dir = RunDir(config.train.model_dir)
+    run_dir.check_place()  # before the dataset's checks, which may start TensorFlow
     traits = strategies.traits(config.runtime.strategy)
     kind = traits.role(task.type if task else None)
     if kind == "train":
