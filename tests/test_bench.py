@@ -230,6 +230,36 @@ def test_unknown_rows_are_refused_by_name():
         plan(steps=8, warmup=2, only=["accuracy_one_device"])
 
 
+#: (case, flags, the start of the one line): each is refused before anything is measured or written.
+BAD_FLAGS = [
+    ("steps_negative", ["--steps=-1"], "error: invalid command line: flag --steps=-1: -1 is not a non-negative"),
+    ("repeats_negative", ["--repeats=-2"], "error: invalid command line: flag --repeats=-2: -2 is not a non-negative"),
+    ("output_a_directory", ["--output={d}"], "error: Invalid value for `--output`. Received: '{d}', an existing directory."),
+    ("markdown_a_directory", ["--output={d}/b.json", "--markdown={d}"], "error: Invalid value for `--markdown`."),
+    ("chart_under_a_file", ["--output={d}/b.json", "--chart={d}/page.md/c.png"],
+     "error: Invalid value for `--chart`. Received: '{d}/page.md/c.png', under {d}/page.md, which is a file."),
+    ("default_markdown_a_directory", ["--output={d}/sub.json"], "error: Invalid value for `--markdown`. Received: '{d}/sub.md'"),
+    ("render_not_utf8", ["--render={d}/latin1.md"], "error: Cannot render `--render` page {d}/latin1.md: UnicodeDecodeError"),
+    ("render_a_missing_json", ["--render={d}/page.md"], "error: Cannot render `--render` page {d}/page.md: FileNotFoundError"),
+    ("child_not_json", ["--child={{bad"], "error: Invalid value for `--child` (internal: the benchmark's own rows)."),
+]
+
+
+@pytest.mark.parametrize("case, flags, expected", BAD_FLAGS, ids=[c for c, _, _ in BAD_FLAGS])
+def test_a_bad_flag_is_one_line_and_status_2_before_anything_runs(tmp_path, case, flags, expected):
+    (tmp_path / "sub.md").mkdir()
+    (tmp_path / "latin1.md").write_bytes(b"caf\xe9\n")
+    (tmp_path / "page.md").write_text("<!-- bench: nope.json -->\nold\n<!-- /bench -->\n")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    result = subprocess.run([sys.executable, "-m", "tfdist.bench", "--quick", "--only=one_device",
+                             *(f.format(d=tmp_path) for f in flags)], capture_output=True, text=True, timeout=120,
+                            cwd=tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr[-2000:]
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(expected.format(d=tmp_path)), result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == before and result.stdout == ""
+
+
 def _python(code: str):
     return children._start([sys.executable, "-c", code], env={})
 

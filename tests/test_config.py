@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -57,7 +58,7 @@ def test_experiments_in_repo_load():
         ("train:\n  image_size: 32\n", r"Unknown key `train.image_size`"),
         ("- 1\n- 2\n", r"top level of type list"),
         ("data: 3\n", r"Invalid section `data`"),
-        ("data:\n  image_size: big\n", r"data.image_size.*Expected a int"),
+        ("data:\n  image_size: big\n", r"data.image_size.*Expected an int"),
         ("data: [\n", r"Cannot read experiment file"),
     ],
 )
@@ -93,11 +94,35 @@ def test_unknown_experiment_name_lists_known_ones():
         ({"norm": "bogus"}, r"`--norm`\. Received: norm='bogus'\. Expected one of: batch, group, replica_batch, none\.$"),
         ({"batch_norm": False, "norm": "group"}, r"norm='group' and batch_norm=False\. Expected norm='none'"),
         ({"batch_norm": False, "norm": "replica_batch"}, r"norm='replica_batch' and batch_norm=False"),
+        ({"seed": -1}, r"`--seed`\. Received: seed=-1\. Expected an integer in 0\.\.2\*\*32-1\.$"),
+        ({"seed": 2**32}, r"`--seed`\. Received: seed=4294967296\."),
+        ({"epochs": 2**63}, r"`--epochs`\. Received: epochs=9223372036854775808\. Expected an integer below 2\*\*63\.$"),
+        ({"steps_per_epoch": 10**23}, r"`--steps_per_epoch`\. Received: steps_per_epoch=10+\. Expected an integer below"),
+        ({"collective_timeout": float("inf")}, r"`--collective_timeout`\. Received: collective_timeout=inf\. Expected a finite"),
+        ({"connect_timeout": float("inf")}, r"`--connect_timeout`\. Received: connect_timeout=inf\. Expected a finite"),
+        ({"progress_timeout": float("inf")}, r"`--progress_timeout`\. Received: progress_timeout=inf\. Expected a finite"),
+        ({"image_size": 8192}, r"`--image_size`\. Received: num_classes=4, image_size=8192\. Expected .*image_size <= 4096"),
+        ({"num_classes": 300}, r"`--num_classes`\. Received: num_classes=300, .*Expected num_classes <= 256"),
+        ({"num_classes": 3}, r"`--num_classes` for shapes\. Received: num_classes=3\. Expected at least 4"),
+        ({"encoder_weights": "w.h5"}, r"Unexpected `--encoder_weights` with encoder='unet'"),
+        ({"encoder": "mobilenetv2", "encoder_weights": "/nonexistent/w.h5"},
+         r"`--encoder_weights`: No such file or directory\. Received: encoder_weights='/nonexistent/w.h5'"),
+        ({"encoder": "mobilenetv2", "encoder_weights": __file__},
+         r"`--encoder_weights`: not an HDF5 or \.keras file\. Received"),
+        ({"encoder": "mobilenetv2", "encoder_weights": str(Path(__file__).parent)}, r"`--encoder_weights`: Is a directory"),
     ],
 )
 def test_bad_values(overrides, match):
     with pytest.raises(UserError, match=match):
         config_lib.build_config(overrides=overrides)
+
+
+def test_encoder_weights_in_a_weights_file_and_the_largest_sizes_are_accepted(tmp_path):
+    weights = tmp_path / "mobilenet.weights.h5"
+    weights.write_bytes(config_lib.WEIGHTS_SIGNATURES[".h5"] + b"rest")
+    config = config_lib.build_config(overrides={"encoder": "mobilenetv2", "encoder_weights": str(weights),
+                                                "image_size": 4096, "num_classes": 256, "seed": 2**32 - 1})
+    assert config.model.encoder_weights == str(weights) and config.data.num_classes == 256
 
 
 def test_deterministic_turns_augmentation_off():

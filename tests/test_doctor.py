@@ -296,6 +296,12 @@ def test_without_a_driver_no_gpu_and_without_its_uuids_a_uuid_counts(three_gpus,
     (["--cluster=configs/clusters/local_mwm.yaml", "--task=worker:7"], "error: Invalid value for `--task`"),
     (["--devices=gpu"], "error: invalid command line: flag --devices=gpu"),
     ([], "error: Missing `--cluster`"),
+    (["--cluster=configs/clusters/local_mwm.yaml", "--task=worker:0", "--connect_timeout=nan"],
+     "error: invalid command line: flag --connect_timeout=nan: --connect_timeout must be a finite number"),
+    (["--cluster=configs/clusters/local_mwm.yaml", "--task=worker:0", "--connect_timeout=inf"],
+     "error: invalid command line: flag --connect_timeout=inf: --connect_timeout must be a finite number"),
+    (["--cluster=configs/clusters/local_mwm.yaml", "--task=worker:0", "--model_dir=README.md"],
+     "error: Invalid value for `--model_dir`: not a directory. Received: 'README.md', an existing file."),
 ])
 def test_bad_flags_are_one_line_and_status_2(args, expected):
     result, _ = doctor(*args, timeout=30)

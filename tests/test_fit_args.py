@@ -65,7 +65,48 @@ CASES = {
     "sample_weight with a Dataset": ({"x": "dataset", "y": None, "batch_size": None, "sample_weight": np.ones(8)},
                                      "Invalid `sample_weight` with a dataset `x`."),
     "no batch_size": ({"batch_size": None}, "Missing `batch_size`. Received: batch_size=None."),
+    "model_fn a model": ({"model_fn": "a model"}, "Invalid `model_fn`. Received: a Sequential"),
+    "initial_epoch True": ({"epochs": 2, "initial_epoch": True},
+                           "Invalid `epochs`/`initial_epoch`. Received: epochs=2, initial_epoch=True."),
+    "validation_data y None": ({"validation_data": (X, None)}, "Invalid `validation_data`. Received: x_val="),
+    "class_weight NaN": ({"class_weight": {0: float("nan")}}, "Invalid `class_weight`. Received: {0: nan}."),
+    "class_weight negative": ({"class_weight": {0: -1.0}}, "Invalid `class_weight`. Received: {0: -1.0}."),
+    "class_weight negative class": ({"class_weight": {-1: 2.0}}, "Invalid `class_weight`. Received: {-1: 2.0}."),
+    "strategy unknown": ({"strategy": "horovod"}, "Invalid value for `--strategy`. Received: strategy='horovod'."),
+    "cpu_devices a string": ({"cpu_devices": "2"},
+                             "Invalid value for `runtime.cpu_devices` in tfdist.fit. Received: cpu_devices='2'. "
+                             "Expected an int."),
+    "cpu_devices negative": ({"cpu_devices": -1}, "Invalid value for `--cpu_devices`. Received: cpu_devices=-1."),
+    "connect_timeout a string": ({"connect_timeout": "60"},
+                                 "Invalid value for `runtime.connect_timeout` in tfdist.fit. Received: "
+                                 "connect_timeout='60'. Expected a float."),
+    "connect_timeout 0": ({"connect_timeout": 0}, "Invalid value for `--connect_timeout`. Received: connect_timeout=0"),
+    "progress_timeout NaN": ({"progress_timeout": float("nan")},
+                             "Invalid value for `--progress_timeout`. Received: progress_timeout=nan."),
+    "progress_timeout infinite": ({"progress_timeout": float("inf")},
+                                  "Invalid value for `--progress_timeout`. Received: progress_timeout=inf. Expected a "
+                                  "finite number."),
+    "seed a string": ({"seed": "a"}, "Invalid value for `seed`. Received: seed='a'."),
+    "seed 1.5": ({"seed": 1.5}, "Invalid value for `seed`. Received: seed=1.5."),
+    "seed negative": ({"seed": -1}, "Invalid value for `--seed`. Received: seed=-1. Expected an integer in 0..2**32-1."),
+    "verbose a word": ({"verbose": "loud"}, "Invalid value for `verbose`. Received: verbose='loud'."),
+    "shuffle a word": ({"shuffle": "yes"}, "Invalid value for `shuffle`. Received: shuffle='yes'."),
+    "callbacks an int": ({"callbacks": 5}, "Invalid `callbacks`. Received: 5 (int)."),
+    "callbacks of ints": ({"callbacks": [5]}, "Invalid `callbacks`. Received: 5 (int)."),
+    "model_dir a file": ({"model_dir": __file__}, "Invalid `model_dir`: not a directory. Received: "),
+    "model_dir under a file": ({"model_dir": f"{__file__}/run"}, "Invalid `model_dir`: "),
+    "model_dir an int": ({"model_dir": 5}, "Invalid value for `model_dir`. Received: model_dir=5."),
+    "cluster an int": ({"cluster": 5, "task": "worker:0"},
+                       "Invalid value for `runtime.cluster` in tfdist.fit. Received: cluster=5."),
+    "task without cluster": ({"task": "worker:0", "strategy": "multi_worker_mirrored"},
+                             "Missing `--cluster` for --task=worker:0."),
 }
+
+
+def a_model():
+    import keras
+
+    return keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
 
 
 @pytest.fixture
@@ -85,6 +126,8 @@ def test_a_bad_argument_is_one_line_naming_it_before_any_set_up(case, never_set_
                  "verbose": 0, **overrides}
     if isinstance(arguments["x"], str):  # "dataset": made here, in the test
         arguments["x"] = dataset()
+    if arguments["model_fn"] == "a model":  # a built model where a function that builds one belongs
+        arguments["model_fn"] = a_model()
     with pytest.raises(UserError) as caught:
         tfdist.fit(arguments.pop("model_fn"), arguments.pop("x"), arguments.pop("y"), **arguments)
     message = str(caught.value)
@@ -97,3 +140,36 @@ def test_good_arguments_reach_the_set_up(never_set_up):
     with pytest.raises(AssertionError, match="the process was set up"):
         tfdist.fit(model_fn, X, Y, batch_size=4, epochs=2, steps_per_epoch=2, validation_steps=1,
                    validation_data=(X, Y, np.ones(8)), sample_weight=np.ones(8), strategy="mirrored", verbose=0)
+
+
+#: tfdist.setup's misuse: (arguments, the start of the one line). Each is refused before the process is set up.
+SETUP_CASES = {
+    "strategy unknown": ({"strategy": "horovod"}, "Invalid value for `--strategy`. Received: strategy='horovod'."),
+    "cpu_devices a string": ({"cpu_devices": "2"},
+                             "Invalid value for `runtime.cpu_devices` in tfdist.setup. Received: cpu_devices='2'."),
+    "cpu_devices 1.5": ({"cpu_devices": 1.5},
+                        "Invalid value for `runtime.cpu_devices` in tfdist.setup. Received: cpu_devices=1.5."),
+    "connect_timeout a string": ({"connect_timeout": "x"},
+                                 "Invalid value for `runtime.connect_timeout` in tfdist.setup."),
+    "bytes_per_pack negative": ({"bytes_per_pack": -1}, "Invalid value for `--bytes_per_pack`. Received: "),
+    "collective_timeout infinite": ({"collective_timeout": float("inf")},
+                                    "Invalid value for `--collective_timeout`. Received: collective_timeout=inf."),
+    "communication unknown": ({"communication": "mpi"}, "Invalid value for `--communication`."),
+    "cluster an int": ({"cluster": 3, "task": "worker:0"}, "Invalid value for `runtime.cluster` in tfdist.setup."),
+    "verbose a word": ({"verbose": "x"}, "Invalid value for `verbose` of tfdist.setup. Received: verbose='x'."),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SETUP_CASES))
+def test_a_bad_argument_of_setup_is_one_line_naming_it_before_any_set_up(case, monkeypatch):
+    from tfdist.runtime import session
+
+    def reached(*args, **kwargs):
+        raise AssertionError("the process was set up before the arguments were checked")
+
+    monkeypatch.setattr(session, "place", reached)
+    monkeypatch.setattr(session, "setup_tensorflow", reached)
+    arguments, expected = SETUP_CASES[case]
+    with pytest.raises(UserError) as caught:
+        tfdist.setup(**arguments)
+    assert str(caught.value).startswith(expected), str(caught.value)

@@ -283,6 +283,20 @@ def test_a_missing_command_is_a_user_error(tmp_path):
     assert proc.text().strip().splitlines()[-1].startswith("error: Missing COMMAND")
 
 
+@pytest.mark.parametrize("flag", ["--grace_seconds=nan", "--grace_seconds=inf", "--shutdown_timeout=nan",
+                                  "--shutdown_timeout=inf"])
+def test_a_timeout_that_is_not_a_finite_number_is_one_line_and_nothing_starts(tmp_path, flag):
+    cluster = loopback_cluster(tmp_path / "c.yaml", worker=1)
+    marker = tmp_path / "started"
+    result = subprocess.run([sys.executable, "-m", "tfdist.launch", f"--cluster={cluster}", "--local", flag, "--",
+                             "touch", str(marker)], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert result.returncode == 2, result.stdout + result.stderr
+    name = flag.split("=")[0]
+    assert result.stderr.splitlines() == [f"error: invalid command line: flag {flag}: {name} must be a finite "
+                                          "number of seconds"], result.stderr
+    assert not marker.exists()
+
+
 def test_a_plain_tensorflow_multi_worker_script_runs_unchanged(tmp_path):
     """examples/plain_tf_multi_worker.py reads TF_CONFIG itself; both workers end with the same weights."""
     cluster = loopback_cluster(tmp_path / "c.yaml", worker=2)

@@ -7,7 +7,6 @@ does inside its ``tf.function``.
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import tensorflow as tf
 

@@ -191,6 +191,27 @@ def _config_not_utf8(tmp_path, stack):
     return [f"--config={path}"], f"Invalid experiment file {path}: it is not UTF-8 text. Received: byte b'\\xff'"
 
 
+def _model_dir_a_file(tmp_path, stack):
+    path = tmp_path / "run.txt"
+    path.write_text("a file")
+    return [f"--model_dir={path}"], f"Invalid `--model_dir`: not a directory. Received: '{path}', an existing file."
+
+
+def _params(text: bytes, needle: str):
+    """A case whose --model_dir holds a params.yaml of ``text``, which no tfdist run wrote; ``needle`` after its path."""
+    def case(tmp_path, stack):
+        (tmp_path / "old").mkdir()
+        (tmp_path / "old" / "params.yaml").write_bytes(text)
+        return [f"--model_dir={tmp_path / 'old'}"], needle.format(tmp_path / "old" / "params.yaml")
+    return case
+
+
+def _dump_weights_a_file(tmp_path, stack):
+    path = tmp_path / "weights"
+    path.write_text("a file")
+    return [f"--dump_weights={path}"], f"Invalid value for `--dump_weights`: not a directory. Received: '{path}'"
+
+
 #: Cases whose check runs after TensorFlow has started (and printed its start-up lines): the rendezvous
 #: of the peers ends right before the strategy binds the gRPC port, once TensorFlow's devices are set up.
 AFTER_TENSORFLOW_STARTS = {"connect_timeout"}
@@ -219,6 +240,13 @@ BAD_INPUT = [
      "global_batch_size=3 with 2 replicas"),
     ("resume_other_batch", ["--global_batch_size=16"], "it holds a run with train.global_batch_size=8"),
     ("resume_other_model", ["--base_filters=8"], "it holds a run with model.base_filters=4"),
+    ("model_dir_a_file", _model_dir_a_file, None),
+    ("model_dir_under_a_file", ["--model_dir=README.md/run"], "Invalid `--model_dir`: README.md is a file."),
+    ("params_not_utf8", _params(b"model: {base_filters: \xff}\n", "Cannot read {}: it is not UTF-8 text"), None),
+    ("params_not_a_mapping", _params(b"- 1\n", "Invalid {}: not a mapping of sections"), None),
+    ("dump_weights_a_file", _dump_weights_a_file, None),
+    ("seed_out_of_range", ["--seed=-1"], "seed=-1. Expected an integer in 0..2**32-1."),
+    ("shapes_fewer_classes", ["--num_classes=3"], "`--num_classes` for shapes. Received: num_classes=3."),
 ]
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -22,7 +23,7 @@ import yaml
 from tfdist import strategies
 from tfdist.cluster import sources
 from tfdist.cluster.spec import ENVIRONMENT_CLUSTERS
-from tfdist.errors import UserError
+from tfdist.errors import UserError, article
 
 #: The ``--strategy`` names: the strategy registry's.
 STRATEGIES = strategies.NAMES
@@ -39,6 +40,8 @@ COMMUNICATIONS = ("auto", "ring", "nccl")
 
 #: Classes of each dataset when ``num_classes`` is left at 0.
 DATASET_NUM_CLASSES = {"shapes": 4, "oxford_iiit_pet": 3}
+#: Masks are 8-bit class indices; larger images than this do not fit a host's memory in a batch.
+MAX_NUM_CLASSES, MAX_IMAGE_SIZE = 256, 4096
 
 
 def _experiments_dir() -> Path:
@@ -166,7 +169,7 @@ def _coerce(section: str, name: str, value: Any, where: str) -> Any:
     if not ok:
         raise UserError(
             f"Invalid value for `{section}.{name}` in {where}. Received: {name}={value!r}. "
-            f"Expected a {kind.__name__}."
+            f"Expected {article(kind.__name__)}."
         )
     return value
 
@@ -185,6 +188,16 @@ def override(config: Config, values: Mapping[str, Any], where: str = "flags") ->
         config,
         **{s: dataclasses.replace(getattr(config, s), **v) for s, v in per_section.items()},
     )
+
+
+def runtime_config(where: str, **values: Any) -> RuntimeConfig:
+    """The ``RuntimeConfig`` of an API call's arguments (``where``: ``tfdist.fit``), each checked for its type."""
+    return override(Config(), values, where=where).runtime
+
+
+def path_text(value: Any) -> Any:
+    """An API's path argument as the config holds it: a ``str`` (``""`` for None); anything else as it is, to be refused."""
+    return "" if value is None else os.fspath(value) if isinstance(value, os.PathLike) else value
 
 
 def resolve_experiment_path(name: str) -> Path:
@@ -267,6 +280,16 @@ def _at_least(name: str, value: float, low: float) -> None:
         raise UserError(f"Invalid value for `--{name}`. Received: {name}={value!r}. Expected a number >= {low}.")
 
 
+def _check_magnitudes(config: Config) -> None:
+    """Every int fits TensorFlow's int64, and every float is finite (a timeout of 0 is the one that means "off")."""
+    for name, section in FIELD_SECTION.items():
+        value = getattr(getattr(config, section), name)
+        expected = ("an integer below 2**63" if type(value) is int and not -(2**63) <= value < 2**63 else
+                    "a finite number" if type(value) is float and not math.isfinite(value) else None)
+        if expected:
+            raise UserError(f"Invalid value for `--{name}`. Received: {name}={value!r}. Expected {expected}.")
+
+
 def validate(config: Config) -> Config:
     """Check every field and fill the values that derive from others; returns the final config."""
     rt, data, model, train = config.runtime, config.data, config.model, config.train
@@ -289,6 +312,9 @@ def validate(config: Config) -> Config:
         ("log_every", 1), ("checkpoint_every", 1),
     ):
         _at_least(name, getattr(getattr(config, FIELD_SECTION[name]), name), low)
+    _check_magnitudes(config)
+    if not 0 <= train.seed < 2**32:
+        raise UserError(f"Invalid value for `--seed`. Received: seed={train.seed}. Expected an integer in 0..2**32-1.")
     strategies.check_ps_shards(rt.ps_shards)
     if not (0 <= model.dropout < 1):
         raise UserError(f"Invalid value for `--dropout`. Received: dropout={model.dropout!r}. Expected 0 <= dropout < 1.")
@@ -303,6 +329,13 @@ def validate(config: Config) -> Config:
         raise UserError(f"Missing `--num_classes` for dataset={data.dataset!r}. Received: num_classes=0. Expected an integer >= 2.")
     if num_classes < 2:
         raise UserError(f"Invalid value for `--num_classes`. Received: num_classes={num_classes}. Expected an integer >= 2.")
+    if num_classes > MAX_NUM_CLASSES or data.image_size > MAX_IMAGE_SIZE:
+        raise UserError(f"Invalid value for `--{'num_classes' if num_classes > MAX_NUM_CLASSES else 'image_size'}`. "
+                        f"Received: num_classes={num_classes}, image_size={data.image_size}. Expected num_classes <= "
+                        f"{MAX_NUM_CLASSES} (masks hold 8-bit class indices) and image_size <= {MAX_IMAGE_SIZE}.")
+    if data.dataset == "shapes" and num_classes < DATASET_NUM_CLASSES["shapes"]:
+        raise UserError(f"Invalid value for `--num_classes` for shapes. Received: num_classes={num_classes}. Expected "
+                        f"at least {DATASET_NUM_CLASSES['shapes']} (background and three shapes), or no --num_classes.")
     if data.dataset == "oxford_iiit_pet" and num_classes != 3:
         raise UserError(f"Invalid value for `--num_classes` for oxford_iiit_pet. Received: num_classes={num_classes}. Expected 3 (pet, background, border).")
     if model.encoder == "unet" and data.image_size % (2**model.depth):
@@ -310,6 +343,8 @@ def validate(config: Config) -> Config:
             f"Invalid value for `--image_size`. Received: image_size={data.image_size} with depth={model.depth}. "
             f"Expected a multiple of 2**depth={2**model.depth}."
         )
+    if model.encoder_weights:
+        check_encoder_weights(model.encoder, model.encoder_weights)
     sources.check_flags(rt.cluster, rt.task, rt.slurm_tasks)
     if rt.cluster and rt.cluster not in ENVIRONMENT_CLUSTERS and not rt.task:
         raise UserError(f"Missing `--task` for --cluster={rt.cluster}. Received: task=''. Expected type:index, e.g. worker:0.")
@@ -322,6 +357,26 @@ def validate(config: Config) -> Config:
         config, data=data, model=model,
         train=dataclasses.replace(train, model_dir=model_dir, steps_per_loop=steps_per_loop),
     )
+
+
+#: The first bytes of the weights files Keras loads: HDF5 (``.h5``, ``.weights.h5``) and zip (``.keras``).
+WEIGHTS_SIGNATURES = {".h5": b"\x89HDF\r\n\x1a\n", ".keras": b"PK\x03\x04"}
+
+
+def check_encoder_weights(encoder: str, path: str) -> None:
+    """Refuse ``--encoder_weights`` that Keras could not load: another encoder, or not a weights file."""
+    expected = "Expected a local MobileNetV2 weights file (.h5 or .keras) with --encoder=mobilenetv2."
+    if encoder != "mobilenetv2":
+        raise UserError(f"Unexpected `--encoder_weights` with encoder={encoder!r}. Received: encoder_weights={path!r}. "
+                        f"{expected}")
+    try:
+        head = Path(path).read_bytes()[:8]  # a directory or a missing file: OSError
+    except OSError as e:
+        raise UserError(f"Invalid value for `--encoder_weights`: {e.strerror or type(e).__name__}. "
+                        f"Received: encoder_weights={path!r}. {expected}") from None
+    if not head.startswith(WEIGHTS_SIGNATURES.get(Path(path).suffix.lower(), b"-")):
+        raise UserError(f"Invalid value for `--encoder_weights`: not an HDF5 or .keras file. "
+                        f"Received: encoder_weights={path!r}. {expected}")
 
 
 def build_config(experiment: str | None = None, overrides: Mapping[str, Any] | None = None) -> Config:

@@ -111,6 +111,21 @@ def absl_flags_parser(argv: Sequence[str]) -> list[str]:
         fail(f"invalid command line: {e}")
 
 
+def require_finite(*names: str, flag_values=None) -> None:
+    """Refuse NaN and infinity for the float flags ``names`` when they are parsed (one line, status 2).
+
+    absl's ``lower_bound`` lets both through (NaN compares false both ways), and a wait
+    of NaN or infinite seconds never ends.
+    """
+    import math
+
+    from absl import flags
+
+    for name in names:
+        flags.register_validator(name, lambda value: value is None or math.isfinite(value),
+                                 message=f"--{name} must be a finite number of seconds", flag_values=flag_values or flags.FLAGS)
+
+
 def run_main(main: Callable[[list[str]], int | None], define_flags: Callable[[], None] | None = None) -> None:
     """Run an absl ``main``: ``UserError`` ends it with status 2, ``RunFailed`` with its own, one line each.
 

@@ -73,8 +73,8 @@ from absl import flags
 
 from tfdist import cluster as cluster_lib
 from tfdist.cluster.network import free_ports, is_loopback, port_in_use
-from tfdist.errors import EXIT_CODES, PERMANENT_EXIT_CODES, PREEMPTED_EXIT_CODE, UserError, run_main
 from tfdist.deploy.processes import LocalCluster, Signals
+from tfdist.errors import EXIT_CODES, PERMANENT_EXIT_CODES, PREEMPTED_EXIT_CODE, UserError, require_finite, run_main
 
 FLAGS = flags.FLAGS
 
@@ -103,6 +103,7 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
                        lower_bound=0.0, flag_values=flag_values)
     flags.DEFINE_float("shutdown_timeout", 60.0, "Seconds the other tasks may run on after the leader has finished.",
                        lower_bound=0.0, flag_values=flag_values)
+    require_finite("grace_seconds", "shutdown_timeout", flag_values=flag_values)
 
 
 # --------------------------------------------------------------------------- addresses and environments

@@ -118,19 +118,50 @@ class RunDir:
         path.mkdir(parents=True)
         return path
 
-    def check_resume(self, config) -> None:
-        """Refuse a run directory whose model or data differ from ``config`` (``RESUME_KEYS``).
+    def check_place(self, name: str = "--model_dir") -> None:
+        """Refuse a path that cannot hold a run directory, before anything is written.
+
+        ``name`` is how the caller's user gave the path (``--model_dir``, or ``model_dir`` of ``tfdist.fit``).
 
         Raises:
-            UserError: ``params.yaml`` cannot be read, or holds another value
-                of a setting that must not change.
+            UserError: the path is a file, lies under a file, or its ``params.yaml`` is not a file.
         """
+        expected = "Expected a directory (an existing run's, or a new one)."
+        if self.path.exists() and not self.path.is_dir():
+            raise UserError(f"Invalid `{name}`: not a directory. Received: {str(self.path)!r}, an existing file. {expected}")
+        above = next((p for p in self.path.parents if p.exists()), None)
+        if above is not None and not above.is_dir():
+            raise UserError(f"Invalid `{name}`: {above} is a file. Received: {str(self.path)!r}. {expected}")
+        if self.params.exists() and not self.params.is_file():
+            raise UserError(f"Invalid `{name}`: its {self.params.name} is not a file. Received: {str(self.path)!r}. "
+                            f"{expected}")
+
+    def _old_params(self) -> dict:
+        """The ``params.yaml`` of the run there (``{}`` without one), as sections of settings."""
         if not self.params.is_file():
-            return
+            return {}
+        expected = "Expected the params.yaml of an earlier tfdist run, or a new --model_dir."
         try:
-            old = yaml.safe_load(self.params.read_text()) or {}
+            old = yaml.safe_load(self.params.read_text(encoding="utf-8")) or {}
+        except UnicodeDecodeError as e:
+            raise UserError(f"Cannot read {self.params}: it is not UTF-8 text (byte {e.object[e.start:e.start + 1]!r} "
+                            f"at offset {e.start}). {expected}") from None
         except (OSError, yaml.YAMLError) as e:
-            raise UserError(f"Cannot read {self.params}: {e}. Expected the params.yaml of an earlier tfdist run.") from None
+            raise UserError(f"Cannot read {self.params}: {' '.join(str(e).split())}. {expected}") from None
+        sections = old.values() if isinstance(old, dict) else ()
+        if not isinstance(old, dict) or not all(s is None or isinstance(s, dict) for s in sections):
+            raise UserError(f"Invalid {self.params}: not a mapping of sections. Received: {str(old)[:60]!r}. {expected}")
+        return old
+
+    def check_resume(self, config) -> None:
+        """Refuse a run directory that cannot be one (``check_place``), or whose model or data differ from ``config``.
+
+        Raises:
+            UserError: the path cannot be a run directory; ``params.yaml`` cannot be
+                read, or holds another value of a setting that must not change (``RESUME_KEYS``).
+        """
+        self.check_place()
+        old = self._old_params()
         new = config_lib.to_dict(config)
         for section, keys in RESUME_KEYS.items():
             for key in keys:

@@ -52,6 +52,11 @@ def main(argv: list[str]) -> int:
         from tfdist.errors import UserError
 
         raise UserError(f"Unexpected arguments. Received: {' '.join(argv[1:])}. Expected only --flags.")
+    if FLAGS.dump_weights and os.path.exists(FLAGS.dump_weights) and not os.path.isdir(FLAGS.dump_weights):
+        from tfdist.errors import UserError
+
+        raise UserError(f"Invalid value for `--dump_weights`: not a directory. Received: {FLAGS.dump_weights!r}, an "
+                        "existing file. Expected a directory for the weights files (existing or new).")
     from tfdist.segmentation.experiment import run
 
     summary = run(config_from_flags(), weights_dir=FLAGS.dump_weights)

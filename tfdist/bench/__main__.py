@@ -61,8 +61,9 @@ FLAGS = flags.FLAGS
 def define_flags() -> None:
     flags.DEFINE_bool("quick", False, "16 timed steps and one repeat of every row; no time to accuracy and no "
                       "preemption unless asked for.")
-    flags.DEFINE_integer("steps", 0, "Timed steps per row (0: 16 with --quick, else 64).")
-    flags.DEFINE_integer("repeats", 0, "Repeats of every row; ratios are paired within a repeat (0: 1 with --quick, else 3).")
+    flags.DEFINE_integer("steps", 0, "Timed steps per row (0: 16 with --quick, else 64).", lower_bound=0)
+    flags.DEFINE_integer("repeats", 0, "Repeats of every row; ratios are paired within a repeat (0: 1 with --quick, "
+                         "else 3).", lower_bound=0)
     flags.DEFINE_string("output", "bench.json", "Where to write the JSON results.")
     flags.DEFINE_string("markdown", None, "Where to write the Markdown table (default: OUTPUT with .md).")
     flags.DEFINE_string("chart", None, "Where to write the PNG chart (default: OUTPUT with .png).")
@@ -77,6 +78,28 @@ def define_flags() -> None:
     flags.DEFINE_string("child", None, "Internal: run these measurements in this process (JSON).")
 
 
+def check_output(name: str, path: str | Path) -> None:
+    """Refuse an output path that cannot be written: a directory, or a path under a file (before measuring)."""
+    path = Path(path)
+    above = next((p for p in path.parents if p.exists()), None)
+    problem = ("an existing directory" if path.is_dir() else
+               f"under {above}, which is a file" if above is not None and not above.is_dir() else None)
+    if problem:
+        raise UserError(f"Invalid value for `--{name}`. Received: {str(path)!r}, {problem}. Expected a file path.")
+
+
+def render(page: Path) -> None:
+    """``--render``: rewrite ``page``'s bench blocks from their JSON; what cannot be read is one line."""
+    if not page.is_file():
+        raise UserError(f"Invalid value for `--render`. Received: {str(page)!r}. Expected a Markdown file.")
+    try:
+        text = tables.render_docs(page, root=Path.cwd())
+    except (OSError, ValueError) as e:  # a missing JSON; not UTF-8 (UnicodeDecodeError), not JSON (ValueError)
+        raise UserError(f"Cannot render `--render` page {page}: {type(e).__name__}: {' '.join(str(e).split())[:200]}. "
+                        "Expected a UTF-8 Markdown page whose bench blocks name JSON results files.") from None
+    page.write_text(text)
+
+
 def main(argv: list[str]) -> int:
     if FLAGS.child:
         run_child(FLAGS.child)
@@ -84,11 +107,12 @@ def main(argv: list[str]) -> int:
     if len(argv) > 1:
         raise UserError(f"Unexpected arguments. Received: {' '.join(argv[1:])}. Expected only --flags.")
     if FLAGS.render:
-        page = Path(FLAGS.render)
-        if not page.is_file():
-            raise UserError(f"Invalid value for `--render`. Received: {FLAGS.render}. Expected a Markdown file.")
-        page.write_text(tables.render_docs(page, root=Path.cwd()))
+        render(Path(FLAGS.render))
         return 0
+    output = Path(FLAGS.output)
+    for name, path in (("output", output), ("markdown", FLAGS.markdown or output.with_suffix(".md")),
+                       ("chart", FLAGS.chart or output.with_suffix(".png"))):
+        check_output(name, path)
     results = run_benchmark(quick=FLAGS.quick, steps=FLAGS.steps, repeats=FLAGS.repeats, only=FLAGS.only,
                             scaling=FLAGS.scaling, accuracy=FLAGS.time_to_accuracy, preemption=FLAGS.preemption,
                             log=lambda m: print(m, flush=True))

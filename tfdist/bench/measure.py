@@ -33,6 +33,7 @@ from typing import Callable
 from tfdist import config as config_lib
 from tfdist.bench.rows import ChildJob, Measured, RowSpec
 from tfdist.deploy.in_process import in_process_cluster
+from tfdist.errors import UserError
 from tfdist.strategies import make_strategy, set_grpc_fail_fast, setup_host, traits
 
 Measurement = Callable[[RowSpec], tuple[Measured, float | None]]
@@ -307,7 +308,11 @@ _MEASURES: dict[str, Measurement] = {
 
 def run_child(job_json: str) -> None:
     """Run a ``ChildJob``'s rows in order in this process; one ``Measured`` line on stdout each."""
-    job = ChildJob.from_json(job_json)
+    try:
+        job = ChildJob.from_json(job_json)
+    except (ValueError, KeyError, TypeError) as e:
+        raise UserError(f"Invalid value for `--child` (internal: the benchmark's own rows). Received: "
+                        f"{job_json[:60]!r} ({type(e).__name__}). Expected the JSON of a ChildJob.") from None
     for spec in job.rows:
         row_start = time.time()
         measured, first_step_at = _MEASURES[spec.kind](spec)

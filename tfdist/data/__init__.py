@@ -12,9 +12,11 @@ line, exit status 2) before TensorFlow starts and prints its start-up lines.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tfdist.data.shapes import generate_shapes
+from tfdist.errors import UserError
 
 if TYPE_CHECKING:
     from tfdist.config import DataConfig
@@ -34,6 +36,12 @@ def validate_data(data: DataConfig) -> None:
         from tfdist.data.folder import check_folder
 
         check_folder(data)
+    elif data.dataset == "oxford_iiit_pet" and data.data_dir:  # TFDS's directory, which may not exist yet, but cannot be a file
+        path = Path(data.data_dir).expanduser()
+        above = next((p for p in (path, *path.parents) if p.exists()), None)
+        if above is not None and not above.is_dir():
+            raise UserError(f"Invalid value for `--data_dir`: {above} is a file. Received: data_dir={data.data_dir!r}. "
+                            f"Expected the TFDS data directory of {data.dataset} (existing or new).")
 
 
 def __getattr__(name: str):

@@ -49,7 +49,7 @@ from tfdist.doctor import probe as doctor
 from tfdist.doctor import meet
 from tfdist.cluster.spec import ENVIRONMENT_CLUSTERS, SLURM, ClusterSpec, source_name
 from tfdist.cluster.task import Task
-from tfdist.errors import DONE_EXIT_CODE, USAGE_EXIT_CODE, UserError, run_main
+from tfdist.errors import DONE_EXIT_CODE, USAGE_EXIT_CODE, UserError, require_finite, run_main
 
 FLAGS = flags.FLAGS
 
@@ -80,6 +80,7 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
                         flag_values=flag_values)
     flags.DEFINE_float("connect_timeout", 60.0, "Meeting: seconds to wait for the other tasks to show up.",
                        lower_bound=0.0, flag_values=flag_values)
+    require_finite("connect_timeout", flag_values=flag_values)
     flags.DEFINE_enum("devices", "tensorflow", DEVICES, "Meeting: count GPUs as TensorFlow sees them (imports "
                       "it, seconds), from the NVIDIA driver and CUDA_VISIBLE_DEVICES (fast), or not at all.",
                       flag_values=flag_values)
@@ -253,6 +254,9 @@ def main(argv: list[str]) -> int:
             + ("--running only without --task (or with --nomeet)." if meeting
                else "--model_dir, --connect_timeout and --devices only with --task or TF_CONFIG (a meeting).")
         )
+    if FLAGS.model_dir and os.path.exists(FLAGS.model_dir) and not os.path.isdir(FLAGS.model_dir):
+        raise UserError(f"Invalid value for `--model_dir`: not a directory. Received: {FLAGS.model_dir!r}, an existing "
+                        "file. Expected the run directory on the storage every task shares (existing or new).")
     return gather(task) if meeting else probe(spec)
 
 

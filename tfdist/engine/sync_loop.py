@@ -22,7 +22,6 @@ from tfdist import _compat
 
 def input_context(strategy) -> tf.distribute.InputContext:
     """The ``InputContext`` that ``distribute_datasets_from_function`` gives this worker's pipeline."""
-    extended = strategy.extended
     return tf.distribute.InputContext(
         num_input_pipelines=_compat.num_input_pipelines(strategy),
         input_pipeline_id=_compat.input_pipeline_id(strategy),

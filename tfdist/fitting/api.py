@@ -66,7 +66,7 @@ import tempfile
 
 from tfdist import config as config_lib
 from tfdist.errors import Preempted, UserError
-from tfdist.fitting.args import check_fit_args
+from tfdist.fitting.args import check_fit_args, check_run_args
 from tfdist.rundir import RunDir
 from tfdist.runtime import session as session_lib
 from tfdist.runtime.lifecycle import training_task
@@ -130,6 +130,9 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy:
     check_fit_args(model_fn, x, y, batch_size=batch_size, epochs=epochs, initial_epoch=initial_epoch,
                    steps_per_epoch=steps_per_epoch, validation_data=validation_data,
                    validation_steps=validation_steps, sample_weight=sample_weight, class_weight=class_weight)
+    runtime = check_run_args(strategy=strategy or "one_device", cpu_devices=cpu_devices, cluster=cluster, task=task,
+                             connect_timeout=connect_timeout, progress_timeout=progress_timeout, seed=seed,
+                             model_dir=model_dir, shuffle=shuffle, verbose=verbose, callbacks=callbacks)
     session = session_lib.current()
     if session is not None:
         if strategy not in (None, session.runtime.strategy):
@@ -137,12 +140,9 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy:
                             f"and the process is set up for {session.runtime.strategy!r}. Expected strategy=None "
                             "or the set-up's own.")
         strategy = session.runtime.strategy
-        runtime = dataclasses.replace(session.runtime, progress_timeout=progress_timeout)
+        runtime = dataclasses.replace(session.runtime, progress_timeout=runtime.progress_timeout)
     else:
-        strategy = strategy or "one_device"
-        runtime = config_lib.RuntimeConfig(strategy=strategy, cpu_devices=cpu_devices, cluster=cluster or "",
-                                           task=task or "", connect_timeout=connect_timeout,
-                                           progress_timeout=progress_timeout)
+        strategy = runtime.strategy
     temporary = model_dir is None
     model_dir = tempfile.mkdtemp(prefix="tfdist-fit-") if temporary else str(model_dir)
     config = config_lib.Config(runtime=runtime,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numbers
 
-from tfdist.errors import UserError
+from tfdist.errors import UserError, short
 
 
 def _is_dataset(value) -> bool:
@@ -58,6 +58,10 @@ def split_validation(validation_data) -> tuple:
     if isinstance(validation_data, (tuple, list)) and len(validation_data) in (2, 3):
         x_val, y_val, *weights = validation_data
         sample_weight = weights[0] if weights else None
+        if x_val is None or y_val is None:
+            raise UserError(f"Invalid `validation_data`. Received: x_val={short(x_val, 40)}, y_val={short(y_val, 40)}. "
+                            "Expected (x_val, y_val) numpy arrays, (x_val, y_val, sample_weight_val), or a "
+                            "tf.data.Dataset of (x, y) global batches.")
         if _is_dataset(x_val) or callable(x_val):
             raise UserError("Invalid `validation_data`. Received: a tuple holding a dataset. Expected (x_val, "
                             "y_val) numpy arrays, (x_val, y_val, sample_weight_val), or a tf.data.Dataset of "
@@ -75,6 +79,13 @@ def split_validation(validation_data) -> tuple:
                     "(x_val, y_val, sample_weight_val), or a tf.data.Dataset of (x, y) global batches.")
 
 
+def _is_layer(value) -> bool:
+    """A Keras model or layer: callable, but not a function that builds one."""
+    import keras
+
+    return isinstance(value, keras.layers.Layer)
+
+
 def _check_dataset_elements(name: str, dataset) -> None:
     """A Dataset must yield ``(x, y)`` or ``(x, y, sample_weight)`` batches, as Keras' ``fit`` reads them."""
     spec = dataset.element_spec
@@ -83,14 +94,58 @@ def _check_dataset_elements(name: str, dataset) -> None:
                         "Dataset of (x, y) or (x, y, sample_weight) batches.")
 
 
+def check_run_args(*, strategy, cpu_devices, cluster, task, connect_timeout, progress_timeout, seed, model_dir,
+                   shuffle, verbose, callbacks):
+    """Refuse a bad run argument of ``tfdist.fit`` (one line naming it); returns the checked ``RuntimeConfig``.
+
+    ``model_dir`` may be a new directory, an existing one, or None; never a file.
+    """
+    import os
+
+    from tfdist import config as config_lib
+    from tfdist.rundir import RunDir
+
+    runtime = config_lib.runtime_config(
+        "tfdist.fit", strategy=strategy, cpu_devices=cpu_devices, cluster=config_lib.path_text(cluster),
+        task=task or "", connect_timeout=connect_timeout, progress_timeout=progress_timeout)
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
+        raise UserError(f"Invalid value for `seed`. Received: seed={seed!r}. Expected None or an integer.")
+    if model_dir is not None and not isinstance(model_dir, (str, os.PathLike)):
+        raise UserError(f"Invalid value for `model_dir`. Received: model_dir={model_dir!r}. Expected None or a "
+                        "directory path.")
+    config_lib.validate(config_lib.Config(runtime=runtime, train=config_lib.TrainConfig(
+        seed=int(seed or 0), model_dir=os.fspath(model_dir) if model_dir is not None else "")))
+    if model_dir is not None:
+        RunDir(model_dir).check_place("model_dir")
+    if not isinstance(shuffle, (bool, numbers.Integral)):
+        raise UserError(f"Invalid value for `shuffle`. Received: shuffle={shuffle!r}. Expected a bool.")
+    if verbose != "auto" and not isinstance(verbose, numbers.Integral):
+        raise UserError(f"Invalid value for `verbose`. Received: verbose={verbose!r}. Expected 0, 1, 2 or 'auto'.")
+    _check_callbacks(callbacks)
+    return runtime
+
+
+def _check_callbacks(callbacks) -> None:
+    """``callbacks``: None, or a list of ``keras.callbacks.Callback`` (as Keras' ``fit`` takes them)."""
+    if callbacks is None:
+        return
+    import keras
+
+    items = list(callbacks) if isinstance(callbacks, (list, tuple)) else None
+    wrong = [c for c in items if not isinstance(c, keras.callbacks.Callback)] if items is not None else [callbacks]
+    if wrong:
+        raise UserError(f"Invalid `callbacks`. Received: {short(wrong[0])} ({type(wrong[0]).__name__}). Expected a "
+                        "list of keras.callbacks.Callback.")
+
+
 def check_fit_args(model_fn, x, y, *, batch_size, epochs, initial_epoch, steps_per_epoch, validation_data,
                    validation_steps, sample_weight, class_weight) -> None:
     """Refuse a bad argument of ``tfdist.fit`` with one line naming it (see the module docstring)."""
-    if not callable(model_fn):
+    if not callable(model_fn) or _is_layer(model_fn):
         raise UserError(f"Invalid `model_fn`. Received: a {type(model_fn).__name__} ({model_fn!r:.60}). Expected "
                         "a function that builds and compiles a keras.Model, called inside the strategy's scope.")
     if not (isinstance(epochs, int) and not isinstance(epochs, bool) and isinstance(initial_epoch, int)
-            and epochs >= 1 and 0 <= initial_epoch < epochs):
+            and not isinstance(initial_epoch, bool) and epochs >= 1 and 0 <= initial_epoch < epochs):
         raise UserError(f"Invalid `epochs`/`initial_epoch`. Received: epochs={epochs!r}, "
                         f"initial_epoch={initial_epoch!r}. Expected 0 <= initial_epoch < epochs.")
     check_positive_int("steps_per_epoch", steps_per_epoch)
@@ -134,9 +189,10 @@ def _check_inputs(x, y, batch_size, sample_weight) -> None:
 def _check_class_weight(class_weight, x, y, sample_weight) -> None:
     """``{class index: weight}``, for one target, without sample weights (as Keras' ``fit`` takes it)."""
     if not isinstance(class_weight, dict) or not class_weight or not all(
-            isinstance(k, numbers.Integral) and isinstance(v, numbers.Real) for k, v in class_weight.items()):
+            isinstance(k, numbers.Integral) and k >= 0 and isinstance(v, numbers.Real) and 0 <= v < float("inf")
+            for k, v in class_weight.items()):
         raise UserError(f"Invalid `class_weight`. Received: {class_weight!r:.80}. Expected a dict "
-                        "{class index: weight}, e.g. {0: 1.0, 1: 5.0}.")
+                        "{class index >= 0: finite weight >= 0}, e.g. {0: 1.0, 1: 5.0}.")
     if sample_weight is not None or (_is_dataset(x) and len(x.element_spec) == 3):
         raise UserError("Invalid `class_weight` with sample weights. Received: both. Expected one of "
                         "class_weight and sample_weight, as Keras' fit takes them.")

@@ -70,8 +70,11 @@ def class_weights_map(class_weight: dict):
     def weigh(x, y):
         labels = tf.convert_to_tensor(y)
         if labels.shape.rank >= 2:
-            labels = tf.cond(tf.shape(labels)[-1] > 1, lambda: tf.argmax(labels, axis=-1, output_type=tf.int32),
-                             lambda: tf.cast(tf.round(tf.squeeze(labels, axis=-1)), tf.int32))
+            one_hot = lambda: tf.argmax(labels, axis=-1, output_type=tf.int32)  # noqa: E731
+            column = lambda: tf.cast(tf.round(tf.squeeze(labels, axis=-1)), tf.int32)  # noqa: E731
+            width = labels.shape[-1]  # where it is known, only the branch that fits it can be built
+            labels = tf.cond(tf.shape(labels)[-1] > 1, one_hot, column) if width is None else (
+                one_hot() if width > 1 else column())
         else:
             labels = tf.cast(tf.round(labels), tf.int32)
         index = tf.where((labels < 0) | (labels >= listed), listed, labels)  # unlisted classes weigh 1.0

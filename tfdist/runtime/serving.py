@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import signal
 import sys
 import tempfile
@@ -42,10 +41,9 @@ from pathlib import Path
 from typing import NoReturn
 
 from tfdist.cluster.address import split_address
-from tfdist.cluster.network import answers
 from tfdist.cluster.peers import POLL_SECONDS, PeerWatch, grpc_bind_errors
 from tfdist.cluster.task import Task
-from tfdist.errors import DONE_EXIT_CODE, EXIT_CODES, PEER_LOST_EXIT_CODE, PREEMPTED_EXIT_CODE, PeerLost
+from tfdist.errors import DONE_EXIT_CODE, EXIT_CODES, PEER_LOST_EXIT_CODE, PREEMPTED_EXIT_CODE
 from tfdist.runtime.preemption import SIGNALS, signal_name
 from tfdist.strategies import set_grpc_fail_fast
 from tfdist.runtime.placement import Placement

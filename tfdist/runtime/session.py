@@ -25,7 +25,6 @@ from typing import Any
 from tfdist import config as config_lib
 from tfdist import strategies
 from tfdist.cluster import network, peers, sources
-from tfdist.cluster.task import Task
 from tfdist.errors import UserError
 from tfdist.runtime.placement import Placement
 from tfdist.runtime.serving import serve
@@ -159,17 +158,19 @@ def setup(strategy: str = "one_device", *, cpu_devices: int = 0, cluster: str | 
         or TensorFlow already started in a way the strategy cannot use.
     """
     global _current
-    runtime = config_lib.RuntimeConfig(
-        strategy=strategy, cpu_devices=cpu_devices, cluster=cluster or "", task=task or "",
+    runtime = config_lib.runtime_config(
+        "tfdist.setup", strategy=strategy, cpu_devices=cpu_devices, cluster=config_lib.path_text(cluster), task=task or "",
         connect_timeout=connect_timeout, communication=communication, bytes_per_pack=bytes_per_pack,
         collective_timeout=collective_timeout)
+    config = config_lib.validate(config_lib.Config(runtime=runtime))
+    if not isinstance(verbose, (bool, int)):
+        raise UserError(f"Invalid value for `verbose` of tfdist.setup. Received: verbose={verbose!r}. Expected a bool.")
     if _current is not None:
         if _current.runtime == runtime:
             return _current.strategy
         raise UserError(f"Invalid second tfdist.setup: this process is already set up for "
                         f"strategy={_current.runtime.strategy!r}. Received: strategy={strategy!r} with other "
                         "arguments. Expected one set-up per process, as TensorFlow fixes it when it starts.")
-    config = config_lib.validate(config_lib.Config(runtime=runtime))
     placement = place(config)
     if placement.role == "evaluate":
         raise UserError(f"Invalid task for tfdist.setup: {placement.name}. Received: an evaluator task. Expected a "

@@ -152,6 +152,7 @@ def run(config, *, verbose: bool = True, cluster_resolver=None, weights_dir: str
     config = config_lib.validate(config)
     placement = place(config, in_process=cluster_resolver is not None)
     run_dir = RunDir(config.train.model_dir)
+    run_dir.check_place()  # before the dataset's checks, which may start TensorFlow
     if placement.role == "train":
         _check_training(config, placement, in_process_cluster=cluster_resolver is not None)
     run_dir.check_resume(config)
