@@ -1,19 +1,12 @@
 """The one registry of strategies: each name's traits, the cluster it needs, and how it is built.
 
-Everything that differs between strategies is a trait here (``Traits``: runs
-as several processes, has a coordinator, listens while its peers join, splits
-the CPU into logical devices, ends with a barrier, ...), read through
-``traits(name)``; no other module compares a strategy's name. ``config`` takes
-its list of names from ``NAMES``.
-
-``make_strategy(name, ...)`` is the only way tfdist builds a strategy (as TF
-Model Garden's ``get_distribution_strategy``): the name is lower-cased and an
-unknown one is refused with the list of valid names.
-
-Devices must be set up before TensorFlow initialises its runtime, and for
-multi-worker collectives before any other op: ``setup_host`` splits the CPU
-into logical devices and sets the inter-op thread pool, and must be called
-first. ``make_strategy`` calls it for you when the runtime is still fresh.
+Everything that differs between strategies is a trait (``Traits``), read
+through ``traits(name)``; no other module compares a strategy's name, and
+``config`` takes its names from ``NAMES``. ``make_strategy(name, ...)`` is the
+only way tfdist builds a strategy: the name is lower-cased and an unknown one is
+refused with the list of valid names. Devices must be set up before TensorFlow
+initialises its runtime (``setup_host``, which ``make_strategy`` calls while the
+runtime is still fresh).
 """
 
 from __future__ import annotations

@@ -1,24 +1,12 @@
 """``python -m tfdist.tfconfig``: the TF_CONFIG of a task, the command of every task, or manifests.
 
-    # TF_CONFIG of one task, as compact JSON
-    python -m tfdist.tfconfig --cluster configs/clusters/example.yaml --task worker:1
-    # the same as a shell line:  eval "$(python -m tfdist.tfconfig ... --export)"
-    python -m tfdist.tfconfig --cluster FILE --task worker:1 --export
-    # for every task, "# type:i on host" and the command to run on that host;
-    # arguments after -- are passed to every tfdist.train command
-    python -m tfdist.tfconfig --cluster FILE --commands --strategy parameter_server -- --epochs 2
-    # inside a Slurm job step (srun): this task's TF_CONFIG, from the allocation
-    srun python -m tfdist.tfconfig --cluster slurm --slurm_tasks chief=1,worker=2,ps=1
-    # Kubernetes: a headless Service and a Job per task (or --emit tfjob: a Kubeflow TFJob)
-    python -m tfdist.tfconfig --cluster FILE --emit kubernetes --image IMAGE --name unet -- --epochs 2
-
-``--strategy`` checks that the cluster has the tasks the strategy needs (and
-with ``--commands`` and ``--emit`` is passed on to every command; ``--emit``
-chooses parameter_server or multi_worker_mirrored when it is not given).
-``--output FILE`` writes to FILE instead of stdout. Every user error ends with
-exit status 2 and one line on stderr. TensorFlow is imported only by
-``--cluster slurm`` (for ``SlurmClusterResolver``), after the Slurm variables
-have been checked.
+``--task worker:1`` prints that task's TF_CONFIG (``--export``: as a shell line),
+``--commands`` each task's command (arguments after ``--`` go to every
+``tfdist.train``), ``--cluster slurm`` this Slurm task's TF_CONFIG, and ``--emit
+kubernetes|tfjob`` manifests. ``--strategy`` checks that the cluster has the
+tasks the strategy needs; ``--output FILE`` writes there. A user error: one line,
+status 2. TensorFlow is imported only by ``--cluster slurm``, after the Slurm
+variables are checked. Examples: docs/notes-from-docstrings.md (Running).
 """
 
 from __future__ import annotations

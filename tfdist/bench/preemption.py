@@ -1,37 +1,13 @@
 """Preemption as a benchmark measurement: what a SIGTERM mid-run costs, from the signal to the resumed first step.
 
-A scheduler that preempts a job sends SIGTERM and runs the same command
-again later; what that costs is the time to stop (tfdist saves a checkpoint
-of the step reached, then exits 42) and the time the relaunch needs before
-it trains again (start-up, restoring the checkpoint, tracing). Each
-measurement runs the benchmark's experiment (``rows.BASE`` as
-``python -m tfdist.train`` flags, a train row logged every step) as real
-processes, the way a user or a scheduler runs it:
-
-1. a fresh start; once ``metrics.jsonl`` has a train row at step
-   ``signal_at`` or later, SIGTERM to the process (to the launcher, for the
-   2-worker ``multi_worker_mirrored`` row under ``python -m tfdist.launch
-   --local``, which forwards it to every task); it must end with status 42;
-2. the same command again, which must resume from the step reached and end
-   with status 0.
-
-Figures (unix times, ``time.time()``): SIGTERM to exit; relaunch (just
-before the process is started) to its first step (``summary.json``'s
-``first_step_at``); the same for the fresh start, read off the moment its
-first train row was written (a preempted run writes no ``summary.json``; with
-``--log_every=1`` that row is written right after the first step: 8 ms after
-``first_step_at``, measured on an uninterrupted run); the ratio of the two;
-the step reached and the step resumed at, which must be equal for these
-synchronous strategies. Anything else (another status, no
-resume, a step lost or repeated, a wait past its bound) raises: a wrong
-figure would hide a broken preemption.
-
-Each measurement runs once, whatever ``--repeats`` says: it starts
-TensorFlow twice (twice two workers), 1.2-2 minutes a row on 2 busy cores.
-The parent runs these itself (no benchmark child): it starts processes,
-never TensorFlow. Every process gets its own session and is killed (its
-group) if still there at the end; a launcher's tasks die with it
-(``processes.die_with``).
+Runs the benchmark's experiment as real processes: a fresh start, SIGTERM once
+``metrics.jsonl`` reaches step ``signal_at`` (it must exit 42), then the same
+command again, which must resume at the step reached and exit 0. Figures: the
+time from SIGTERM to exit, from relaunch to its first step, the same for the
+fresh start, and the step reached and resumed at. Anything else (another status,
+no resume, a step lost or repeated, a wait past its bound) raises. Each
+measurement runs once; the parent runs it (it starts processes, never
+TensorFlow). How each figure is read: docs/notes-from-docstrings.md (The benchmark).
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
 """Beyond this machine, on paper: a latency-bandwidth model of ring all-reduce, fitted and projected.
 
-The model (alpha-beta, as in Thakur et al. and nccl-tests' bus bandwidth):
-one ring all-reduce of ``S`` bytes over ``n`` workers takes
-
-    t(S, n) = 2(n-1) * alpha + 2(n-1)/n * S / B
-
-(``2(n-1)`` steps of a reduce-scatter then an all-gather, each paying one
-latency ``alpha`` and moving ``S/n`` bytes over a link of bus bandwidth
-``B``). ``fit_cost`` fits ``alpha`` and ``B`` to a measured
-``comm.sweep``; ``project`` puts a step's compute time beside the model's
-all-reduce for 8 to 256 workers on 10, 25 and 100 Gbit/s links. It is a
-projection, not a measurement: ``markdown`` says so, states the
-assumptions, and sets published scaling results beside it.
-
-Pure Python, no TensorFlow: the benchmark's parent can call all of it.
+The alpha-beta model (Thakur et al., nccl-tests' bus bandwidth): one ring
+all-reduce of ``S`` bytes over ``n`` workers takes
+``t(S, n) = 2(n-1) * alpha + 2(n-1)/n * S / B``. ``fit_cost`` fits ``alpha`` and
+``B`` to a ``comm.sweep``; ``project`` sets a step's compute time beside the
+model's all-reduce for 8 to 256 workers on 10, 25 and 100 Gbit/s links. It is a
+projection, not a measurement: ``markdown`` says so, states the assumptions, and
+sets published scaling results beside it. Pure Python, no TensorFlow.
 """
 
 from __future__ import annotations

@@ -1,22 +1,13 @@
 """Everything about "where am I in the cluster", without TensorFlow.
 
-A run's cluster flows one way through these modules, each one idea:
-
-- ``address``: the grammar of ``host:port``;
-- ``spec``: ``ClusterSpec``, every task's address by type, validated;
-- ``task``: ``Task``, one task of a spec (this process's), and its TF_CONFIG;
-- ``files``: cluster spec files (YAML or JSON, strict);
-- ``slurm``: the cluster of a Slurm job step (``--cluster slurm``);
-- ``sources``: which of those gives this process its task (flags, TF_CONFIG, Slurm);
-- ``network``: free ports, TCP probes, loopback and public addresses;
-- ``peers``: the bounded rendezvous before TensorFlow binds, and liveness watches;
-- ``commands``: the shell command that starts each task on its host;
-- ``local``: a cluster of in-process gRPC servers for tests and notebooks (imports TensorFlow).
-
-The names most callers need are re-exported here (``from tfdist import cluster;
-cluster.load_cluster_spec(...)``). Only ``slurm.resolve`` and ``local``
-import TensorFlow, and only when called: CLIs read the cluster before they set
-the environment variables and logical devices that TensorFlow reads once.
+A run's cluster flows one way through these modules, each one idea: ``address``
+(``host:port``), ``spec`` (``ClusterSpec``), ``task`` (one task and its
+TF_CONFIG), ``files`` (spec files), ``slurm`` (a Slurm job step), ``sources``
+(which of those gives this process its task), ``network`` (ports and probes),
+``peers`` (the bounded rendezvous), ``commands`` (each task's shell command) and
+``local`` (in-process gRPC servers). The names most callers need are re-exported
+here. Only ``slurm.resolve`` and ``local`` import TensorFlow, and only when
+called: CLIs read the cluster before they set what TensorFlow reads once.
 """
 
 from tfdist.cluster.address import split_address

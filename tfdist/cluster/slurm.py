@@ -1,50 +1,13 @@
 """The cluster of a Slurm job step: ``--cluster slurm``, as TensorFlow's ``SlurmClusterResolver`` lays it out.
 
-Under Slurm there is no cluster spec file to hand around: the allocation
-already says which nodes a job step has and how many tasks run on each, and
-``srun`` starts every task with its rank. ``--cluster slurm`` builds the
-cluster from that, laid out as ``tf.distribute.cluster_resolver.SlurmClusterResolver`` does
-(one ``host:port`` per task, ports from the job's own block upwards on each
-node, see ``job_port_base``),
-and ``--slurm_tasks`` says which TF task types the step's tasks are
-(``worker=2,ps=1``; default: every task a worker)::
-
-    srun python -m tfdist.train --cluster slurm --slurm_tasks chief=1,worker=2,ps=1 \\
-        --strategy parameter_server
-
-What tfdist adds to the resolver, and why:
-
-- Every ``SLURM_*`` value is read and checked here first, so that a run
-  outside ``srun`` or a ``--slurm_tasks`` that does not add up to the step's
-  tasks is one ``UserError`` line before TensorFlow is imported (the resolver
-  raises ``RuntimeError``/``KeyError`` with a traceback). The step's variables
-  (``SLURM_STEP_*``, set by ``srun``) are used when present, else the job's
-  (``SLURM_JOB_NODELIST``, ``SLURM_TASKS_PER_NODE``, ``SLURM_NTASKS``: the
-  batch script itself, e.g. ``tfdist.tfconfig`` run before ``srun``).
-- The node list is expanded by ``scontrol show hostnames`` (Slurm's own
-  expansion, which knows forms such as ``gpu[01-02]-ib`` that the resolver's
-  parser refuses), falling back to the resolver's ``expand_hostlist`` where
-  there is no ``scontrol``.
-- The resolver lists the nodes sorted by name and gives rank r the r-th
-  address: with ``node[9-10]`` (Slurm's order node9, node10; by name node10,
-  node9) or a cyclic task distribution, a task would be given another node's
-  address. tfdist places each task by where it runs instead: the node
-  (``SLURMD_NODENAME``) and its index on that node (``SLURM_LOCALID``) give
-  its position in the resolver's list, so every task's address is its own
-  node and a port no other task on that node uses. ``SLURM_PROCID`` is used
-  only where those two are not set.
-- GPUs are left to Slurm (``--gpus-per-task`` sets each task's
-  ``CUDA_VISIBLE_DEVICES``). The resolver's own split assumes it sees all of a
-  node's GPUs, calls ``nvidia-smi`` when it does not know their number, and
-  fails on a node with fewer GPUs than tasks (a zero step); it is told one
-  GPU per task and not to set ``CUDA_VISIBLE_DEVICES``, which leaves its
-  addresses unchanged.
-
-Task types take ranks in alphabetical order, as in the resolver: chief,
-evaluator, ps, worker. ``layout`` does what the resolver does without
-importing TensorFlow (a job's ``tfdist.tfconfig`` step takes 1 s, not 10-30
-s a task; tests/test_slurm.py checks it against the resolver). Only the
-node-list expansion without ``scontrol`` imports TensorFlow.
+The allocation says which nodes a step has and how many tasks run on each;
+``--slurm_tasks`` says which TF task types they are (default: every task a
+worker). Every ``SLURM_*`` value is checked here first (one ``UserError`` line
+before TensorFlow starts), the node list is expanded by ``scontrol show
+hostnames`` where there is one, and each task is placed by the node it runs on
+(``SLURMD_NODENAME``, ``SLURM_LOCALID``) rather than by rank, which the
+resolver's sorted node list gets wrong. ``layout`` reproduces the resolver
+without importing TensorFlow. Why each of these: docs/notes-from-docstrings.md (Clusters).
 """
 
 from __future__ import annotations

@@ -1,40 +1,13 @@
-"""The UNet (Ronneberger et al. 2015), and a MobileNetV2-encoder variant.
+"""The UNet (Ronneberger et al.), and a MobileNetV2-encoder variant.
 
-Two traps shape the batch norm used here (DESIGN.md, measured on this stack):
-plain Keras 3 batch norm computes statistics per replica, so N replicas drift
-from one device; and it creates its moving statistics with aggregation
-"none", which a custom loop under CentralStorageStrategy/ParameterServer-
-Strategy cannot update. ``ReplicaBatchNorm`` therefore synchronises the batch
-statistics across replicas, so that N replicas compute what one device
-computes; its moving statistics are on-read copies under the mirrored
-strategies (updated without a collective, ``_moving_synchronization``) and
-have aggregation "mean" elsewhere.
-
-The normalization after each convolution is ``norm`` (``--norm``):
-
-- ``batch`` (default): ``ReplicaBatchNorm``. Exact (N replicas = one device),
-  but one all-reduce per layer in the forward pass and one in the backward
-  pass (the moving statistics add none under the mirrored strategies: 58 ->
-  30 collectives a step at depth 3, 2 workers): over gRPC
-  (multi_worker_mirrored, 2 workers) 106 images/s against 364 without
-  normalization (issue 17).
-- ``group``: ``keras.layers.GroupNormalization`` (Wu & He 2018). Statistics
-  of each example's own channel groups, no batch statistics: exact with no
-  collective at all, and independent of the per-device batch size (why
-  segmentation models use it with small per-device batches). No moving
-  statistics: training and inference normalize the same way.
-- ``replica_batch``: ``LocalBatchNorm``, batch norm over each replica's own
-  slice of the global batch: no all-reduce of batch statistics in the
-  forward or backward pass, and NOT what one device computes (N replicas
-  normalize N smaller batches). Its moving statistics are still created
-  with aggregation "mean" (the trap above), so they are the replicas' mean:
-  under the mirrored strategies that update is still a small cross-replica
-  mean of 2 vectors per layer and step (ReplicaBatchNorm: only its batch
-  statistics' all-reduce), off the path of the gradients.
-- ``none``: no normalization (``batch_norm=False``, ``--nobatch_norm``).
-
-A convolution has a bias only when no normalization with a learned offset
-(``beta``) follows it.
+Keras 3's batch norm computes statistics per replica (N replicas drift from one
+device) and makes moving statistics a custom loop cannot update under
+central-storage and parameter-server strategies (DESIGN.md). ``norm`` picks the
+normalization: ``batch`` (``ReplicaBatchNorm``, synchronized, exact: what one
+device computes, at one all-reduce per layer each way), ``group``
+(``GroupNormalization``, exact, no collective), ``replica_batch``
+(``LocalBatchNorm``, per replica, not exact) or ``none``. A convolution has a
+bias only when no learned offset follows it. Trade-offs: docs/notes-from-docstrings.md (Running).
 """
 
 from __future__ import annotations

@@ -1,30 +1,13 @@
 """``run(config)``: one experiment, config -> cluster task -> strategy -> data -> model -> loop -> outputs.
 
-This is the library behind ``python -m tfdist.train`` and what a notebook
-calls. The order matters and is fixed here:
-
-1. everything the user gave is checked (config, cluster, run directory,
-   dataset) before anything is written and before TensorFlow starts, so a
-   bad run never damages ``model_dir`` and ends with one line on stderr;
-2. TF_CONFIG, logical CPUs and the inter-op pool are set before TensorFlow
-   starts, and MultiWorkerMirroredStrategy is created before any other op
-   (collectives must be configured first, DESIGN.md);
-3. model, optimizer and step counter are built under the strategy's scope,
-   restored from the latest checkpoint if there is one, and trained by the
-   loop for the strategy (``training.loop``);
-4. the chief writes the outputs; other workers write nothing that survives.
-
-In a cluster the task's type picks its role first (``strategies.Traits.role``):
-ps and worker tasks under a coordinator serve the chief (``roles.serve``), an
-evaluator follows the checkpoints (``training.evaluator``), and the rest
-train. Waiting for peers is bounded by ``--connect_timeout``
-(``cluster.peers``) and a lost peer ends the run with one line
-(``roles.peer_errors``).
-
-Comparing workers that write no outputs: ``run(config, weights_dir=DIR)``
-(``python -m tfdist.train --dump_weights DIR``) has every training task write
-its final weights to ``DIR/<type>-<index>.npz`` (``local.npz`` outside a
-cluster).
+The library behind ``python -m tfdist.train``, in a fixed order: everything the
+user gave is checked before anything is written or TensorFlow starts (a bad run
+never damages ``model_dir``); TF_CONFIG and devices are set before TensorFlow
+starts and the strategy is made before any other op (DESIGN.md); model,
+optimizer and step counter are built in the strategy's scope, restored and
+trained; the chief writes the outputs. A task's type picks its role first
+(``roles``). ``weights_dir`` has every training task write its final weights
+(``--dump_weights``). See docs/notes-from-docstrings.md (Running).
 """
 
 from __future__ import annotations

@@ -1,23 +1,12 @@
 """A run directory (``--model_dir``): its layout, in one place, and whether a new run may resume it.
 
-Every file a run leaves is named here and nowhere else::
-
-    model_dir/
-      params.yaml          the resolved config (the chief)
-      metrics.jsonl        one JSON object per logged step and per eval (the chief)
-      evaluator.jsonl      the evaluator side-car's rows
-      summary.json         the run's summary, written last (the chief)
-      checkpoints/         the chief's checkpoints; every worker restores from them
-      tensorboard/<split>  scalars and predicted masks (train, eval, evaluator)
-      export/              model.keras and saved_model/ (the chief, at the end)
-      fit-inputs/          tfdist.fit's input under parameter_server, while it runs (the chief)
-      heartbeats/          each task's <type>-<index>.json while it runs (training.watchdog); removed by a
-                           task that ends well, kept by one that does not
-
+Every file a run leaves is named here and nowhere else: ``params.yaml``,
+``metrics.jsonl``, ``evaluator.jsonl``, ``summary.json``, ``checkpoints/``,
+``tensorboard/<split>``, ``export/``, ``fit-inputs/`` and ``heartbeats/``.
 Workers other than the chief write their checkpoints into a scratch directory
-outside ``model_dir`` (``scratch``), named after the run and the task so that
-a killed worker's restart clears what it left. This module does not import
-TensorFlow.
+outside ``model_dir`` (``scratch``), named after the run and the task so that a
+killed worker's restart clears what it left. The layout, file by file: docs/notes-from-docstrings.md
+(Running). No TensorFlow.
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
 """The per-replica train and eval steps that every tfdist loop runs.
 
-Both loops (synchronous and parameter-server) call the same functions, so
-the math is written once:
-
-- the loss is per-pixel sparse cross-entropy, averaged per image, then
-  divided by the *global* batch size (``tf.nn.compute_average_loss``); the
-  Keras optimizer all-reduces (sums) gradients over replicas, so N replicas
-  step exactly as one device with the global batch does;
-- each step returns one float32 "stats" vector per replica:
-  ``[loss_sum, images, confusion matrix (C*C, row = true, column = predicted)]``.
-  Summing stats vectors over replicas, workers and steps is all the
-  aggregation metrics need (see ``metrics.py``), and one vector means one
-  reduction per step.
+Both loops call the same functions, so the math is written once: the loss is
+per-pixel sparse cross-entropy averaged per image, divided by the *global* batch
+size (``tf.nn.compute_average_loss``), so N replicas step as one device with the
+global batch does; each step returns one float32 stats vector per replica,
+``[loss_sum, images, confusion matrix (C*C, row = true, column = predicted)]``,
+whose sum over replicas, workers and steps is all the metrics need
+(``metrics.py``), at one reduction per step.
 """
 
 from __future__ import annotations
