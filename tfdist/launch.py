@@ -174,8 +174,8 @@ def launch(spec: cluster_lib.ClusterSpec, command: Sequence[str], *, local: bool
            out: BinaryIO | None = None, err: BinaryIO | None = None, poll: float = 0.1) -> int:
     """Run ``command`` once per task of ``spec`` until the cluster finishes; returns the exit status.
 
-    See the module docstring for addresses, prefixes, exit status, stopping,
-    signals and restarts. Call it from the main thread: only there can it
+    Addresses, prefixes, exit status, stopping, signals and restarts:
+    docs/notes-from-docstrings.md (Clusters). Call it from the main thread: only there can it
     catch the signals that stop the cluster in order (elsewhere they keep
     their default action), and its tasks die with the thread that started
     them (``processes.die_with``).

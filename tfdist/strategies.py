@@ -156,7 +156,7 @@ def setup_host(*, cpu_devices: int = 1, inter_op_threads: int = 0) -> None:
     Args:
       cpu_devices: number of logical CPU devices (>= 1).
       inter_op_threads: inter-op thread pool size; 0 keeps TensorFlow's choice.
-        Clusters on 2 cores hang unless it is >= number of workers + 1.
+        An in-process cluster on a small machine hangs unless it is >= number of workers + 1 (DESIGN.md).
     """
     import tensorflow as tf
 
@@ -270,7 +270,7 @@ def check_ps_shards(ps_shards: int) -> None:
     ``ShardedVariable`` does not have ("'ShardedVariable' object has no
     attribute 'handle'"), and taking the gradients per shard instead fails in
     the Keras optimizer's update ("ShardedVariable doesn't support being used
-    as a reference", measured on TF 2.21 + Keras 3.15). Without a partitioner
+    as a reference", on TF 2.21 + Keras 3.15). Without a partitioner
     the strategy still spreads whole variables over every ps task
     (round-robin). Called by ``config.validate`` and ``make_strategy``.
 

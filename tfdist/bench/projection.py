@@ -47,8 +47,8 @@ def fit_cost(sweep_rows: Sequence[Mapping[str, Any]], *, replicas: int | None = 
     ``alpha`` holds all per-call overhead (``tf.function`` dispatch
     included). By default each row's error counts relative to its time
     (weights ``1/t``): in plain least squares (``relative=False``) the
-    largest message decides everything, and one slow 64 MB point (measured
-    here: 1.3 s against 0.09 s for 16 MB) leaves ``alpha`` at 0. A negative
+    largest message decides everything, and one slow point of the largest
+    size leaves ``alpha`` at 0. A negative
     ``alpha`` (noise) is refitted as 0 with ``B`` alone.
 
     Args:

@@ -85,12 +85,12 @@ class ReplicaBatchNorm(_MeanMovingStatistics):
     The batch mean and variance come from one all-reduce of
     ``[sum, sum of squares, count]`` over the replicas in sync (Keras' own
     ``synchronized=True`` issues three all-reduces and a full-size count
-    tensor, and took this model from 57 to 25 images/s on one CPU). With one
+    tensor, which costs this model much of its speed). With one
     replica the same formula runs without the all-reduce: Keras' two-pass
     statistics differ from it by enough float32 rounding to break the 1e-5
     equivalence of one device and N replicas. ``momentum`` defaults to
     0.9 (Keras: 0.99) so that the moving statistics follow the short runs
-    tfdist is used for; eval results lagged badly with 0.99.
+    tfdist is used for, which at 0.99 lag the weights in eval.
     """
 
     def add_weight(self, *args, **kwargs):

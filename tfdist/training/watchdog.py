@@ -55,7 +55,7 @@ def stopped_tasks(directory: Path, tasks: list[str], *, now: float | None = None
     ``--progress_timeout`` a task writes every 0.6 s, and TensorFlow's
     coordination service (a 10 s heartbeat timeout, heartbeats every 5 s) can
     end the run about 5 s after a task stopped, before ``MAX_INTERVAL``'s
-    8 s: the suite once saw that lost-peer line name no one.
+    8 s, which would name no one.
     """
     now = time.time() if now is None else now
     found = []
