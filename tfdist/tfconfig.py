@@ -103,7 +103,8 @@ def _deployment(extra: list[str]) -> kubernetes.Deployment:
     if not FLAGS.image:
         raise UserError(
             f"Missing `--image` for --emit={FLAGS.emit}. Received: image={FLAGS.image!r}. "
-            f"Expected the container image to run, with tfdist installed, e.g. --image registry.example.com/tfdist:0.1.0."
+            "Expected the container image to run, with tfdist installed, "
+            "e.g. --image registry.example.com/tfdist:0.1.0."
         )
     return kubernetes.Deployment(
         image=FLAGS.image, strategy=FLAGS.strategy or "", train_args=tuple(extra), name=FLAGS.name,
@@ -138,13 +139,15 @@ def _output_mode() -> str:
     """The output mode the flags ask for; conflicting flags are a user error."""
     if FLAGS.emit is not None and FLAGS.emit not in kubernetes.EMITS:
         raise UserError(
-            f"Invalid value for `--emit`. Received: emit={FLAGS.emit!r}. Expected one of: {', '.join(kubernetes.EMITS)}."
+            "Invalid value for `--emit`. "
+            f"Received: emit={FLAGS.emit!r}. Expected one of: {', '.join(kubernetes.EMITS)}."
         )
     chosen = [name for name, given in (("--export", FLAGS.export), ("--commands", FLAGS.commands),
                                        ("--emit", FLAGS.emit is not None)) if given]
     if len(chosen) > 1:
         raise UserError(
-            f"Conflicting flags `{chosen[0]}` and `{chosen[1]}`. Received: {' and '.join(chosen)}. Expected at most one of them."
+            f"Conflicting flags `{chosen[0]}` and `{chosen[1]}`. "
+            f"Received: {' and '.join(chosen)}. Expected at most one of them."
         )
     if FLAGS.emit is None:
         stray = [f"--{name}" for name in _EMIT_FLAGS if FLAGS[name].present]

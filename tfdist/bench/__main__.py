@@ -28,7 +28,8 @@ def define_flags() -> None:
     flags.DEFINE_bool("quick", False, "16 timed steps and one repeat of every row; no time to accuracy and no "
                       "preemption unless asked for.")
     flags.DEFINE_integer("steps", 0, "Timed steps per row (0: 16 with --quick, else 64).")
-    flags.DEFINE_integer("repeats", 0, "Repeats of every row; ratios are paired within a repeat (0: 1 with --quick, else 3).")
+    flags.DEFINE_integer("repeats", 0,
+                         "Repeats of every row; ratios are paired within a repeat (0: 1 with --quick, else 3).")
     flags.DEFINE_string("output", "bench.json", "Where to write the JSON results.")
     flags.DEFINE_string("markdown", None, "Where to write the Markdown table (default: OUTPUT with .md).")
     flags.DEFINE_string("chart", None, "Where to write the PNG chart (default: OUTPUT with .png).")

@@ -71,7 +71,8 @@ def rows_for(steps: int, warmup: int) -> list[Row]:
     keras_multi_worker = RowSpec(name="keras_fit_multi_worker_mirrored_2", kind="keras_fit", workers=2,
                                  strategy="multi_worker_mirrored", steps=steps, warmup=warmup,
                                  overrides={"cpu_devices": 1, "global_batch_size": per_worker * 2})
-    norm_values = {"group": {"norm": "group"}, "replica_batch": {"norm": "replica_batch"}, "none": {"batch_norm": False}}
+    norm_values = {"group": {"norm": "group"}, "replica_batch": {"norm": "replica_batch"},
+                   "none": {"batch_norm": False}}
     return [
         Row(spec=keras(BASELINE)),
         Row(spec=fit("tfdist_fit", "one_device")),

@@ -117,12 +117,14 @@ def project(*, compute_seconds: float, gradient_bytes: float, workers: int, link
     step = compute_seconds + exposed
     efficiency = compute_seconds / step
     return {"workers": workers, "link_gbit": link_gbit, "bus_gbps": bus / 1e9, "alpha_seconds": alpha,
-            "allreduce_seconds": allreduce, "latency_allreduces": latency_allreduces, "exposed_seconds": exposed, "step_seconds": step,
+            "allreduce_seconds": allreduce, "latency_allreduces": latency_allreduces,
+            "exposed_seconds": exposed, "step_seconds": step,
             "efficiency": efficiency, "speedup": workers * efficiency}
 
 
 def table(*, compute_seconds: float, gradient_bytes: float, alpha: float, overlap: float = 0.0,
-          latency_allreduces: int = 0, workers: Sequence[int] = WORKERS, links_gbit: Sequence[float] = LINKS_GBIT) -> list[dict[str, Any]]:
+          latency_allreduces: int = 0, workers: Sequence[int] = WORKERS,
+          links_gbit: Sequence[float] = LINKS_GBIT) -> list[dict[str, Any]]:
     """``project`` for every link rate and worker count (links outer, workers inner)."""
     return [project(compute_seconds=compute_seconds, gradient_bytes=gradient_bytes, workers=n, link_gbit=link,
                     alpha=alpha, overlap=overlap, latency_allreduces=latency_allreduces)

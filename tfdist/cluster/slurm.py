@@ -101,7 +101,8 @@ def parse_slurm_tasks(text: str) -> dict[str, int]:
             problem = f"there can be only one {task_type}"
         if problem:
             raise UserError(
-                f"Invalid value for `--slurm_tasks`: {problem}. Received: slurm_tasks={text!r}. Expected {_EXPECTED_TASKS}."
+                f"Invalid value for `--slurm_tasks`: {problem}. "
+                f"Received: slurm_tasks={text!r}. Expected {_EXPECTED_TASKS}."
             )
         tasks[task_type] = int(count)
     if "worker" not in tasks:
@@ -165,7 +166,8 @@ def _integer(environ: Mapping[str, str], name: str, low: int) -> int:
     value = _variable(environ, name)
     if not value.isdigit() or int(value) < low:
         raise UserError(
-            f"Invalid Slurm variable {name} for --cluster={SLURM}. Received: {name}={value!r}. Expected an integer >= {low}."
+            f"Invalid Slurm variable {name} for --cluster={SLURM}. "
+            f"Received: {name}={value!r}. Expected an integer >= {low}."
         )
     return int(value)
 
@@ -216,7 +218,8 @@ def expand_nodelist(nodelist: str, environ: Mapping[str, str], name: str = "node
                 timeout=_SCONTROL_TIMEOUT_S, env=dict(environ),
             )
         except (OSError, subprocess.TimeoutExpired) as e:
-            raise UserError(f"Cannot run {scontrol} show hostnames: {e}. {received}. Expected a working scontrol.") from None
+            raise UserError(f"Cannot run {scontrol} show hostnames: {e}. {received}. "
+                            "Expected a working scontrol.") from None
         if proc.returncode != 0:
             why = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
             raise UserError(f"scontrol show hostnames failed: {why}. {received}. Expected a Slurm node list.")
@@ -227,7 +230,8 @@ def expand_nodelist(nodelist: str, environ: Mapping[str, str], name: str = "node
         try:
             hosts = expand_hostlist(nodelist)
         except ValueError as e:
-            raise UserError(f"Invalid Slurm node list: {e}. {received}. Expected a node list such as node[1-2],gpu7.") from None
+            raise UserError(f"Invalid Slurm node list: {e}. {received}. "
+                            "Expected a node list such as node[1-2],gpu7.") from None
     if not hosts:
         raise UserError(f"Empty Slurm node list. {received}. Expected at least one node.")
     return hosts
@@ -254,7 +258,8 @@ def read_allocation(environ: Mapping[str, str] | None = None) -> Allocation:
     hosts = expand_nodelist(nodelist, environ, names["nodelist"])
     received = f"{names['nodelist']}={nodelist!r} ({len(hosts)} nodes), {names['tasks_per_node']}={per_node_text!r}"
     if len(set(hosts)) != len(hosts):
-        raise UserError(f"Invalid Slurm allocation: a node is listed twice. Received: {received}. Expected each node once.")
+        raise UserError("Invalid Slurm allocation: a node is listed twice. "
+                        f"Received: {received}. Expected each node once.")
     if len(per_node) != len(hosts) or sum(per_node) != num_tasks or 0 in per_node:
         raise UserError(
             f"Inconsistent Slurm allocation. Received: {received}, {names['num_tasks']}={num_tasks}. "
@@ -286,25 +291,34 @@ def read_allocation(environ: Mapping[str, str] | None = None) -> Allocation:
     )
 
 
-def layout(allocation: Allocation, jobs: Mapping[str, int], port_base: int) -> tuple[dict[str, list[str]], str, int]:
+def layout(
+    allocation: Allocation, jobs: Mapping[str, int], port_base: int
+) -> tuple[dict[str, list[str]], str, int]:
     """The cluster and this task's (type, index), as ``SlurmClusterResolver`` gives them, without TensorFlow.
 
     The resolver lists ``host:port`` for the hosts sorted by name, a host's
     tasks at ``port_base``, ``port_base + 1``, ...; deals that list out to the
     task types in alphabetical order; and gives this task the entry at its
     position (``Allocation.position``, tfdist's placement).
+
+    Raises:
+        UserError: the counts of ``jobs`` do not add up to the step's tasks.
     """
+    if sum(jobs.values()) != allocation.num_tasks:
+        raise UserError(
+            f"Invalid task counts for --cluster={SLURM}: they add up to {sum(jobs.values())}. "
+            f"Received: {dict(jobs)}. Expected counts that add up to the step's {allocation.num_tasks} tasks."
+        )
     addresses = [f"{host}:{port_base + i}" for host, n in sorted(allocation.tasks_by_host().items()) for i in range(n)]
     position = allocation.position()
     cluster: dict[str, list[str]] = {}
     start = 0
-    own = None
+    own = ("", 0)
     for task_type, count in sorted(jobs.items()):
         cluster[task_type] = addresses[start:start + count]
         if start <= position < start + count:
             own = (task_type, position - start)
         start += count
-    assert own is not None, (position, jobs)  # the counts add up to the step's tasks (checked by resolve)
     return cluster, own[0], own[1]
 
 
@@ -340,7 +354,8 @@ def resolve(
             raise UserError(
                 f"Too many tasks on one node for --cluster={SLURM}: {max(allocation.tasks_per_node)}. "
                 f"Received: {allocation.variables['tasks_per_node']}={','.join(map(str, allocation.tasks_per_node))}. "
-                f"Expected at most {PORTS_PER_JOB} tasks of a step per node (each job has {PORTS_PER_JOB} ports a node)."
+                f"Expected at most {PORTS_PER_JOB} tasks of a step per node "
+                f"(each job has {PORTS_PER_JOB} ports a node)."
             )
     jobs = parse_slurm_tasks(slurm_tasks) or {"worker": allocation.num_tasks}
     if sum(jobs.values()) != allocation.num_tasks:

@@ -151,7 +151,8 @@ def parse_cluster_spec(obj: Any, *, source: str) -> ClusterSpec:
         )
     if not isinstance(obj, Mapping):
         raise UserError(
-            f"Invalid {where}: {'its value' if source == TF_CONFIG else 'the top level'} is {article(type(obj).__name__)}. Received: {short(obj)}. "
+            f"Invalid {where}: {'its value' if source == TF_CONFIG else 'the top level'} "
+            f"is {article(type(obj).__name__)}. Received: {short(obj)}. "
             f"Expected a mapping of task type ({', '.join(TASK_TYPES)}) -> list of host:port."
         )
     tasks: dict[str, tuple[str, ...]] = {}

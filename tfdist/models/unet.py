@@ -187,7 +187,8 @@ def _head(x, num_classes: int):
 
 def _check(image_size: int, num_classes: int, depth: int, channels: int) -> None:
     if num_classes < 2:
-        raise UserError(f"Invalid value for `num_classes`. Received: num_classes={num_classes}. Expected an integer >= 2.")
+        raise UserError("Invalid value for `num_classes`. "
+                        f"Received: num_classes={num_classes}. Expected an integer >= 2.")
     if depth < 1:
         raise UserError(f"Invalid value for `depth`. Received: depth={depth}. Expected an integer >= 1.")
     if channels < 1:
@@ -286,11 +287,13 @@ def build_unet(
                            norm=norm, dropout=dropout)
     elif encoder == "mobilenetv2":
         if channels != 3:
-            raise UserError(f"Invalid value for `channels` with encoder=mobilenetv2. Received: channels={channels}. Expected 3.")
+            raise UserError("Invalid value for `channels` with encoder=mobilenetv2. "
+                            f"Received: channels={channels}. Expected 3.")
         outputs = _mobilenet(inputs, image_size=image_size, num_classes=num_classes, base_filters=base_filters,
                              norm=norm, dropout=dropout, weights=encoder_weights)
     else:
-        raise UserError(f"Invalid value for `encoder`. Received: encoder={encoder!r}. Expected one of: unet, mobilenetv2.")
+        raise UserError("Invalid value for `encoder`. "
+                        f"Received: encoder={encoder!r}. Expected one of: unet, mobilenetv2.")
     return keras.Model(inputs, outputs, name=f"unet_{encoder}")
 
 

@@ -229,7 +229,8 @@ def _train(config, task: Task | None, run_dir: RunDir, strategy, *, verbose: boo
         eval_dataset_fn=eval_dataset_fn(config), preemption=preemption,
         global_batch_size=train_cfg.global_batch_size, steps_per_epoch=epoch_steps,
         steps_per_loop=train_cfg.steps_per_loop, log_every=train_cfg.log_every,
-        checkpoint_every=train_cfg.checkpoint_every, learning_rate=lambda s: learning_rate_at(train_cfg, total_steps, s),
+        checkpoint_every=train_cfg.checkpoint_every,
+        learning_rate=lambda s: learning_rate_at(train_cfg, total_steps, s),
         preview=next(iter(local_eval_dataset(config).unbatch().batch(4).take(1))) if is_chief else None,
         verbose=verbose and is_chief, clock=clock,
     )

@@ -77,7 +77,10 @@ class Preemption:
             )
 
     def deferred(self) -> "Preemption":
-        """From now on a signal is only remembered (``requested``); installed again, as TensorFlow may have replaced it."""
+        """From now on a signal is only remembered (``requested``).
+
+        The handler is installed again, as TensorFlow may have replaced it.
+        """
         self._deferred = True
         self._install()
         return self

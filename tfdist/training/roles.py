@@ -102,9 +102,10 @@ def peer_errors(task: Task | None, strategy: str, run_dir: RunDir):
             e, tf.errors.DeadlineExceededError) else ""
         raise PeerLost(
             f"Lost a task of the {strategy} cluster, or it stopped answering (this is {task.name}): "
-            f"{lost}{_reason(e).rstrip('.')}. Received: {type(e).__name__} from TensorFlow. Expected every task to stay "
-            f"up until the end{timed_out}; relaunch the whole cluster (e.g. python -m tfdist.launch "
-            f"--max_restarts 1) to resume from the latest checkpoint ({latest or 'none saved yet'})."
+            f"{lost}{_reason(e).rstrip('.')}. Received: {type(e).__name__} from TensorFlow. "
+            f"Expected every task to stay up until the end{timed_out}; relaunch the whole cluster "
+            "(e.g. python -m tfdist.launch --max_restarts 1) "
+            f"to resume from the latest checkpoint ({latest or 'none saved yet'})."
         ) from None
 
 

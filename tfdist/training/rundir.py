@@ -119,13 +119,15 @@ class RunDir:
         try:
             old = yaml.safe_load(self.params.read_text()) or {}
         except (OSError, yaml.YAMLError) as e:
-            raise UserError(f"Cannot read {self.params}: {e}. Expected the params.yaml of an earlier tfdist run.") from None
+            raise UserError(f"Cannot read {self.params}: {e}. "
+                            "Expected the params.yaml of an earlier tfdist run.") from None
         new = config_lib.to_dict(config)
         for section, keys in RESUME_KEYS.items():
             for key in keys:
                 before = (old.get(section) or {}).get(key)
                 if before is not None and before != new[section][key]:
                     raise UserError(
-                        f"Invalid --model_dir {config.train.model_dir}: it holds a run with {section}.{key}={before!r}. "
-                        f"Received: {key}={new[section][key]!r}. Expected the same value to resume, or a new --model_dir."
+                        f"Invalid --model_dir {config.train.model_dir}: "
+                        f"it holds a run with {section}.{key}={before!r}. Received: {key}={new[section][key]!r}. "
+                        "Expected the same value to resume, or a new --model_dir."
                     )

@@ -65,7 +65,8 @@ class Steps:
         self.optimizer = optimizer
         self.num_classes = num_classes
         self.global_batch_size = global_batch_size
-        self._gradients = tf.function(self._forward_backward, jit_compile=True) if jit_compile else self._forward_backward
+        self._gradients = (tf.function(self._forward_backward, jit_compile=True) if jit_compile
+                           else self._forward_backward)
 
     def _forward_backward(self, images, masks):
         variables = self.model.trainable_variables

@@ -108,7 +108,7 @@ class SyncLoop:
         return int(self.step_counter.numpy())
 
     def agree(self, flag: bool) -> bool:
-        """Whether any task says ``flag`` (e.g. stop early): one all-reduce of one number, every task the same answer."""
+        """Whether any task says ``flag`` (e.g. stop early): one all-reduce of one number, the same on every task."""
         return bool(self._agree_fn(tf.constant(1.0 if flag else 0.0, tf.float32)).numpy() > 0)
 
     def _agree(self, value):
