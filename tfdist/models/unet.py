@@ -67,14 +67,11 @@ class LocalBatchNorm(_MeanMovingStatistics):
     On one device this is Keras' ``BatchNormalization`` with momentum 0.9. On N
     replicas each one normalizes with the mean and variance of its own slice,
     with no all-reduce of them forward or backward, so training differs from
-    one device with the global batch (DESIGN.md: 2.5e-4 relative after 5
-    steps): the price of skipping the collective. The moving statistics have
-    aggregation "mean", so that a custom loop can update them under
-    CentralStorageStrategy and ParameterServerStrategy, and mirrored copies
-    stay equal (each update is a cross-replica mean there): each step they
-    move towards the replicas' mean of the slice statistics (the moving mean
-    towards the global batch's mean, the moving variance towards the mean of
-    the slices' variances, which lacks the spread between the slices).
+    one device with the global batch: the price of skipping the collective.
+    The moving statistics have aggregation "mean", so that a custom loop can
+    update them under CentralStorageStrategy and ParameterServerStrategy, and
+    mirrored copies stay equal: they move towards the replicas' mean of the
+    slice statistics (the moving variance lacks the spread between slices).
     """
 
 

@@ -51,10 +51,9 @@ def per_worker_order(base, batches: int = 16, seed: int = 0):
     skips that many batches (modulo ``batches``) and shuffles with a buffer
     that many batches longer: its stream starts elsewhere and the same draws
     pick other places of another buffer, so the orders differ. The shuffle's
-    seed is the Python int ``seed``: a tensor seed reaches
-    ``random_seed.get_seed``, which compares it as a Python bool when the
-    global seed is 0 (failing in a graph), and ``seed=None`` fails under op
-    determinism. Asynchronous training is not reproducible step for step anyway.
+    seed is the Python int ``seed``: a tensor seed fails in a graph
+    (``random_seed.get_seed`` tests it as a bool when the global seed is 0),
+    and ``seed=None`` fails under op determinism.
     """
     import tensorflow as tf
 
