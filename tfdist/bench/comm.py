@@ -19,7 +19,7 @@ from typing import Any, Mapping, Sequence
 DEFAULT_SIZES = tuple(64 << 10 << (2 * i) for i in range(6))
 
 #: The ``pack_sweep`` choices: TensorFlow's default (one pack of every gradient), then packs of a fixed size.
-#: ``nccl`` is left out: on CPUs TF 2.21 accepted it without error (one trial here), but there is no NCCL there.
+#: ``nccl`` is left out: on CPUs TF 2.21 accepts it without error, but there is no NCCL there.
 DEFAULT_PACK_OPTIONS = (
     {"communication": "auto", "bytes_per_pack": 0},
     {"communication": "ring", "bytes_per_pack": 0},

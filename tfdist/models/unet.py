@@ -47,7 +47,7 @@ def _moving_synchronization() -> str:
     context (checkpoints, ``get_weights``, the chief's export) takes the first
     local copy, where ``"mean"`` would all-reduce identical copies, and under
     MultiWorkerMirroredStrategy hang when the chief alone reads them.
-    ``"on_write"`` (aggregation "mean", as before) elsewhere: one device, and
+    ``"on_write"`` (aggregation "mean") elsewhere: one device, and
     CentralStorageStrategy and ParameterServerStrategy, whose variables are
     AggregatingVariables.
     """
