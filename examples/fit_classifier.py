@@ -2,7 +2,8 @@
 
 The model of the Keras guides (784 -> Dense 64 relu -> Dense 64 relu ->
 Dense 10 softmax, RMSprop, sparse categorical cross-entropy) on random
-inputs around 10 class centres, so that there is something to learn. The same script on one process or on every task of a cluster:
+inputs around 10 class centres, so that there is something to learn. The
+same script on one process or on every task of a cluster:
 
     python examples/fit_classifier.py --strategy mirrored
     python -m tfdist.launch --local --cluster configs/clusters/local_mwm.yaml -- \\

@@ -68,4 +68,6 @@ callbacks = [
     keras.callbacks.ModelCheckpoint(os.path.join(flags.model_dir, "model-{epoch}.keras")),
     keras.callbacks.TensorBoard(log_dir=os.path.join(flags.model_dir, "tensorboard")),
 ]
-multi_worker_model.fit(multi_worker_dataset, epochs=flags.epochs, steps_per_epoch=flags.steps_per_epoch, callbacks=callbacks)
+multi_worker_model.fit(
+    multi_worker_dataset, epochs=flags.epochs, steps_per_epoch=flags.steps_per_epoch, callbacks=callbacks
+)

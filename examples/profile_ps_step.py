@@ -40,7 +40,8 @@ def parse_args():
                         help="closures scheduled before each wait (the first is the one shares are of)")
     parser.add_argument("--steps_per_closure", type=int, nargs="*", default=[4, 16],
                         help="also time the real step with these train steps per closure")
-    parser.add_argument("--tiny", action="store_true", help="a tiny model and batch: a quick check that the script runs")
+    parser.add_argument("--tiny", action="store_true",
+                        help="a tiny model and batch: a quick check that the script runs")
     parser.add_argument("--trace_dir", default="", help="also write a TF profiler trace of some full steps here")
     return parser.parse_args()
 
@@ -159,7 +160,9 @@ def main() -> None:
             ms[name] += (time.perf_counter() - start) * 1000 / args.steps
     ms = {name: total / args.blocks for name, total in ms.items()}
     trained = sum(args.blocks * args.steps for name in parts if name.startswith("step"))
-    assert int(step_counter.numpy()) - counter_before == trained, "the step counter missed steps"
+    if int(step_counter.numpy()) - counter_before != trained:
+        raise RuntimeError(f"the step counter missed steps: {trained} trained, "
+                           f"{int(step_counter.numpy()) - counter_before} counted")
 
     full = ms["step"]
     print(f"parameter_server step breakdown ({args.workers} worker(s), global batch {batch}, "

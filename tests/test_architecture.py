@@ -1,9 +1,13 @@
-"""The house's rules, checked on the code itself: layered imports, no cycle, small modules, one strategy registry.
+"""The house's rules, checked on the code itself: layered imports, no cycle, one idea per module, one registry.
 
 - ``lint-imports`` keeps the contract in ``.importlinter``: a layers
   contract from the CLIs down to ``errors``, and no import cycle between the
   modules of any package (imports inside functions count).
-- No module of ``tfdist/`` is over 400 lines.
+- ``ruff check`` keeps pyproject.toml's ``[tool.ruff]`` rules (no ``assert``
+  in library code, lines of at most 120 characters).
+- A module's docstring says what and why in at most ``DOCSTRING_LINES`` lines.
+- A module of ``tfdist/`` over ``LARGE`` lines holds one idea, stated in
+  ``LARGE_MODULES``; otherwise it is split by idea (never trimmed of prose).
 - Only the strategy registry (``strategies/registry.py``) and the config's validation
   (``config.py``) compare a strategy's name: everywhere else asks a trait.
 """
@@ -22,7 +26,10 @@ from tfdist import strategies
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "tfdist"
-MAX_LINES = 400
+#: Past this many lines a module is checked for holding one idea.
+LARGE = 400
+#: Modules over ``LARGE`` lines (path relative to the repository) -> the one idea each holds, in one line.
+LARGE_MODULES: dict[str, str] = {}
 #: The modules allowed to compare strategy names.
 REGISTRY = {PACKAGE / "strategies" / "registry.py", PACKAGE / "config.py"}
 
@@ -101,9 +108,71 @@ def test_the_cycle_check_finds_a_cycle():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
 
 
+def test_ruff_passes():
+    ruff = shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")
+    assert ruff, "ruff (in the [test] extra) is not installed"
+    result = subprocess.run([ruff, "check", "--no-cache", "."], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+
+
+#: A module's docstring says what it does and why in at most this many lines; the long form is docs/internals.md.
+DOCSTRING_LINES = 10
+
+
+def _long_docstring(rel: str, source: str) -> str:
+    """Why the module docstring of ``source`` breaks the short-docstring rule, or "" when it keeps it."""
+    doc = ast.get_docstring(ast.parse(source), clean=False)
+    if doc is None:
+        return f"{rel} has no module docstring: say in a few lines what it does and why"
+    lines = len(doc.strip().splitlines())
+    if lines > DOCSTRING_LINES:
+        return (f"{rel}'s module docstring has {lines} lines (over {DOCSTRING_LINES}): keep what and why there, "
+                "and move the long form to docs/internals.md")
+    return ""
+
+
 @pytest.mark.parametrize("path", modules(), ids=lambda p: str(p.relative_to(REPO)))
-def test_no_module_is_over_400_lines(path):
-    assert len(path.read_text().splitlines()) <= MAX_LINES
+def test_a_module_docstring_says_what_and_why_in_a_few_lines(path):
+    problem = _long_docstring(str(path.relative_to(REPO)), path.read_text())
+    assert not problem, problem
+
+
+def test_the_docstring_rule_finds_a_long_and_a_missing_docstring():
+    long = '"""One.\n\n' + "more\n" * DOCSTRING_LINES + '"""\n'
+    assert "over 10" in _long_docstring("tfdist/x.py", long)
+    assert "no module docstring" in _long_docstring("tfdist/x.py", "x = 1\n")
+    assert _long_docstring("tfdist/x.py", '"""One line."""\n') == ""
+
+
+def _large_without_an_idea(rel: str, lines: int, allowed: dict[str, str]) -> str:
+    """Why a module of ``lines`` lines at ``rel`` breaks the one-idea rule, or "" when it keeps it."""
+    if lines <= LARGE or allowed.get(rel, "").strip():
+        return ""
+    return (f"{rel} has {lines} lines (over {LARGE}) and no statement of its one idea: split it by idea, or, "
+            "if it holds one idea, add it to LARGE_MODULES in tests/test_architecture.py with that idea in one line")
+
+
+@pytest.mark.parametrize("path", modules(), ids=lambda p: str(p.relative_to(REPO)))
+def test_a_large_module_holds_one_stated_idea(path):
+    rel = str(path.relative_to(REPO))
+    problem = _large_without_an_idea(rel, len(path.read_text().splitlines()), LARGE_MODULES)
+    assert not problem, problem
+
+
+def test_the_size_rule_names_the_file_and_asks_for_a_split_by_idea():
+    problem = _large_without_an_idea("tfdist/x.py", LARGE + 1, {})
+    assert "tfdist/x.py" in problem and "split it by idea" in problem
+    assert _large_without_an_idea("tfdist/x.py", LARGE + 1, {"tfdist/x.py": " "})  # a blank statement is none
+    assert _large_without_an_idea("tfdist/x.py", LARGE + 1, {"tfdist/x.py": "the TF_CONFIG schema"}) == ""
+    assert _large_without_an_idea("tfdist/x.py", LARGE, {}) == ""
+
+
+def test_every_stated_large_module_exists_and_is_large():
+    for rel, idea in LARGE_MODULES.items():
+        path = REPO / rel
+        assert path.is_file(), f"LARGE_MODULES lists {rel}, which is not a file: remove it"
+        assert "\n" not in idea.strip(), f"LARGE_MODULES states {rel}'s idea in more than one line"
+        assert len(path.read_text().splitlines()) > LARGE, f"{rel} is no longer over {LARGE} lines: remove it"
 
 
 def _compared_strategy_names(tree: ast.AST) -> list[tuple[int, str]]:

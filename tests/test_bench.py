@@ -43,7 +43,7 @@ def test_a_small_benchmark_writes_json_markdown_and_chart_with_versions_and_mach
     assert out.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_every_row_of_the_issue_is_in_the_benchmark():
+def test_every_documented_row_is_in_the_benchmark():
     names = {r.spec.name for r in bench.rows_for(1, 1)}
     for family in ("multi_worker_mirrored", "parameter_server"):
         assert {f"{family}_{n}" for n in (1, 2, 3, 4)} <= names

@@ -63,7 +63,7 @@ def noise(text: str) -> list[str]:
 
 
 @pytest.mark.parametrize("line", SEEN_HERE)
-def test_the_start_up_lines_seen_here_are_noise(line):
+def test_tensorflows_start_up_lines_are_noise(line):
     assert quiet.is_noise(line.encode())
 
 

@@ -227,6 +227,11 @@ def test_layout_is_tensorflows_slurm_cluster_resolvers(case, bin_dir):
         assert (task_type, index) == tuple(resolver.get_task_info())
 
 
+def test_layout_refuses_task_counts_that_do_not_add_up_to_the_step(bin_dir):
+    allocation = slurm.read_allocation(TWO_BY_TWO.environ(0, bin_dir))
+    with pytest.raises(UserError, match=r"add up to 3\. Received: \{'worker': 2, 'ps': 1\}\. Expected .* 4 tasks"):
+        slurm.layout(allocation, {"worker": 2, "ps": 1}, JOB_PORT_BASE)
+
 def test_types_take_ranks_alphabetically_as_the_resolver_does(bin_dir):
     task = cluster.resolve_task(
         "slurm", "", environ=TWO_BY_TWO.environ(0, bin_dir), slurm_tasks="worker=2,ps=1,chief=1"

@@ -1,15 +1,12 @@
 """tfdist: train a UNet segmentation model with any tf.distribute strategy on Keras 3.
 
-The package is split by idea (see DESIGN.md): ``cluster`` turns a cluster spec
-into TF_CONFIG, ``strategies`` builds a strategy by name, ``models`` and
-``data`` give the model and the input pipelines, ``training`` owns the one
-distributed loop, and ``train``/``tfconfig``/``launch``/``bench`` are thin CLIs.
-``tfdist.fit`` trains any compiled Keras model with that loop; ``tfdist.setup``
-sets a user's own script up for a strategy (and makes Keras' own ``fit`` work
-across workers, ``keras_fit``).
-
-Importing ``tfdist`` does not import TensorFlow, so that CLIs can set up
-logical devices and environment variables before TensorFlow starts.
+The package is split by idea (docs/architecture.md): ``cluster`` turns a cluster
+spec into TF_CONFIG, ``strategies`` builds a strategy by name, ``models`` and
+``data`` give the model and inputs, ``training`` owns the one distributed loop,
+and ``train``/``tfconfig``/``launch``/``bench`` are thin CLIs. ``tfdist.fit``
+trains any compiled Keras model with that loop; ``tfdist.setup`` sets up a
+user's own script. Importing ``tfdist`` does not import TensorFlow, so that CLIs
+can set up logical devices and environment variables before TensorFlow starts.
 """
 
 __version__ = "0.1.0"

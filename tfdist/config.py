@@ -69,7 +69,8 @@ class RuntimeConfig:
 
     strategy: str = "mirrored"
     cpu_devices: int = 0  # 0: 2 logical CPUs for mirrored/central_storage without GPUs, else 1
-    cluster: str = ""  # cluster spec file, "slurm" (the Slurm job step) or "kubernetes" (the pod); empty: TF_CONFIG, if any
+    # A cluster spec file, "slurm" (the Slurm job step) or "kubernetes" (the pod); empty: TF_CONFIG, if any.
+    cluster: str = ""
     task: str = ""  # "type:index" within --cluster (none with --cluster slurm)
     slurm_tasks: str = ""  # --cluster slurm: task types of the step, e.g. "worker=2,ps=1"; empty: all workers
     precision: str = "float32"
@@ -78,7 +79,8 @@ class RuntimeConfig:
     bytes_per_pack: int = 0  # gradient packing for all-reduce; 0: TensorFlow's default
     collective_timeout: float = 0.0  # seconds; 0: no timeout
     connect_timeout: float = 120.0  # seconds to wait for cluster peers
-    progress_timeout: float = 1800.0  # seconds without a step (eval, checkpoint) that end the run, naming who is behind; 0: off
+    # seconds without a step (eval, checkpoint) that end the run, naming who is behind; 0: off
+    progress_timeout: float = 1800.0
     ps_shards: int = 0  # 0 or 1: whole variables (Keras 3 cannot train partitioned ones: strategies.check_ps_shards)
     ps_min_shard_bytes: int = 256 << 10
 
@@ -196,7 +198,7 @@ def runtime_config(where: str, **values: Any) -> RuntimeConfig:
 
 
 def path_text(value: Any) -> Any:
-    """An API's path argument as the config holds it: a ``str`` (``""`` for None); anything else as it is, to be refused."""
+    """An API's path argument as the config holds it: a ``str`` (``""`` for None); anything else as it is (refused)."""
     return "" if value is None else os.fspath(value) if isinstance(value, os.PathLike) else value
 
 
@@ -237,7 +239,8 @@ def load_experiment(config: Config, name: str) -> Config:
     for section, fields in tree.items():
         if section not in SECTIONS:
             raise UserError(
-                f"Unknown section in experiment file {path}. Received: {section!r}. Expected one of: {', '.join(SECTIONS)}."
+                f"Unknown section in experiment file {path}. "
+                f"Received: {section!r}. Expected one of: {', '.join(SECTIONS)}."
             )
         if not isinstance(fields, dict):
             raise UserError(
@@ -255,7 +258,8 @@ def load_experiment(config: Config, name: str) -> Config:
 
 def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
-        raise UserError(f"Invalid value for `--{name}`. Received: {name}={value!r}. Expected one of: {', '.join(choices)}.")
+        raise UserError(f"Invalid value for `--{name}`. "
+                        f"Received: {name}={value!r}. Expected one of: {', '.join(choices)}.")
 
 
 def resolve_norm(norm: str, batch_norm: bool) -> str:
@@ -304,7 +308,8 @@ def validate(config: Config) -> Config:
     _choice("lr_scaling", train.lr_scaling, LR_SCALINGS)
     _choice("lr_decay", train.lr_decay, LR_DECAYS)
     for name, low in (
-        ("cpu_devices", 0), ("bytes_per_pack", 0), ("collective_timeout", 0), ("connect_timeout", 1), ("progress_timeout", 0),
+        ("cpu_devices", 0), ("bytes_per_pack", 0), ("collective_timeout", 0), ("connect_timeout", 1),
+        ("progress_timeout", 0),
         ("ps_shards", 0), ("ps_min_shard_bytes", 1), ("image_size", 8), ("num_classes", 0),
         ("train_examples", 1), ("eval_examples", 1), ("shuffle_buffer", 1), ("base_filters", 1),
         ("depth", 1), ("dropout", 0), ("global_batch_size", 1), ("epochs", 1), ("steps_per_epoch", 0),
@@ -317,18 +322,23 @@ def validate(config: Config) -> Config:
         raise UserError(f"Invalid value for `--seed`. Received: seed={train.seed}. Expected an integer in 0..2**32-1.")
     strategies.check_ps_shards(rt.ps_shards)
     if not (0 <= model.dropout < 1):
-        raise UserError(f"Invalid value for `--dropout`. Received: dropout={model.dropout!r}. Expected 0 <= dropout < 1.")
+        raise UserError("Invalid value for `--dropout`. "
+                        f"Received: dropout={model.dropout!r}. Expected 0 <= dropout < 1.")
     if not (train.learning_rate > 0 and math.isfinite(train.learning_rate)):
         raise UserError(
-            f"Invalid value for `--learning_rate`. Received: learning_rate={train.learning_rate!r}. Expected a finite number > 0."
+            "Invalid value for `--learning_rate`. "
+            f"Received: learning_rate={train.learning_rate!r}. Expected a finite number > 0."
         )
     if data.dataset == "folder" and not data.data_dir:
-        raise UserError("Invalid value for `--data_dir`. Received: data_dir=''. Expected a directory with images/ and masks/ for dataset=folder.")
+        raise UserError("Invalid value for `--data_dir`. "
+                        "Received: data_dir=''. Expected a directory with images/ and masks/ for dataset=folder.")
     num_classes = data.num_classes or DATASET_NUM_CLASSES.get(data.dataset, 0)
     if num_classes == 0:
-        raise UserError(f"Missing `--num_classes` for dataset={data.dataset!r}. Received: num_classes=0. Expected an integer >= 2.")
+        raise UserError(f"Missing `--num_classes` for dataset={data.dataset!r}. "
+                        "Received: num_classes=0. Expected an integer >= 2.")
     if num_classes < 2:
-        raise UserError(f"Invalid value for `--num_classes`. Received: num_classes={num_classes}. Expected an integer >= 2.")
+        raise UserError("Invalid value for `--num_classes`. "
+                        f"Received: num_classes={num_classes}. Expected an integer >= 2.")
     if num_classes > MAX_NUM_CLASSES or data.image_size > MAX_IMAGE_SIZE:
         raise UserError(f"Invalid value for `--{'num_classes' if num_classes > MAX_NUM_CLASSES else 'image_size'}`. "
                         f"Received: num_classes={num_classes}, image_size={data.image_size}. Expected num_classes <= "
@@ -337,7 +347,8 @@ def validate(config: Config) -> Config:
         raise UserError(f"Invalid value for `--num_classes` for shapes. Received: num_classes={num_classes}. Expected "
                         f"at least {DATASET_NUM_CLASSES['shapes']} (background and three shapes), or no --num_classes.")
     if data.dataset == "oxford_iiit_pet" and num_classes != 3:
-        raise UserError(f"Invalid value for `--num_classes` for oxford_iiit_pet. Received: num_classes={num_classes}. Expected 3 (pet, background, border).")
+        raise UserError("Invalid value for `--num_classes` for oxford_iiit_pet. "
+                        f"Received: num_classes={num_classes}. Expected 3 (pet, background, border).")
     if model.encoder == "unet" and data.image_size % (2**model.depth):
         raise UserError(
             f"Invalid value for `--image_size`. Received: image_size={data.image_size} with depth={model.depth}. "
@@ -347,9 +358,11 @@ def validate(config: Config) -> Config:
         check_encoder_weights(model.encoder, model.encoder_weights)
     sources.check_flags(rt.cluster, rt.task, rt.slurm_tasks)
     if rt.cluster and rt.cluster not in ENVIRONMENT_CLUSTERS and not rt.task:
-        raise UserError(f"Missing `--task` for --cluster={rt.cluster}. Received: task=''. Expected type:index, e.g. worker:0.")
+        raise UserError(f"Missing `--task` for --cluster={rt.cluster}. "
+                        "Received: task=''. Expected type:index, e.g. worker:0.")
     if rt.task and not rt.cluster:
-        raise UserError(f"Missing `--cluster` for --task={rt.task}. Received: cluster=''. Expected a cluster spec file.")
+        raise UserError(f"Missing `--cluster` for --task={rt.task}. "
+                        "Received: cluster=''. Expected a cluster spec file.")
     data = dataclasses.replace(data, num_classes=num_classes, augment=data.augment and not train.deterministic)
     model_dir = train.model_dir or str(Path("runs") / rt.strategy)
     steps_per_loop = train.steps_per_loop or strategies.traits(rt.strategy).default_steps_per_loop

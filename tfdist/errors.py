@@ -123,7 +123,8 @@ def require_finite(*names: str, flag_values=None) -> None:
 
     for name in names:
         flags.register_validator(name, lambda value: value is None or math.isfinite(value),
-                                 message=f"--{name} must be a finite number of seconds", flag_values=flag_values or flags.FLAGS)
+                                 message=f"--{name} must be a finite number of seconds",
+                                 flag_values=flag_values or flags.FLAGS)
 
 
 def run_main(main: Callable[[list[str]], int | None], define_flags: Callable[[], None] | None = None) -> None:

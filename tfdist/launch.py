@@ -1,62 +1,13 @@
 """``python -m tfdist.launch``: every task of a cluster spec as a process on this machine (torchrun for TensorFlow).
 
-    # two workers of multi_worker_mirrored, on free ports of 127.0.0.1
-    python -m tfdist.launch --cluster configs/clusters/local_mwm.yaml --local -- \\
-        python -m tfdist.train --strategy multi_worker_mirrored --config quick
-    # any script that reads TF_CONFIG itself, restarted (all tasks) up to twice if one fails
-    python -m tfdist.launch --cluster configs/clusters/local_mwm.yaml --local --max_restarts 2 -- \\
-        python examples/plain_tf_multi_worker.py
-
-COMMAND (everything after ``--``) runs once per task of the file, each with
-that task's TF_CONFIG in its environment (``processes.child_env``), so it can be
-``python -m tfdist.train ...`` (which reads TF_CONFIG when ``--cluster`` is
-not given) or any script written for TF_CONFIG. Every line a task prints is
-prefixed with the task: ``[worker:1] ...``; the launcher's own lines start
-with ``[launch]`` (on stderr).
-
-Addresses: with ``--local`` every address is rewritten to 127.0.0.1 on free
-ports (``localize``); without it every host of the file must be a loopback
-address and every port free (``check_local``). The launcher itself listens on
-nothing. TensorFlow's gRPC server, however, binds its port on every interface
-(``0.0.0.0``, hard-coded in TensorFlow), with no authentication: on a machine
-whose ports others can reach, firewall them or use an isolated network.
-
-Exit status: the leader's (the chief, else worker 0) once it has finished and
-the other tasks have ended, or the status of the first failure that stops the
-cluster (a signal ``N`` counts as ``128 + N``; a task that exits 42 was
-preempted, and counts as a failure). A failure stops the cluster unless the
-task is a ``worker`` of a cluster with ``ps`` tasks (the coordinator goes on
-without it, while one worker is left) or the ``evaluator`` (a side-car).
-
-Stopping (``processes.LocalCluster.stop``) means SIGTERM to each task's
-process group, then SIGKILL to what is left after ``--grace_seconds``
-(60): a tfdist task takes SIGTERM as a preemption and saves a checkpoint of
-the step reached before it exits 42, which the grace must leave time for; a
-plain TensorFlow ``multi_worker_mirrored`` script ignores SIGTERM (TensorFlow
-catches it) and is SIGKILLed. Tasks still running ``--shutdown_timeout``
-seconds after the leader ended are stopped the same way.
-
-Signals to the launcher: SIGTERM or SIGUSR1 (a scheduler's preemption) is
-forwarded to every task as SIGTERM and stops the cluster as above; the
-launcher then exits 42 (``PREEMPTED_EXIT_CODE``: run the same command again
-to resume) and does not restart, not even after a failure it was stopping
-for. Ctrl-C (SIGINT) stops the cluster the same way and exits 130; a second
-Ctrl-C SIGKILLs the tasks without waiting out the grace. The tasks die with
-the launcher even when it is killed with SIGKILL, which leaves it no time to
-stop them (``processes.die_with``, Linux); processes that a task starts
-itself are not covered by that, only by the stops above (which signal the
-task's whole process group).
-
-``--max_restarts N``: after a failure that stops the cluster, a preempted
-task's included, start every task again, up to N times (as torchrun does); a
-tfdist run then resumes from the latest checkpoint in its ``--model_dir``.
-With ``--local`` each restart gets new free ports. Status 2 (a user error)
-and 3 (a diverged loss) are not retried: a restart would end the same way.
-
-A port can be taken between ``--local`` picking it and the task binding it;
-a tfdist task then ends with ``error: Address already in use: ...`` (status
-2, ``cluster.peers``), and with ``--local`` the launcher stops every task and
-starts them all on new ports, up to ``PORT_RETRIES`` times (not restarts).
+COMMAND (after ``--``) runs once per task, with that task's TF_CONFIG, each line
+prefixed ``[worker:1]``. ``--local`` rewrites addresses to free ports of
+127.0.0.1. Exit status: the leader's, or that of the first failure that stops
+the cluster (a ps cluster's worker and the evaluator do not stop it). Stopping:
+SIGTERM to each task's group, SIGKILL after ``--grace_seconds``. SIGTERM or
+SIGUSR1 to the launcher is forwarded and it exits 42; ``--max_restarts N``
+restarts every task after a failure. TensorFlow's gRPC server listens on every
+interface with no authentication. Examples and details: docs/internals.md (Clusters).
 """
 
 from __future__ import annotations
@@ -224,8 +175,8 @@ def launch(spec: cluster_lib.ClusterSpec, command: Sequence[str], *, local: bool
            out: BinaryIO | None = None, err: BinaryIO | None = None, poll: float = 0.1) -> int:
     """Run ``command`` once per task of ``spec`` until the cluster finishes; returns the exit status.
 
-    See the module docstring for addresses, prefixes, exit status, stopping,
-    signals and restarts. Call it from the main thread: only there can it
+    Addresses, prefixes, exit status, stopping, signals and restarts:
+    docs/internals.md (Clusters). Call it from the main thread: only there can it
     catch the signals that stop the cluster in order (elsewhere they keep
     their default action), and its tasks die with the thread that started
     them (``processes.die_with``).

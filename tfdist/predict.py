@@ -95,7 +95,8 @@ def predict_mask(model, image):
 def main(argv: list[str]) -> int:
     for name in ("model_dir", "image", "output"):
         if not FLAGS[name].value:
-            raise UserError(f"Missing `--{name}`. Received: nothing. Expected --model_dir D --image X.png --output Y.png.")
+            raise UserError(f"Missing `--{name}`. "
+                            "Received: nothing. Expected --model_dir D --image X.png --output Y.png.")
     check_output("output", FLAGS.output)
     if FLAGS.mask_output:
         check_output("mask_output", FLAGS.mask_output)

@@ -1,33 +1,13 @@
 """TensorFlow's start-up noise kept off stderr, for every tfdist CLI (``errors.run_main`` calls ``install``).
 
-TensorFlow 2.21 writes a handful of C++ lines while it starts, whatever
-``TF_CPP_MIN_LOG_LEVEL`` says (DESIGN.md): "All log messages before
-absl::InitializeLog() ...", "Could not find cuda drivers" (cudart_stub.cc),
-"failed call to cuInit" (cuda_platform.cc), oneDNN's notice, the CPU
-instructions notice, "Unable to register cuDNN/cuFFT/cuBLAS factory". They
-are written to file descriptor 2 by C++, so Python cannot catch them, and they
-made a user error found after TensorFlow started more than one line.
-
-``install()`` (before TensorFlow is imported) points descriptor 2 at a pipe
-and forks a small forwarder process that copies every line from the pipe to
-the original stderr, except lines that match ``STARTUP_NOISE`` below. Python's
-own writes (``sys.stderr``: tfdist's ``error: ...`` line, absl and Python
-logging, warnings) go to the original stderr directly, so they can never be
-lost, not even when a failed run ends with ``os._exit`` right after its line.
-The forwarder is a process, not a thread, so that what C++ writes just before
-the process dies (a ``CHECK`` failure before ``abort()``, a crash's traceback
-from ``faulthandler``) still reaches stderr: it reads until every writer of
-the pipe is gone, ignores the signals that stop a run (SIGINT, SIGTERM,
-SIGUSR1, SIGHUP: they are for the run, which then closes the pipe), and ends.
-It is forked twice, so that it is no child of the CLI's process: whoever
-waits for a process's descendants (the launcher's tests, a scheduler) sees
-only the run's own processes. It stays in the run's process group, so a
-SIGKILL of the group ends it too.
-
-Opt-out, everything shown as TensorFlow wrote it: ``TFDIST_TF_LOGS=1``, or an
-explicitly set ``TF_CPP_MIN_LOG_LEVEL=0``. Nothing is installed either when
-TensorFlow is already imported (its start-up is over: in a notebook, a test
-process) or when descriptor 2 is not open.
+TensorFlow writes C++ lines while it starts, whatever ``TF_CPP_MIN_LOG_LEVEL``
+says, to descriptor 2, where Python cannot catch them. ``install()`` (before
+TensorFlow is imported) points descriptor 2 at a pipe read by a forwarder
+process that drops lines matching ``STARTUP_NOISE``; Python's own writes go to
+the original stderr directly. A process, not a thread, so that a crash's last
+lines still arrive; forked twice, so it is no child of the CLI. Opt-out:
+``TFDIST_TF_LOGS=1`` or ``TF_CPP_MIN_LOG_LEVEL=0``. Why each of these: docs/internals.md
+(Running).
 """
 
 from __future__ import annotations

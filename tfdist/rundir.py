@@ -1,23 +1,12 @@
 """A run directory (``--model_dir``): its layout, in one place, and whether a new run may resume it.
 
-Every file a run leaves is named here and nowhere else::
-
-    model_dir/
-      params.yaml          the resolved config (the chief)
-      metrics.jsonl        one JSON object per logged step and per eval (the chief)
-      evaluator.jsonl      the evaluator side-car's rows
-      summary.json         the run's summary, written last (the chief)
-      checkpoints/         the chief's checkpoints; every worker restores from them
-      tensorboard/<split>  scalars and predicted masks (train, eval, evaluator)
-      export/              model.keras and saved_model/ (the chief, at the end)
-      fit-inputs/          tfdist.fit's input under parameter_server, while it runs (the chief)
-      heartbeats/          each task's <type>-<index>.json while it runs (training.watchdog); removed by a
-                           task that ends well, kept by one that does not
-
+Every file a run leaves is named here and nowhere else: ``params.yaml``,
+``metrics.jsonl``, ``evaluator.jsonl``, ``summary.json``, ``checkpoints/``,
+``tensorboard/<split>``, ``export/``, ``fit-inputs/`` and ``heartbeats/``.
 Workers other than the chief write their checkpoints into a scratch directory
-outside ``model_dir`` (``scratch``), named after the run and the task so that
-a killed worker's restart clears what it left. This module does not import
-TensorFlow.
+outside ``model_dir`` (``scratch``), named after the run and the task so that a
+killed worker's restart clears what it left. The layout, file by file: docs/internals.md
+(Running). No TensorFlow.
 """
 
 from __future__ import annotations
@@ -128,7 +117,8 @@ class RunDir:
         """
         expected = "Expected a directory (an existing run's, or a new one)."
         if self.path.exists() and not self.path.is_dir():
-            raise UserError(f"Invalid `{name}`: not a directory. Received: {str(self.path)!r}, an existing file. {expected}")
+            raise UserError(f"Invalid `{name}`: not a directory. "
+                            f"Received: {str(self.path)!r}, an existing file. {expected}")
         above = next((p for p in self.path.parents if p.exists()), None)
         if above is not None and not above.is_dir():
             raise UserError(f"Invalid `{name}`: {above} is a file. Received: {str(self.path)!r}. {expected}")
@@ -150,7 +140,8 @@ class RunDir:
             raise UserError(f"Cannot read {self.params}: {' '.join(str(e).split())}. {expected}") from None
         sections = old.values() if isinstance(old, dict) else ()
         if not isinstance(old, dict) or not all(s is None or isinstance(s, dict) for s in sections):
-            raise UserError(f"Invalid {self.params}: not a mapping of sections. Received: {str(old)[:60]!r}. {expected}")
+            raise UserError(f"Invalid {self.params}: not a mapping of sections. "
+                            f"Received: {str(old)[:60]!r}. {expected}")
         return old
 
     def check_resume(self, config) -> None:
@@ -168,6 +159,7 @@ class RunDir:
                 before = (old.get(section) or {}).get(key)
                 if before is not None and before != new[section][key]:
                     raise UserError(
-                        f"Invalid --model_dir {config.train.model_dir}: it holds a run with {section}.{key}={before!r}. "
-                        f"Received: {key}={new[section][key]!r}. Expected the same value to resume, or a new --model_dir."
+                        f"Invalid --model_dir {config.train.model_dir}: "
+                        f"it holds a run with {section}.{key}={before!r}. Received: {key}={new[section][key]!r}. "
+                        "Expected the same value to resume, or a new --model_dir."
                     )

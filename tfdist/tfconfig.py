@@ -1,30 +1,12 @@
 """``python -m tfdist.tfconfig``: the TF_CONFIG of a task, the command of every task, or manifests.
 
-    # TF_CONFIG of one task, as compact JSON
-    python -m tfdist.tfconfig --cluster configs/clusters/example.yaml --task worker:1
-    # the same as a shell line:  eval "$(python -m tfdist.tfconfig ... --export)"
-    python -m tfdist.tfconfig --cluster FILE --task worker:1 --export
-    # for every task, "# type:i on host" and the command to run on that host;
-    # arguments after -- are passed to every tfdist.train command
-    python -m tfdist.tfconfig --cluster FILE --commands --strategy parameter_server -- --epochs 2
-    # inside a Slurm job step (srun): this task's TF_CONFIG, from the allocation
-    srun python -m tfdist.tfconfig --cluster slurm --slurm_tasks chief=1,worker=2,ps=1
-    # Kubernetes: a headless Service and a Job per task (or --emit tfjob: a Kubeflow TFJob)
-    python -m tfdist.tfconfig --cluster FILE --emit kubernetes --image IMAGE --name unet -- --epochs 2
-    # gang-admitted: a JobSet (or trainjob, volcano), --model_dir on a PersistentVolumeClaim
-    python -m tfdist.tfconfig --cluster FILE --emit jobset --image IMAGE --volume CLAIM -- --epochs 2
-    # the same pods running tfdist.doctor, to check the cluster from inside before training
-    python -m tfdist.tfconfig --cluster FILE --emit jobset --image IMAGE --volume CLAIM --doctor --name unet-check
-    # inside such a pod: its own TF_CONFIG, from its environment (docs/kubernetes.md)
-    python -m tfdist.tfconfig --cluster kubernetes
-
-``--strategy`` checks that the cluster has the tasks the strategy needs (and
-with ``--commands`` and ``--emit`` is passed on to every command; ``--emit``
-chooses parameter_server or multi_worker_mirrored when it is not given).
-``--output FILE`` writes to FILE instead of stdout. Every user error ends with
-exit status 2 and one line on stderr. TensorFlow is imported only by
-``--cluster slurm`` (for ``SlurmClusterResolver``), after the Slurm variables
-have been checked.
+``--task worker:1`` prints that task's TF_CONFIG (``--export``: as a shell line),
+``--commands`` each task's command (arguments after ``--`` go to every
+``tfdist.train``), ``--cluster slurm`` this Slurm task's TF_CONFIG, and ``--emit
+kubernetes|tfjob|jobset|trainjob|volcano`` manifests. ``--strategy`` checks that the cluster has the
+tasks the strategy needs; ``--output FILE`` writes there. A user error: one line,
+status 2. TensorFlow is imported only by ``--cluster slurm``, after the Slurm
+variables are checked. Examples: docs/internals.md (Running).
 """
 
 from __future__ import annotations
@@ -54,7 +36,8 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
     then be imported in one process, e.g. by tests or a launcher.)
     """
     flags.DEFINE_string(
-        "cluster", None, "Cluster spec file (YAML or JSON), `slurm`: the cluster of this Slurm job step, or `kubernetes`: "
+        "cluster", None,
+        "Cluster spec file (YAML or JSON), `slurm`: the cluster of this Slurm job step, or `kubernetes`: "
         "of this pod (docs/kubernetes.md).",
         flag_values=flag_values,
     )
@@ -136,7 +119,8 @@ def _deployment(extra: list[str]) -> kubernetes.Deployment:
     if not FLAGS.image:
         raise UserError(
             f"Missing `--image` for --emit={FLAGS.emit}. Received: image={FLAGS.image!r}. "
-            f"Expected the container image to run, with tfdist installed, e.g. --image registry.example.com/tfdist:0.1.0."
+            "Expected the container image to run, with tfdist installed, "
+            "e.g. --image registry.example.com/tfdist:0.1.0."
         )
     return kubernetes.Deployment(
         image=FLAGS.image, strategy=FLAGS.strategy or "", train_args=tuple(extra), name=FLAGS.name,
@@ -171,12 +155,14 @@ def _print_jobset(spec: cluster.ClusterSpec, tasks: list[cluster.Task], extra: l
 
 def _print_trainjob(spec: cluster.ClusterSpec, tasks: list[cluster.Task], extra: list[str]) -> list[str]:
     """--emit trainjob: the TrainingRuntime and the TrainJob, as one YAML stream."""
-    return [kubernetes.to_yaml(trainjob.trainjob(spec, _deployment(extra), _volume(), doctor=FLAGS.doctor)).rstrip("\n")]
+    job = trainjob.trainjob(spec, _deployment(extra), _volume(), doctor=FLAGS.doctor)
+    return [kubernetes.to_yaml(job).rstrip("\n")]
 
 
 def _print_volcano(spec: cluster.ClusterSpec, tasks: list[cluster.Task], extra: list[str]) -> list[str]:
     """--emit volcano: the Volcano Job, as YAML."""
-    return [kubernetes.to_yaml([volcano.volcano_job(spec, _deployment(extra), _volume(), doctor=FLAGS.doctor)]).rstrip("\n")]
+    job = volcano.volcano_job(spec, _deployment(extra), _volume(), doctor=FLAGS.doctor)
+    return [kubernetes.to_yaml([job]).rstrip("\n")]
 
 
 #: Output mode -> function (spec, tasks, extra args) -> lines to print.
@@ -198,12 +184,14 @@ _ALL_TASK_MODES = ("commands", *EMITS)
 def _output_mode() -> str:
     """The output mode the flags ask for; conflicting flags are a user error."""
     if FLAGS.emit is not None and FLAGS.emit not in EMITS:
-        raise UserError(f"Invalid value for `--emit`. Received: emit={FLAGS.emit!r}. Expected one of: {', '.join(EMITS)}.")
+        raise UserError("Invalid value for `--emit`. "
+                        f"Received: emit={FLAGS.emit!r}. Expected one of: {', '.join(EMITS)}.")
     chosen = [name for name, given in (("--export", FLAGS.export), ("--commands", FLAGS.commands),
                                        ("--emit", FLAGS.emit is not None)) if given]
     if len(chosen) > 1:
         raise UserError(
-            f"Conflicting flags `{chosen[0]}` and `{chosen[1]}`. Received: {' and '.join(chosen)}. Expected at most one of them."
+            f"Conflicting flags `{chosen[0]}` and `{chosen[1]}`. "
+            f"Received: {' and '.join(chosen)}. Expected at most one of them."
         )
     if FLAGS.emit is None:
         stray = [f"--{name}" for name in _EMIT_FLAGS if FLAGS[name].present]

@@ -1,47 +1,13 @@
 """``python -m tfdist.bench``: tfdist's training throughput beside plain Keras, as paired ratios.
 
-Every throughput row trains the same UNet and shapes data (generated, held
-in memory, no augmentation: the same images Keras gets), 16 images per
-worker and step:
-
-- ``keras_fit``: the baseline, plain ``model.fit`` on one device, written as a
-  user would write it; ``keras_fit_mirrored_2`` and
-  ``keras_fit_central_storage_2``: the same under the strategies Keras 3 can
-  still ``fit`` with (2 logical CPUs); ``keras_fit_multi_worker_mirrored_2``:
-  the same across 2 worker processes, after ``tfdist.patch_keras()``;
-- ``tfdist_fit`` and ``tfdist_fit_mirrored_2``: ``tfdist.fit`` on the same
-  compiled model and arrays as ``keras_fit`` and ``keras_fit_mirrored_2``;
-- tfdist ``one_device``, ``mirrored`` x1/x2, ``central_storage`` x2, each
-  with tfdist's defaults;
-- ``multi_worker_mirrored`` with 1-4 worker processes (gRPC on 127.0.0.1)
-  and ``parameter_server`` with 1-4 workers (an in-process cluster of real
-  gRPC servers): throughput, speedup over 1 worker and efficiency; they all
-  share this machine's cores;
-- 2-worker ``multi_worker_mirrored`` with ``--norm group``, ``replica_batch``
-  and ``none`` against the default (synchronized batch norm);
-- the input pipeline against cached tensors.
-
-Once per run: the all-reduce sweep (``comm``: 64 KB to 64 MB, 2 and 4
-processes, bus bandwidth beside memcpy, the packing options), the real
-2-worker step traced with ``tf.profiler`` (``trace``: the collectives' share
-of it), the projection to 8-256 workers (``projection``), time per epoch
-with the data, time to mean IoU 0.80 (``accuracy``) and preemption
-(``preemption``).
-
-Method: every run of a row is a fresh process (its own start-up and memory;
-a cluster's memory summed over its processes); each repeat runs every row
-once, a row right after the row it is compared to, odd repeats backwards;
-ratios are taken repeat by repeat (median, min, max); a row's other figures
-are one repeat's record. Keras and tfdist get the same warm-up steps and the
-same window: from the end of step ``warmup`` to the end of the last step
-(``tfdist.fit``, timed by a callback's epoch hooks: Keras' whole run as its
-warm-up epoch, then the same epoch again, timed whole).
-``--only`` names rows (their baselines run too); ``--noscaling``,
-``--time_to_accuracy``, ``--preemption`` switch those parts (the last two
-are off with ``--quick`` unless asked for). Output: ``--output FILE.json``
-(with ``machine`` and ``versions``), Markdown (``--markdown``, default beside
-the JSON) and a PNG chart (``--chart``); ``--render PAGE.md`` regenerates a
-page's ``<!-- bench: FILE.json -->`` blocks from their JSON.
+Every throughput row trains the same UNet on the same in-memory shapes data,
+16 images per worker and step: Keras' ``fit`` (the baseline) and under the
+strategies it supports, ``tfdist.fit`` and tfdist's loop under every strategy,
+scaling with 1-4 workers, the normalizations, and the input pipeline. Once per
+run: the all-reduce sweep, a traced step, the projection, time per epoch, time
+to accuracy and preemption. Every run of a row is a fresh process; ratios are
+paired repeat by repeat (``plan``, ``report``). The rows, the method and the
+flags: docs/benchmarks.md and docs/internals.md (The benchmark).
 """
 
 from __future__ import annotations

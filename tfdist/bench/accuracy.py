@@ -1,25 +1,12 @@
 """Time to accuracy: wall seconds from the start of a real run to its first eval with mean IoU >= 0.80.
 
-Throughput says how fast steps go; what a user waits for is a model that is
-good enough (what PyTorch's DataParallel-vs-DDP comparisons measure). Each
-measurement runs the default experiment (``python -m tfdist.train
---strategy S``, nothing else changed but the run directory, ``--noexport``
-and the row's own flags) as real processes: alone, or under ``python -m
-tfdist.launch --local`` with a cluster file on free 127.0.0.1 ports (2
-``multi_worker_mirrored`` workers; a ``parameter_server`` chief, 2 workers
-and a ps). The parent reads ``metrics.jsonl`` as the run writes it; the
-clock runs from just before the process (the launcher) starts to the moment
-an eval row with ``mean_iou >= target`` is seen (polled every 50 ms). Then
-the run is stopped with SIGTERM (it saves and exits 42: the rest of the
-budget would not change the figure), or it ends by itself with the target
-never reached, which is reported as such with its last mean IoU. The
-2-worker ``multi_worker_mirrored`` rows, one per normalization, run their
-whole budget instead (``full_budget``): their last eval is the mean IoU at
-the same budget, beside their speed, the numbers a normalization is chosen by.
-
-The default experiment evaluates once per epoch (16 steps), so the figure
-has the resolution of an epoch; the evals seen are kept too (seconds, step,
-mean IoU). Each measurement runs once (a minute or more each).
+Each measurement runs the default experiment (``python -m tfdist.train``, alone
+or under ``python -m tfdist.launch --local``) as real processes and polls its
+``metrics.jsonl``; the run is stopped with SIGTERM once the target is seen, or
+ends with the target never reached (reported with its last mean IoU). The
+2-worker ``multi_worker_mirrored`` rows run their whole budget (``full_budget``)
+so their normalizations compare at the same budget. Each measurement runs once.
+How it is timed: docs/internals.md (The benchmark).
 """
 
 from __future__ import annotations

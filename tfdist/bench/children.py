@@ -1,21 +1,12 @@
 """The parent's side of the benchmark's child processes: start them, wait for them, read their rows.
 
-A job runs in one child, or in a cluster of them (one
-``multi_worker_mirrored`` worker task each, gRPC on 127.0.0.1). Each child is
-``python -m tfdist.bench --child JOB`` and answers one ``Measured`` line per
-row on stdout. Waits are bounded, and a failed child ends its peers at once,
-since they would wait for it.
-
-One kind of failure is run again: TensorFlow 2.21's profiler can corrupt its own heap
-when it stops (``tf.profiler.experimental.stop`` aborts or segfaults in
-``TraceMeRecorder::Consume``, ``SplitEventTracker::FindStartAndMerge``: it
-keeps pointers to the events of ops that ended on another thread than they
-began, in a vector that can reallocate, and so copy them, before it follows
-them). A traced 2-worker step hit it in about one cluster in four here (12
-of 53 runs, always on worker 1). Nothing in the step causes it, so a cluster
-whose child died that way (``profiler_crashed``, read from the stack that
-``PYTHONFAULTHANDLER`` prints) runs again on fresh ports, at most
-``PROFILER_ATTEMPTS`` times in all; any other failure fails at once.
+A job runs in one child, or in a cluster of them (one ``multi_worker_mirrored``
+worker task each, gRPC on 127.0.0.1). Each child is ``python -m tfdist.bench
+--child JOB`` and answers one ``Measured`` line per row on stdout. Waits are
+bounded, and a failed child ends its peers at once, since they would wait for
+it. A cluster whose child died in TensorFlow's profiler as it stopped (a heap
+corruption in the profiler, not in the step: ``profiler_crashed``) runs again on
+fresh ports, at most ``PROFILER_ATTEMPTS`` times; any other failure fails at once.
 """
 
 from __future__ import annotations
@@ -43,7 +34,8 @@ def _parse_child_output(stdout: str) -> list[Measured]:
     return results
 
 
-#: How many times in all a cluster is run when TensorFlow's profiler crashes as it stops (one in four, measured).
+#: How many times in all a cluster is run when TensorFlow's profiler crashes as it stops
+#: (docs/internals.md, The benchmark).
 PROFILER_ATTEMPTS = 5
 
 #: The Python frame that ``faulthandler`` prints for a crash inside ``tf.profiler.experimental.stop``.

@@ -1,17 +1,12 @@
 """All-reduce against its limit: message-size sweeps, packing choices and this machine's memory copy.
 
-Runs inside each worker process of a ``multi_worker_mirrored`` cluster (the
-parent sets TF_CONFIG); every worker must call the same functions with the
-same arguments in the same order, since each all-reduce waits for its peers.
-The numbers follow nccl-tests' definitions, so they read like the figures
-published for GPUs: ``algbw = bytes / seconds`` and, for an all-reduce,
-``busbw = algbw * 2(n-1)/n`` (the bytes each rank sends on its link in a
-ring all-reduce, per second; n = replicas in sync). ``memcpy_gbps`` is the
-bound a loopback transport cannot beat, since every byte it moves is copied
-at least once. Everything returned is plain JSON (floats, ints, strings).
-
-TensorFlow is imported inside the functions: the benchmark's parent process
-imports this module's ``markdown`` without starting TensorFlow.
+Runs inside each worker process of a ``multi_worker_mirrored`` cluster; every
+worker calls the same functions with the same arguments in the same order,
+since each all-reduce waits for its peers. The figures follow nccl-tests'
+definitions (``algbw``, ``busbw = algbw * 2(n-1)/n``); ``memcpy_gbps`` is the
+bound a loopback transport cannot beat. Everything returned is plain JSON.
+TensorFlow is imported inside the functions: the benchmark's parent imports this
+module's ``markdown`` without starting TensorFlow.
 """
 
 from __future__ import annotations
@@ -24,7 +19,7 @@ from typing import Any, Mapping, Sequence
 DEFAULT_SIZES = tuple(64 << 10 << (2 * i) for i in range(6))
 
 #: The ``pack_sweep`` choices: TensorFlow's default (one pack of every gradient), then packs of a fixed size.
-#: ``nccl`` is left out: on CPUs TF 2.21 accepted it without error (one trial here), but there is no NCCL there.
+#: ``nccl`` is left out: on CPUs TF 2.21 accepts it without error, but there is no NCCL there.
 DEFAULT_PACK_OPTIONS = (
     {"communication": "auto", "bytes_per_pack": 0},
     {"communication": "ring", "bytes_per_pack": 0},

@@ -1,17 +1,11 @@
 """``python -m tfdist.bench.fit_profile``: ``tfdist.fit`` against Keras' ``fit`` on one device, in one process.
 
-The benchmark's ``tfdist_fit`` and ``keras_fit`` rows are fresh processes,
-and on a busy 2-core machine single rows move by 15-25%. This runs both
-whole, in rounds in one process (each round a fresh model for each, the
-order reversed every other round), on the benchmark's model and arrays and
-with its windows (``measure``): Keras' ``fit`` from the end of step
-``warmup`` to the end of its last step (batch-end callbacks), ``tfdist.fit``
-its second epoch whole (epoch callbacks). Each window is read on two clocks:
-wall time, and the process's CPU time, which other processes on the machine
-hardly change. Printed: each round's milliseconds per step, then the paired
-ratios (Keras' time per step over ``tfdist.fit``'s, round by round: above 1
-means ``tfdist.fit`` is faster), median and min-max.
-
+Fresh-process benchmark rows move with the machine's load; this runs both whole,
+in rounds in one process (a fresh model each, the order reversed every other
+round), on the benchmark's model, arrays and timing windows (``measure``). Each
+window is read on wall time and on the process's CPU time. Printed: each round's
+milliseconds per step, then the paired ratios (Keras' time per step over
+``tfdist.fit``'s: above 1 means ``tfdist.fit`` is faster), median and min-max.
 Only public APIs: ``keras.Model.fit`` and ``tfdist.fit``.
 """
 

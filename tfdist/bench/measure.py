@@ -1,24 +1,13 @@
 """What a benchmark child runs: each row's measurement, its peak memory and its time to first step.
 
 A child (``python -m tfdist.bench --child JOB``) runs its rows in order and
-prints one ``Measured`` line per row (``run_child``). The parent never imports
-TensorFlow: the imports of TensorFlow, Keras and tfdist's training stack are
-inside the measurements.
-
-One timing window for both sides: Keras' ``fit`` and tfdist each run one
-epoch of ``warmup + steps`` steps, and images per second are ``steps x
-global batch`` over the wall time from the end of step ``warmup`` to the end
-of step ``warmup + steps`` (Keras: its batch-end callbacks; tfdist: the
-controller's ``clock``, appended at the end of every chunk). No epoch
-boundary falls inside the window on either side. ``tfdist.fit`` (the
-``tfdist_fit`` rows) gets Keras' model and arrays, and runs that epoch twice:
-its callbacks' epoch hooks time the second one whole, its end included.
-
-Each measurement returns its numbers and the clock time (``time.time()``)
-at which its first step ended, or ``None`` where it has no training step;
-``run_child`` turns that into ``seconds_to_first_step`` (from the process's
-spawn) and adds the process's peak memory, which is the row's own: every run
-of a row is a fresh process (``plan``), except the scaling rows'.
+prints one ``Measured`` line per row (``run_child``); TensorFlow is imported
+inside the measurements, never by the parent. Keras' ``fit`` and tfdist get one
+timing window: ``steps x global batch`` over the wall time from the end of step
+``warmup`` to the end of step ``warmup + steps``, with no epoch boundary inside
+it. Each measurement returns its numbers and the time its first step ended;
+``run_child`` adds ``seconds_to_first_step`` and the process's peak memory.
+The windows in detail: docs/internals.md (The benchmark).
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
 """The benchmark's plan: which rows to measure, in which processes, in which order.
 
-Every run of a row gets fresh processes (a cluster's tasks when it has
-several), so that its start-up and its memory are its own, whatever ran
-before it. The rows run in repeats: each repeat runs every row once, a row
-right after the row it is compared to (``tfdist`` ``mirrored_2`` after Keras
-under the same strategy; where two rows are compared to one, the second one
-a row further), and odd repeats run in the reverse order, so a
-drift of the machine within a repeat falls on both sides of a pair alike.
-Ratios are then taken repeat by repeat (``report``). The time-per-epoch rows
-share one process and run once, after the repeats; the all-reduce sweeps and
-the traced step run once, in the first repeat. The time-to-accuracy and
-preemption measurements start ``python -m tfdist.train`` themselves
-(``accuracy``, ``preemption``); ``--only`` names them like rows.
+Every run of a row gets fresh processes, so that its start-up and its memory
+are its own. Each repeat runs every row once, a row right after the row it is
+compared to, and odd repeats run backwards, so that a drift of the machine
+within a repeat falls on both sides of a pair alike (``report`` pairs the ratios
+repeat by repeat). The time-per-epoch rows, the all-reduce sweeps and the traced
+step run once; time to accuracy and preemption start ``python -m tfdist.train``
+themselves (``accuracy``, ``preemption``). ``--only`` names them like rows.
 """
 
 from __future__ import annotations
@@ -76,7 +71,8 @@ def rows_for(steps: int, warmup: int) -> list[Row]:
     keras_multi_worker = RowSpec(name="keras_fit_multi_worker_mirrored_2", kind="keras_fit", workers=2,
                                  strategy="multi_worker_mirrored", steps=steps, warmup=warmup,
                                  overrides={"cpu_devices": 1, "global_batch_size": per_worker * 2})
-    norm_values = {"group": {"norm": "group"}, "replica_batch": {"norm": "replica_batch"}, "none": {"batch_norm": False}}
+    norm_values = {"group": {"norm": "group"}, "replica_batch": {"norm": "replica_batch"},
+                   "none": {"batch_norm": False}}
     return [
         Row(spec=keras(BASELINE)),
         Row(spec=fit("tfdist_fit", "one_device")),

@@ -1,41 +1,13 @@
 """Preemption as a benchmark measurement: what a SIGTERM mid-run costs, from the signal to the resumed first step.
 
-A scheduler that preempts a job sends SIGTERM and runs the same command
-again later; what that costs is the time to stop (tfdist saves a checkpoint
-of the step reached, then exits 42) and the time the relaunch needs before
-it trains again (start-up, restoring the checkpoint, tracing). Each
-measurement runs the benchmark's experiment (``rows.BASE`` as
-``python -m tfdist.train`` flags, a train row logged every step) as real
-processes, the way a user or a scheduler runs it:
-
-1. a fresh start, told to hold (``engine.hold``): every task ends step
-   ``signal_at``, writes a marker file and waits there for its signal, so
-   that a run faster than the parent cannot pass the step unsignalled. Once
-   every task's marker is there, SIGTERM to the process (to the launcher,
-   for the 2-worker ``multi_worker_mirrored`` row under ``python -m
-   tfdist.launch --local``, which forwards it to every task); the next step
-   carries the stop (a row every step: one step a chunk), so it must end
-   with status 42 at step ``signal_at + 1``;
-2. the same command again (no hold), which must resume from the step
-   reached and end with status 0.
-
-Figures (unix times, ``time.time()``): SIGTERM (taken after the hold, just
-before the signal) to exit; relaunch (just before the process is started)
-to its first step (``summary.json``'s ``first_step_at``); the same for the
-fresh start, with the ``first_step_at`` its markers carry (a preempted run
-writes no ``summary.json``; the earliest task's, and under a synchronous
-strategy the tasks end that step together); the ratio of the two; the step
-reached and the step resumed at, which must be equal for these synchronous
-strategies. Anything else (another status, no resume, a step lost or
-repeated, a wait past its bound) raises: a wrong figure would hide a broken
-preemption.
-
-Each measurement runs once, whatever ``--repeats`` says: it starts
-TensorFlow twice (twice two workers), 1.2-2 minutes a row on 2 busy cores.
-The parent runs these itself (no benchmark child): it starts processes,
-never TensorFlow. Every process gets its own session and is killed (its
-group) if still there at the end; a launcher's tasks die with it
-(``processes.die_with``).
+A fresh start of the benchmark's experiment holds (``engine.hold``) after step
+``signal_at`` until SIGTERM (to the launcher for the 2-worker row) and must exit
+42 at step ``signal_at + 1``; the same command again must resume there and exit
+0. Figures: the time from SIGTERM to exit, from relaunch to its first step, the
+same for the fresh start, and the step reached and resumed at. Anything else
+(another status, no resume, a step lost or repeated, a wait past its bound)
+raises. The parent runs it once (it starts processes, never TensorFlow). How
+each figure is read: docs/internals.md (The benchmark).
 """
 
 from __future__ import annotations

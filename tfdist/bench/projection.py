@@ -1,19 +1,12 @@
 """Beyond this machine, on paper: a latency-bandwidth model of ring all-reduce, fitted and projected.
 
-The model (alpha-beta, as in Thakur et al. and nccl-tests' bus bandwidth):
-one ring all-reduce of ``S`` bytes over ``n`` workers takes
-
-    t(S, n) = 2(n-1) * alpha + 2(n-1)/n * S / B
-
-(``2(n-1)`` steps of a reduce-scatter then an all-gather, each paying one
-latency ``alpha`` and moving ``S/n`` bytes over a link of bus bandwidth
-``B``). ``fit_cost`` fits ``alpha`` and ``B`` to a measured
-``comm.sweep``; ``project`` puts a step's compute time beside the model's
-all-reduce for 8 to 256 workers on 10, 25 and 100 Gbit/s links. It is a
-projection, not a measurement: ``markdown`` says so, states the
-assumptions, and sets published scaling results beside it.
-
-Pure Python, no TensorFlow: the benchmark's parent can call all of it.
+The alpha-beta model (Thakur et al., nccl-tests' bus bandwidth): one ring
+all-reduce of ``S`` bytes over ``n`` workers takes
+``t(S, n) = 2(n-1) * alpha + 2(n-1)/n * S / B``. ``fit_cost`` fits ``alpha`` and
+``B`` to a ``comm.sweep``; ``project`` sets a step's compute time beside the
+model's all-reduce for 8 to 256 workers on 10, 25 and 100 Gbit/s links. It is a
+projection, not a measurement: ``markdown`` says so, states the assumptions, and
+sets published scaling results beside it. Pure Python, no TensorFlow.
 """
 
 from __future__ import annotations
@@ -54,8 +47,8 @@ def fit_cost(sweep_rows: Sequence[Mapping[str, Any]], *, replicas: int | None = 
     ``alpha`` holds all per-call overhead (``tf.function`` dispatch
     included). By default each row's error counts relative to its time
     (weights ``1/t``): in plain least squares (``relative=False``) the
-    largest message decides everything, and one slow 64 MB point (measured
-    here: 1.3 s against 0.09 s for 16 MB) leaves ``alpha`` at 0. A negative
+    largest message decides everything, and one slow point of the largest
+    size leaves ``alpha`` at 0. A negative
     ``alpha`` (noise) is refitted as 0 with ``B`` alone.
 
     Args:
@@ -124,12 +117,14 @@ def project(*, compute_seconds: float, gradient_bytes: float, workers: int, link
     step = compute_seconds + exposed
     efficiency = compute_seconds / step
     return {"workers": workers, "link_gbit": link_gbit, "bus_gbps": bus / 1e9, "alpha_seconds": alpha,
-            "allreduce_seconds": allreduce, "latency_allreduces": latency_allreduces, "exposed_seconds": exposed, "step_seconds": step,
+            "allreduce_seconds": allreduce, "latency_allreduces": latency_allreduces,
+            "exposed_seconds": exposed, "step_seconds": step,
             "efficiency": efficiency, "speedup": workers * efficiency}
 
 
 def table(*, compute_seconds: float, gradient_bytes: float, alpha: float, overlap: float = 0.0,
-          latency_allreduces: int = 0, workers: Sequence[int] = WORKERS, links_gbit: Sequence[float] = LINKS_GBIT) -> list[dict[str, Any]]:
+          latency_allreduces: int = 0, workers: Sequence[int] = WORKERS,
+          links_gbit: Sequence[float] = LINKS_GBIT) -> list[dict[str, Any]]:
     """``project`` for every link rate and worker count (links outer, workers inner)."""
     return [project(compute_seconds=compute_seconds, gradient_bytes=gradient_bytes, workers=n, link_gbit=link,
                     alpha=alpha, overlap=overlap, latency_allreduces=latency_allreduces)

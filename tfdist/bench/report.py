@@ -1,15 +1,11 @@
 """The benchmark's results: paired ratios, one repeat's record per row, scaling with workers, and the goals.
 
-``results`` turns each row's runs into the JSON-ready results. A ratio is
-paired: row X over its baseline B in the same repeat (the two ran next to
-each other, ``plan``), one ratio per repeat, then their median and spread
-(min, max). A row's other figures (images/s, start-up, memory) are one
-repeat's record, not medians taken figure by figure: the repeat whose ratio to
-``keras_fit`` is the median one (for ``keras_fit``: whose images/s is).
-A row may have two paired ratios besides the one to ``keras_fit``: to its own
-baseline (``ratio_to_baseline``) and to Keras' ``fit`` under its strategy
-where that is another row (``ratio_to_keras``). ``tables`` renders the JSON as
-Markdown; ``goals`` reads a saved JSON the same way.
+``results`` turns each row's runs into JSON-ready results. A ratio is paired:
+row X over its baseline in the same repeat, one per repeat, then their median
+and spread. A row's other figures are one repeat's record (the repeat with the
+median ratio to ``keras_fit``), not medians taken figure by figure. A row may
+also have ``ratio_to_baseline`` and ``ratio_to_keras``. ``tables`` renders the
+JSON as Markdown; ``goals`` reads a saved JSON the same way.
 """
 
 from __future__ import annotations

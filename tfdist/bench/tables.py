@@ -60,7 +60,8 @@ def rows_table(results: Mapping[str, Any]) -> list[str]:
 
 
 def workers_table(results: Mapping[str, Any]) -> list[str]:
-    lines = ["| strategy | workers | images/s | speedup over 1 worker (paired) | efficiency |", "|---|---:|---:|---:|---:|"]
+    lines = ["| strategy | workers | images/s | speedup over 1 worker (paired) | efficiency |",
+             "|---|---:|---:|---:|---:|"]
     for family, points in results.get("workers", {}).items():
         for p in points:
             lines.append(f"| {family} | {p['workers']} | {p['images_per_second']:.1f} | "
@@ -140,7 +141,8 @@ def chart(results: Mapping[str, Any], path: str) -> None:
 
     rows = [r for r in results["rows"] if r.get("ratio")]
     medians = [r["ratio"]["median"] for r in rows]
-    errors = [[m - r["ratio"]["min"] for m, r in zip(medians, rows)], [r["ratio"]["max"] - m for m, r in zip(medians, rows)]]
+    errors = [[m - r["ratio"]["min"] for m, r in zip(medians, rows)],
+              [r["ratio"]["max"] - m for m, r in zip(medians, rows)]]
     fig, ax = plt.subplots(figsize=(8, 0.4 * len(rows) + 1.2))
     ax.barh([r["name"] for r in rows], medians, xerr=errors, color="#4c72b0")
     ax.axvline(1.0, color="k", lw=0.8)

@@ -1,28 +1,13 @@
 """The all-reduce share of a real training step, read from TensorFlow's profiler trace.
 
-``comm.sweep`` times all-reduces alone; this measures them where they run:
-``profile`` runs a few real train steps under ``tf.profiler`` (each step
-marked with a ``tfdist_step`` trace event), and ``collective_share`` reads
-the ``*.xplane.pb`` it wrote. On the host plane every TensorFlow op is an
-event named ``"<op name>:<op type>"`` (display name: the op type); the
-collective ones (``CollectiveReduceV2`` and kin) run asynchronously, on the
-``collective_ops`` threads, and an event spans the op from its launch to
-its completion.
-
-The op names tell the all-reduces of the UNet's step apart (measured on
-TF 2.21 + Keras 3.15, ``multi_worker_mirrored``, 2 workers): each
-``ReplicaBatchNorm`` layer issues 3 under its own scope (``.../down0_1_bn_1/
-CollectiveReduceV2``, ``_1``, ``_2``: its batch statistics, and the
-``aggregation="mean"`` updates of its moving mean and variance); the
-optimizer's one packed gradient all-reduce is under the optimizer's scope
-(``sgd_1/CollectiveReduceV2``); and the ops without a scope are the
-backward pass of batch norm's statistics all-reduce (one per layer: TF
-names a gradient op without its forward op's scope) and the step's one
-reduction of its stats vector.
-
-Time in a collective includes waiting for the slower peer (and for the
-peer's earlier compute): the share says how long this worker's step had
-an all-reduce in flight, not how long the network was busy.
+``profile`` runs a few real train steps under ``tf.profiler`` (each marked with
+a ``tfdist_step`` trace event), and ``collective_share`` reads the
+``*.xplane.pb`` it wrote: on the host plane each op is an event
+``"<op name>:<op type>"``, and a collective's event spans it from launch to
+completion. The op names tell batch norm's all-reduces from the gradients'
+(``kind``). Time in a collective includes waiting for the slower peer: the
+share says how long a step had an all-reduce in flight, not how long the network
+was busy. Which op is which: docs/internals.md (The benchmark).
 """
 
 from __future__ import annotations

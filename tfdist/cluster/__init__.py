@@ -1,23 +1,13 @@
 """Everything about "where am I in the cluster", without TensorFlow.
 
-A run's cluster flows one way through these modules, each one idea:
-
-- ``address``: the grammar of ``host:port``;
-- ``spec``: ``ClusterSpec``, every task's address by type, validated;
-- ``task``: ``Task``, one task of a spec (this process's), and its TF_CONFIG;
-- ``files``: cluster spec files (YAML or JSON, strict);
-- ``slurm``: the cluster of a Slurm job step (``--cluster slurm``);
-- ``kubernetes``: the cluster of a pod of an Indexed Job or a JobSet (``--cluster kubernetes``);
-- ``sources``: which of those gives this process its task (flags, TF_CONFIG, Slurm, a pod);
-- ``network``: free ports, TCP probes, loopback and public addresses;
-- ``peers``: the bounded rendezvous before TensorFlow binds, and liveness watches;
-- ``commands``: the shell command that starts each task on its host;
-- ``local``: a cluster of in-process gRPC servers for tests and notebooks (imports TensorFlow).
-
-The names most callers need are re-exported here (``from tfdist import cluster;
-cluster.load_cluster_spec(...)``). Only ``slurm.resolve`` and ``local``
-import TensorFlow, and only when called: CLIs read the cluster before they set
-the environment variables and logical devices that TensorFlow reads once.
+A run's cluster flows one way through these modules, each one idea: ``address``
+(``host:port``), ``spec`` (``ClusterSpec``), ``task`` (one task and its
+TF_CONFIG), ``files`` (spec files), ``slurm`` (a Slurm job step),
+``kubernetes`` (a pod of an Indexed Job or a JobSet), ``sources`` (which of
+those gives this process its task), ``network`` (ports and probes) and
+``peers`` (the bounded rendezvous). The names most callers need are
+re-exported here. None imports TensorFlow: CLIs read the cluster before they
+set what TensorFlow reads once.
 """
 
 from tfdist.cluster.address import split_address

@@ -1,19 +1,13 @@
 """The network as tfdist sees it: free ports, "does this task answer", loopback and public addresses.
 
 Small probes that need no TensorFlow and no DNS lookup unless they say so:
-tests and ``tfdist.launch --local`` take ``free_ports`` on 127.0.0.1, peers
-learn that a task is up from ``answers`` (a TCP connect to its gRPC port),
-``port_in_use`` catches a port another process holds before TensorFlow would
-fail on it, and ``public_addresses`` warns of a cluster that may be reachable
-from outside (TensorFlow's gRPC server has no authentication).
-
-A port that ``free_ports`` hands out is free when it is picked, not when the
-task binds it: another process may take it in between. By default the ports
-come from the operating system (port 0), i.e. from the ephemeral range that
-every outgoing connection on the machine also draws its source port from.
-``TFDIST_PORT_RANGE=LO-HI`` (e.g. ``20000-24999``, best below
-``/proc/sys/net/ipv4/ip_local_port_range``) makes ``free_ports`` pick free
-ports in that range instead; the tests give each pytest worker its own.
+``free_ports`` on 127.0.0.1 for tests and ``tfdist.launch --local``,
+``answers`` (a TCP connect to a task's gRPC port), ``port_in_use`` (a port
+another process holds, caught before TensorFlow fails on it) and
+``public_addresses`` (TensorFlow's gRPC server has no authentication). A port
+from ``free_ports`` is free when picked, not when bound; by default it comes
+from the ephemeral range, and ``TFDIST_PORT_RANGE=LO-HI`` picks from a range of
+its own instead (the tests give each pytest worker one). See docs/internals.md (Clusters).
 """
 
 from __future__ import annotations

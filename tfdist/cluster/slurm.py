@@ -1,50 +1,13 @@
 """The cluster of a Slurm job step: ``--cluster slurm``, as TensorFlow's ``SlurmClusterResolver`` lays it out.
 
-Under Slurm there is no cluster spec file to hand around: the allocation
-already says which nodes a job step has and how many tasks run on each, and
-``srun`` starts every task with its rank. ``--cluster slurm`` builds the
-cluster from that, laid out as ``tf.distribute.cluster_resolver.SlurmClusterResolver`` does
-(one ``host:port`` per task, ports from the job's own block upwards on each
-node, see ``job_port_base``),
-and ``--slurm_tasks`` says which TF task types the step's tasks are
-(``worker=2,ps=1``; default: every task a worker)::
-
-    srun python -m tfdist.train --cluster slurm --slurm_tasks chief=1,worker=2,ps=1 \\
-        --strategy parameter_server
-
-What tfdist adds to the resolver, and why:
-
-- Every ``SLURM_*`` value is read and checked here first, so that a run
-  outside ``srun`` or a ``--slurm_tasks`` that does not add up to the step's
-  tasks is one ``UserError`` line before TensorFlow is imported (the resolver
-  raises ``RuntimeError``/``KeyError`` with a traceback). The step's variables
-  (``SLURM_STEP_*``, set by ``srun``) are used when present, else the job's
-  (``SLURM_JOB_NODELIST``, ``SLURM_TASKS_PER_NODE``, ``SLURM_NTASKS``: the
-  batch script itself, e.g. ``tfdist.tfconfig`` run before ``srun``).
-- The node list is expanded by ``scontrol show hostnames`` (Slurm's own
-  expansion, which knows forms such as ``gpu[01-02]-ib`` that the resolver's
-  parser refuses), falling back to the resolver's ``expand_hostlist`` where
-  there is no ``scontrol``.
-- The resolver lists the nodes sorted by name and gives rank r the r-th
-  address: with ``node[9-10]`` (Slurm's order node9, node10; by name node10,
-  node9) or a cyclic task distribution, a task would be given another node's
-  address. tfdist places each task by where it runs instead: the node
-  (``SLURMD_NODENAME``) and its index on that node (``SLURM_LOCALID``) give
-  its position in the resolver's list, so every task's address is its own
-  node and a port no other task on that node uses. ``SLURM_PROCID`` is used
-  only where those two are not set.
-- GPUs are left to Slurm (``--gpus-per-task`` sets each task's
-  ``CUDA_VISIBLE_DEVICES``). The resolver's own split assumes it sees all of a
-  node's GPUs, calls ``nvidia-smi`` when it does not know their number, and
-  fails on a node with fewer GPUs than tasks (a zero step); it is told one
-  GPU per task and not to set ``CUDA_VISIBLE_DEVICES``, which leaves its
-  addresses unchanged.
-
-Task types take ranks in alphabetical order, as in the resolver: chief,
-evaluator, ps, worker. ``layout`` does what the resolver does without
-importing TensorFlow (a job's ``tfdist.tfconfig`` step takes 1 s, not 10-30
-s a task; tests/test_slurm.py checks it against the resolver). Only the
-node-list expansion without ``scontrol`` imports TensorFlow.
+The allocation says which nodes a step has and how many tasks run on each;
+``--slurm_tasks`` says which TF task types they are (default: every task a
+worker). Every ``SLURM_*`` value is checked here first (one ``UserError`` line
+before TensorFlow starts), the node list is expanded by ``scontrol show
+hostnames`` where there is one, and each task is placed by the node it runs on
+(``SLURMD_NODENAME``, ``SLURM_LOCALID``) rather than by rank, which the
+resolver's sorted node list gets wrong. ``layout`` reproduces the resolver
+without importing TensorFlow. Why each of these: docs/internals.md (Clusters).
 """
 
 from __future__ import annotations
@@ -139,7 +102,8 @@ def parse_slurm_tasks(text: str) -> dict[str, int]:
             problem = f"there can be only one {task_type}"
         if problem:
             raise UserError(
-                f"Invalid value for `--slurm_tasks`: {problem}. Received: slurm_tasks={text!r}. Expected {_EXPECTED_TASKS}."
+                f"Invalid value for `--slurm_tasks`: {problem}. "
+                f"Received: slurm_tasks={text!r}. Expected {_EXPECTED_TASKS}."
             )
         tasks[task_type] = int(count)
     if "worker" not in tasks:
@@ -203,7 +167,8 @@ def _integer(environ: Mapping[str, str], name: str, low: int) -> int:
     value = _variable(environ, name)
     if not value.isdigit() or int(value) < low:
         raise UserError(
-            f"Invalid Slurm variable {name} for --cluster={SLURM}. Received: {name}={value!r}. Expected an integer >= {low}."
+            f"Invalid Slurm variable {name} for --cluster={SLURM}. "
+            f"Received: {name}={value!r}. Expected an integer >= {low}."
         )
     return int(value)
 
@@ -254,7 +219,8 @@ def expand_nodelist(nodelist: str, environ: Mapping[str, str], name: str = "node
                 timeout=_SCONTROL_TIMEOUT_S, env=dict(environ),
             )
         except (OSError, subprocess.TimeoutExpired) as e:
-            raise UserError(f"Cannot run {scontrol} show hostnames: {e}. {received}. Expected a working scontrol.") from None
+            raise UserError(f"Cannot run {scontrol} show hostnames: {e}. {received}. "
+                            "Expected a working scontrol.") from None
         if proc.returncode != 0:
             why = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
             raise UserError(f"scontrol show hostnames failed: {why}. {received}. Expected a Slurm node list.")
@@ -263,7 +229,8 @@ def expand_nodelist(nodelist: str, environ: Mapping[str, str], name: str = "node
         try:
             hosts = _compat.expand_slurm_hostlist(nodelist)
         except ValueError as e:
-            raise UserError(f"Invalid Slurm node list: {e}. {received}. Expected a node list such as node[1-2],gpu7.") from None
+            raise UserError(f"Invalid Slurm node list: {e}. {received}. "
+                            "Expected a node list such as node[1-2],gpu7.") from None
     if not hosts:
         raise UserError(f"Empty Slurm node list. {received}. Expected at least one node.")
     return hosts
@@ -290,7 +257,8 @@ def read_allocation(environ: Mapping[str, str] | None = None) -> Allocation:
     hosts = expand_nodelist(nodelist, environ, names["nodelist"])
     received = f"{names['nodelist']}={nodelist!r} ({len(hosts)} nodes), {names['tasks_per_node']}={per_node_text!r}"
     if len(set(hosts)) != len(hosts):
-        raise UserError(f"Invalid Slurm allocation: a node is listed twice. Received: {received}. Expected each node once.")
+        raise UserError("Invalid Slurm allocation: a node is listed twice. "
+                        f"Received: {received}. Expected each node once.")
     if len(per_node) != len(hosts) or sum(per_node) != num_tasks or 0 in per_node:
         raise UserError(
             f"Inconsistent Slurm allocation. Received: {received}, {names['num_tasks']}={num_tasks}. "
@@ -322,25 +290,34 @@ def read_allocation(environ: Mapping[str, str] | None = None) -> Allocation:
     )
 
 
-def layout(allocation: Allocation, jobs: Mapping[str, int], port_base: int) -> tuple[dict[str, list[str]], str, int]:
+def layout(
+    allocation: Allocation, jobs: Mapping[str, int], port_base: int
+) -> tuple[dict[str, list[str]], str, int]:
     """The cluster and this task's (type, index), as ``SlurmClusterResolver`` gives them, without TensorFlow.
 
     The resolver lists ``host:port`` for the hosts sorted by name, a host's
     tasks at ``port_base``, ``port_base + 1``, ...; deals that list out to the
     task types in alphabetical order; and gives this task the entry at its
     position (``Allocation.position``, tfdist's placement).
+
+    Raises:
+        UserError: the counts of ``jobs`` do not add up to the step's tasks.
     """
+    if sum(jobs.values()) != allocation.num_tasks:
+        raise UserError(
+            f"Invalid task counts for --cluster={SLURM}: they add up to {sum(jobs.values())}. "
+            f"Received: {dict(jobs)}. Expected counts that add up to the step's {allocation.num_tasks} tasks."
+        )
     addresses = [f"{host}:{port_base + i}" for host, n in sorted(allocation.tasks_by_host().items()) for i in range(n)]
     position = allocation.position()
     cluster: dict[str, list[str]] = {}
     start = 0
-    own = None
+    own = ("", 0)
     for task_type, count in sorted(jobs.items()):
         cluster[task_type] = addresses[start:start + count]
         if start <= position < start + count:
             own = (task_type, position - start)
         start += count
-    assert own is not None, (position, jobs)  # the counts add up to the step's tasks (checked by resolve)
     return cluster, own[0], own[1]
 
 
@@ -376,7 +353,8 @@ def resolve(
             raise UserError(
                 f"Too many tasks on one node for --cluster={SLURM}: {max(allocation.tasks_per_node)}. "
                 f"Received: {allocation.variables['tasks_per_node']}={','.join(map(str, allocation.tasks_per_node))}. "
-                f"Expected at most {PORTS_PER_JOB} tasks of a step per node (each job has {PORTS_PER_JOB} ports a node)."
+                f"Expected at most {PORTS_PER_JOB} tasks of a step per node "
+                f"(each job has {PORTS_PER_JOB} ports a node)."
             )
     jobs = parse_slurm_tasks(slurm_tasks) or {"worker": allocation.num_tasks}
     if sum(jobs.values()) != allocation.num_tasks:

@@ -7,8 +7,7 @@ checked as strictly as a cluster spec file (TensorFlow accepts a malformed
 TF_CONFIG and fails later, on another host). ``None`` means a single process
 with no cluster. A pod whose manifest gives the job's shape
 (``TFDIST_TASKS``, ``cluster.kubernetes``) and no TF_CONFIG is picked up as
-``--cluster kubernetes``. Only ``--cluster slurm`` imports TensorFlow (in
-``cluster.slurm``).
+``--cluster kubernetes``. None of them imports TensorFlow.
 """
 
 from __future__ import annotations
@@ -42,7 +41,8 @@ def check_flags(cluster_value: str | None, task: str | None, slurm_tasks: str | 
         where = "Slurm task takes its own from the allocation (its node and SLURM_LOCALID)" if cluster_value == SLURM \
             else "pod takes its own from its environment (its Job's completion index and host name)"
         raise UserError(
-            f"Unexpected `--task` with --cluster={cluster_value}. Received: task={task!r}. Expected no --task: each {where}."
+            f"Unexpected `--task` with --cluster={cluster_value}. Received: task={task!r}. "
+            f"Expected no --task: each {where}."
         )
     if cluster_value == SLURM:
         parse_slurm_tasks(slurm_tasks or "")

@@ -2,18 +2,11 @@
 
 A cluster names every task of a distributed run once, in the shape of
 TF_CONFIG's ``"cluster"``: the task types (``chief``, ``worker``, ``ps``,
-``evaluator``) as keys, each a list of ``host:port`` (a single string is
-allowed for one task)::
-
-    chief: 10.0.0.1:2222          # optional for multi_worker_mirrored
-    worker: [10.0.0.2:2222, 10.0.0.3:2222]
-    ps: [10.0.0.4:2222]           # parameter_server only
-    evaluator: 10.0.0.5:2222      # optional
-
-Where a cluster comes from (a file: ``files``; TF_CONFIG or Slurm:
-``sources``) does not matter here: ``parse_cluster_spec`` checks a loaded one
-as strictly as TensorFlow would need it, and names the source in every error.
-This module does not import TensorFlow.
+``evaluator``) as keys, each a list of ``host:port`` (a single string for one
+task). Where a cluster comes from (a file: ``files``; TF_CONFIG or Slurm:
+``sources``) does not matter here: ``parse_cluster_spec`` checks a loaded one as
+strictly as TensorFlow needs it, and names the source in every error. No
+TensorFlow.
 """
 
 from __future__ import annotations
@@ -166,7 +159,8 @@ def parse_cluster_spec(obj: Any, *, source: str) -> ClusterSpec:
         )
     if not isinstance(obj, Mapping):
         raise UserError(
-            f"Invalid {where}: {'its value' if source == TF_CONFIG else 'the top level'} is {article(type(obj).__name__)}. Received: {short(obj)}. "
+            f"Invalid {where}: {'its value' if source == TF_CONFIG else 'the top level'} "
+            f"is {article(type(obj).__name__)}. Received: {short(obj)}. "
             f"Expected a mapping of task type ({', '.join(TASK_TYPES)}) -> list of host:port."
         )
     tasks: dict[str, tuple[str, ...]] = {}

@@ -36,7 +36,7 @@ def validate_data(data: DataConfig) -> None:
         from tfdist.data.folder import check_folder
 
         check_folder(data)
-    elif data.dataset == "oxford_iiit_pet" and data.data_dir:  # TFDS's directory, which may not exist yet, but cannot be a file
+    elif data.dataset == "oxford_iiit_pet" and data.data_dir:  # TFDS's directory: may not exist yet, cannot be a file
         path = Path(data.data_dir).expanduser()
         above = next((p for p in (path, *path.parents) if p.exists()), None)
         if above is not None and not above.is_dir():

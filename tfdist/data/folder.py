@@ -1,22 +1,12 @@
 """Your own images and masks from a directory.
 
-Layout::
-
-    DATA_DIR/images/<stem>.png|.jpg|.jpeg   RGB (or grey, RGBA, palette) images
-    DATA_DIR/masks/<stem>.png               8-bit single-channel PNG, pixel = class index
-
-Every image needs the mask of the same stem and every mask its image. Sizes
-may differ: both are resized to ``--image_size`` by the pipeline. Masks must
-be greyscale (PIL mode ``L``): a palette PNG stores indices that TensorFlow's
-decoder would turn into colours, so it is refused with a note on converting it.
-
-Split: the pairs sorted by stem, every 5th one (positions 4, 9, 14, ...) goes
-to ``eval`` and the rest to ``train``; with fewer than 5 pairs the last one is
-the eval split. At least 2 pairs are needed.
-
-``check_folder`` opens every file with PIL before anything is built, so a bad
-file stops the run with a message that names it; ``folder_split`` itself only
-lists and pairs files (cheap, and run by every input pipeline).
+``DATA_DIR/images/<stem>.png|.jpg|.jpeg`` (any PIL colour mode) and
+``DATA_DIR/masks/<stem>.png`` (8-bit greyscale, pixel = class index), paired by
+stem. A palette mask is refused, since TensorFlow's decoder would turn its
+indices into colours. Every 5th pair by stem goes to ``eval`` (the last one
+with fewer than 5); at least 2 pairs. ``check_folder`` opens every file before
+anything is built, so a bad file stops the run with its name; ``folder_split``
+only lists and pairs files (run by every input pipeline). See docs/internals.md (Running).
 """
 
 from __future__ import annotations

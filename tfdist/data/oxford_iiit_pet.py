@@ -1,21 +1,12 @@
 """Oxford-IIIT Pet through TensorFlow Datasets, with one preparer per machine.
 
-Splits: ``train`` is TFDS ``train`` (trainval, 3680 images), ``eval`` is TFDS
-``test`` (3669 images). Classes come from the trimap, shifted to start at 0:
-
-    trimap 1 (pet) -> 0, 2 (background) -> 1, 3 (border) -> 2
-
-A value outside 1..3 (real trimaps have none; ``tfds.testing.mock_data``
-fills masks with random bytes) is clipped into that range first, so 0 counts
-as pet and anything above 3 as border; the model never sees a class >= 3.
-
-Several processes of a run may share a machine and its data directory. Only
-one of them may download and prepare: each takes an exclusive ``flock`` on
-``<data_dir>/oxford_iiit_pet.prepare.lock`` around
-``builder.download_and_prepare()``, so the first one prepares while the others
-wait, and then find the data prepared (TFDS's own call returns at once).
-Without network, the failure becomes a one-line ``UserError`` saying where the
-data is expected and how to provide it.
+``train`` is TFDS ``train`` (trainval), ``eval`` is TFDS ``test``. Classes come
+from the trimap, shifted to start at 0 (pet 0, background 1, border 2); values
+outside 1..3 (``tfds.testing.mock_data``'s random masks) are clipped first.
+Processes sharing a data directory take an exclusive ``flock`` on
+``<data_dir>/oxford_iiit_pet.prepare.lock`` around ``download_and_prepare``, so
+one prepares and the others then find the data prepared. Without network, the
+failure is one ``UserError`` line saying where the data is expected.
 """
 
 from __future__ import annotations

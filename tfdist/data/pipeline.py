@@ -1,22 +1,12 @@
 """One input pipeline for every dataset and every distribution strategy.
 
-``load_split`` turns a source (shapes, oxford_iiit_pet, folder) into unbatched
-``(image float32 [S, S, 3] in [0, 1], mask int32 [S, S, 1])`` examples;
-``make_dataset`` turns those into the batches one input pipeline feeds:
-
-    source -> resize + normalise -> cache -> (train: repeat, shuffle(seed))
-           -> shard(input pipelines) -> (train + augment: flip) -> batch -> prefetch
-
-Shuffling happens before sharding, with the same seed in every pipeline: all
-pipelines see the same global order and pipeline ``p`` keeps the elements at
-positions ``p, p + N, p + 2N, ...``. So the union of the ``k``-th batches of
-``N`` pipelines is exactly the ``k``-th batch of one pipeline with the global
-batch size, which is what lets tfdist check that N workers train like one
-device. The flip is keyed by an element's position in that global order (not
-by its position within a shard), so it agrees across pipeline counts too.
-
-We shard ourselves, so tf.data's auto-sharding is switched off (and with it its
-warnings), and the order is made deterministic.
+``load_split`` turns a source into unbatched ``(image float32 [S, S, 3] in
+[0, 1], mask int32 [S, S, 1])`` examples; ``make_dataset`` batches them for one
+input pipeline: resize, cache, repeat and shuffle (train), shard, flip
+(augment), batch, prefetch. Shuffling comes before sharding with one seed, and
+the flip is keyed by the global position, so the union of the ``k``-th batches
+of ``N`` pipelines is the ``k``-th global batch: N workers train like one
+device. tf.data's auto-sharding is off (we shard ourselves). See docs/internals.md (Running).
 """
 
 from __future__ import annotations

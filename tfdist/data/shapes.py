@@ -1,17 +1,11 @@
 """The embedded default dataset: circles, rectangles and triangles, drawn in numpy.
 
-Nothing is downloaded: every split is generated on the fly, deterministically
-from a seed, so tests, notebooks and cluster runs on machines without network
-all train on the same data. Classes: 0 background, 1 circle, 2 rectangle,
-3 triangle.
-
-Each image holds 1-3 large shapes (later ones drawn on top of earlier ones) over
-a background made of a smooth random colour gradient, a low-frequency
-sinusoidal texture and pixel noise. Background and shapes are drawn from
-opposite brightness bands (a dark background gets light shapes and vice versa),
-so every shape contrasts with what lies under it. The whole batch is rendered
-with broadcasting over ``[N, H, W]`` (in chunks, to bound memory), not pixel by
-pixel, so 1280 images at 64x64 take about a second on 2 cores.
+Nothing is downloaded: every split is generated deterministically from a seed,
+so tests, notebooks and cluster runs without network all train on the same
+data. Classes: 0 background, 1 circle, 2 rectangle, 3 triangle. Each image holds
+1-3 shapes over a textured background from the opposite brightness band, so
+every shape contrasts with what lies under it. The batch is rendered with
+broadcasting over ``[N, H, W]`` in chunks, not pixel by pixel.
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ def in_process_cluster(*, num_workers: int = 2, num_ps: int = 1):
 
     Returns a ``SimpleClusterResolver`` for a ``ParameterServerStrategy`` whose
     coordinator is this process. The servers live as long as the process.
-    Inter-op threads are raised to ``num_workers + 1`` because on 2 cores the
-    cluster otherwise hangs (DESIGN.md).
+    Inter-op threads are raised to ``num_workers + 1`` because on a machine with few cores
+    the cluster otherwise hangs (DESIGN.md).
     """
     import tensorflow as tf
 

@@ -1,41 +1,13 @@
 """Kubernetes manifests for a cluster spec: a headless Service and a Job per task, or a Kubeflow TFJob.
 
-``python -m tfdist.tfconfig --cluster FILE --emit kubernetes --image IMAGE`` prints
-what these functions build; they are pure (plain dicts in, plain dicts out,
-no Kubernetes client) so that tests can read the manifests back with the
-client's models and compare every task's TF_CONFIG with the spec.
-
-**Jobs** (``--emit kubernetes``). The spec file gives the task types, their
-counts and their ports; on Kubernetes each task's host becomes a stable DNS
-name, ``<name>-<type>-<i>.<name>``: the pod of each task has that
-``hostname`` and ``subdomain`` ``<name>``, the name of a headless Service
-that selects every pod of the run, and so the cluster DNS resolves it (in the
-same namespace) for as long as the pod exists, whichever node it lands on.
-TensorFlow reads the addresses once at start, so they must not change when a
-pod is replaced. Each task gets its own Job rather than a bare Pod: a Job
-replaces a pod whose node fails or which is evicted (a bare pod is gone for
-good), keeps a record of success or failure, and its pod keeps the same DNS
-name. The Service publishes pods before they are ready, since the tasks must
-find each other while they start. Restarts: ``restartPolicy: Never``, a
-``backoffLimit``, a ``podFailurePolicy`` (``pod_failure_rules``) and
-``TERMINATION_GRACE_SECONDS`` for a pod being stopped to save a checkpoint.
-Under ``parameter_server`` the ps and worker tasks serve until they are
-stopped: when the chief's Job has completed, delete the run with ``kubectl
-delete -f`` (or by the label ``app.kubernetes.io/instance``).
-
-**TFJob** (``--emit tfjob``, ``kubeflow.org/v1``, the Kubeflow training
-operator). The operator creates the pods, their Services and their TF_CONFIG
-itself (hosts ``<name>-<type>-<i>.<namespace>.svc``), so the manifest only
-says how many replicas of each type, the container (command, arguments,
-resources, the port named ``tfjob-port`` that the operator puts in
-TF_CONFIG), the grace period and the restart policy ``ExitCode``: a pod is
-recreated after a status of 128 or more only, so ``TFJOB_WRAPPER`` turns 42
-into one. ``cleanPodPolicy: Running`` stops the ps and worker pods when the
-chief has finished.
-
-Both run ``python -m tfdist.train --strategy S`` plus the extra arguments,
-with ``--cpu`` and ``--memory`` requested (memory also the limit) and
-``--gpus`` GPUs (``nvidia.com/gpu``) for every task but ps.
+``python -m tfdist.tfconfig --emit kubernetes|tfjob`` prints what these pure
+functions build (plain dicts, no Kubernetes client). ``--emit kubernetes``: each
+task's host becomes the stable DNS name ``<name>-<type>-<i>.<name>`` of a
+headless Service, each task its own Job (replaced on node failure, same DNS
+name), with ``TERMINATION_GRACE_SECONDS`` to save a checkpoint. ``--emit tfjob``:
+the Kubeflow operator makes the pods and TF_CONFIG; ``TFJOB_WRAPPER`` turns
+exit 42 into a status the ``ExitCode`` restart policy retries. Why each choice,
+and how to delete a parameter-server run: docs/internals.md (Clusters).
 """
 
 from __future__ import annotations

@@ -1,27 +1,12 @@
 """The processes of one start of a cluster on this machine, for ``tfdist.launch``: start, reap, stop, signals.
 
-Each task runs in a process group of its own (``start_new_session``), so that
-stopping a task stops what it started too, and a Ctrl-C in the terminal
-reaches the launcher alone, which then stops its tasks in order. A thread per
-pipe copies each task's stdout and stderr line by line, each line prefixed
-with the task (``[worker:1] ``).
-
-Stopping is bounded: SIGTERM to every group, then SIGKILL to what is left
-``grace`` seconds later (``LocalCluster.stop``). A tfdist task treats SIGTERM
-as a preemption (it saves a checkpoint of the step reached and exits 42), so
-the grace must fit a checkpoint; a task that ignores SIGTERM (a plain
-TensorFlow ``multi_worker_mirrored`` script: TensorFlow's preemption notifier
-catches it) is SIGKILLed when the grace is over.
-
-A task dies with the launcher even when the launcher is killed with SIGKILL
-and can stop nothing: on Linux each task asks the kernel, between fork and
-exec, for SIGKILL when its parent dies (``prctl(PR_SET_PDEATHSIG)``, see
-``die_with``). Processes that a task starts itself are not covered (the
-setting is not inherited across fork).
-
-``Signals`` catches the launcher's own signals (SIGINT, SIGTERM, SIGUSR1) and
-remembers them instead of dying, so that the launcher can stop its tasks
-first and end with the status the signal means (``Signals.status``).
+Each task runs in a process group of its own, so that stopping a task stops what
+it started, and a Ctrl-C reaches the launcher alone. Each output line is
+prefixed with its task. ``LocalCluster.stop`` sends SIGTERM to every group and
+SIGKILL ``grace`` seconds later (a tfdist task saves a checkpoint in between).
+Tasks die with the launcher even under SIGKILL (``die_with``,
+``prctl(PR_SET_PDEATHSIG)``, Linux; not inherited by what a task starts).
+``Signals`` holds the launcher's own signals until its tasks are stopped.
 """
 
 from __future__ import annotations

@@ -2,18 +2,11 @@
 
 Pure data in, lines out, so that every task, given the same reports and
 observations, prints the same verdict (``tfdist.doctor``, ``cluster.meet``):
-
-- ``Report``: what one task says of itself (versions, GPUs, its
-  ``--model_dir`` and the token it wrote there), sent to every peer;
-- ``Observation``: what one task found once it had every report (its clock
-  against the leader's, whose tokens it could not read back from its own
-  ``--model_dir``), sent to every peer too;
-- ``problems(reports, observations)``: one line per disagreement, naming the
-  tasks, e.g. ``worker:1 has TensorFlow 2.20.0, the others 2.21.0``;
-- ``table(reports, observations)``: one row per task.
-
-A value differs from the one most tasks have (ties: the leader's), so one
-odd task out is the one named. This module does not import TensorFlow.
+``Report`` is what one task says of itself, ``Observation`` what it found once
+it had every report (its clock against the leader's, the tokens it could not
+read back), ``problems`` one line per disagreement naming the tasks, and
+``table`` one row per task. A value differs from the one most tasks have (ties:
+the leader's), so one odd task out is the one named. No TensorFlow.
 """
 
 from __future__ import annotations

@@ -1,32 +1,13 @@
 """``python -m tfdist.doctor``: can this cluster start, and do its tasks agree? Checked before training.
 
-    # from any host, before the cluster starts: every task's host and port
-    python -m tfdist.doctor --cluster configs/clusters/example.yaml --strategy parameter_server
-    # a cluster that should be up: every task's port must answer
-    python -m tfdist.doctor --cluster FILE --running
-    # on every host (or under tfdist.launch, with TF_CONFIG): the tasks meet and compare
-    python -m tfdist.doctor --cluster FILE --task worker:1 --model_dir /shared/run
-    python -m tfdist.launch --local --cluster configs/clusters/local_mwm.yaml -- \\
-        python -m tfdist.doctor --model_dir /tmp/run
-
-Without a task (``--cluster FILE`` alone, or ``--nomeet``), every task of the
-cluster is probed from here (``cluster.doctor``): does its host resolve, is
-its port free (on this machine: bindable; elsewhere: the connect is refused),
-or with ``--running`` does it answer; and may its address be public (a
-warning). ``--strategy`` (default: none, no check) checks that the cluster
-has the tasks that strategy needs. One table, one row per task, then one line
-per problem with its fix.
-
-With a task (``--task``, TF_CONFIG or ``--cluster slurm``) the tasks meet
-instead, as training would (``cluster.meet``, each on its own port, at most
-``--connect_timeout`` for the others to show up), and compare their Python,
-TensorFlow, Keras and tfdist versions, the GPUs each computing task sees
-(``--devices``), their clocks against the leader's and, with ``--model_dir``,
-that it is the same shared storage for all. Every task prints the same table
-and problems, after a first line of its own (how long it took).
-
-Exit status 0 when the cluster can start (and its tasks agree), 2 otherwise:
-every problem is the user's to fix. Bad flags: one line, status 2.
+Without a task (``--cluster FILE`` alone, or ``--nomeet``) every task of the
+cluster is probed from here (``cluster.doctor``): host, port, and with
+``--running`` whether it answers; ``--strategy`` checks the cluster has the
+tasks that strategy needs. With a task (``--task``, TF_CONFIG or ``--cluster
+slurm``) the tasks meet as training would (``cluster.meet``) and compare
+versions, GPUs, clocks and, with ``--model_dir``, shared storage. One table,
+then one line per problem. Exit status 0 when the cluster can start, 2
+otherwise. Examples: docs/internals.md (Clusters).
 """
 
 from __future__ import annotations
@@ -63,7 +44,8 @@ DRIVER_GPUS = Path("/proc/driver/nvidia/gpus")
 def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
     """Define this CLI's flags; called by ``entry`` so that importing the module defines none."""
     flags.DEFINE_string(
-        "cluster", None, "Cluster spec file (YAML or JSON), `slurm`: the cluster of this Slurm job step, or `kubernetes`: "
+        "cluster", None,
+        "Cluster spec file (YAML or JSON), `slurm`: the cluster of this Slurm job step, or `kubernetes`: "
         "of this pod (default: TF_CONFIG's).", flag_values=flag_values,
     )
     flags.DEFINE_string("task", None, "This task, as type:index: meet the others (else probe them from here).",

@@ -1,26 +1,13 @@
 """The tasks of a cluster meet as training would, and swap what they must agree on (``tfdist.doctor``).
 
-No TensorFlow server is involved: each task listens on its own port of the
-cluster spec with a tiny TCP server of its own (a thread) that answers one
-JSON line per connection, and asks every other task for theirs. The
-meeting has three rounds, each bounded:
-
-1. reports (``agree.Report``: versions, GPUs, ``--model_dir`` and a random
-   token this task wrote to ``<model_dir>/.tfdist-doctor/<type>-<index>``):
-   every task asks every other until it has them all, at most
-   ``--connect_timeout`` (peers are still starting); a task that never shows
-   up is named. Then the clock: a few round trips to the leader, the one
-   with the shortest round trip kept, its midpoint against the leader's time;
-2. observations (``agree.Observation``): each task reads back every peer's
-   token from its own ``model_dir`` (the same file with the same token only
-   where the storage is shared), then they swap what they found, so that
-   every task holds the same data and prints the same verdict;
-3. farewell: each task keeps answering until every peer has fetched its
-   observation (after which no one reads the tokens any more), then deletes
-   its token file and ends.
-
-Rounds 2 and 3 are bounded by ``SETTLE_SECONDS`` (everyone was up when round
-1 ended). This module does not import TensorFlow.
+No TensorFlow server is involved: each task answers one JSON line per connection
+on its own port of the spec, from a thread, and asks every other task for
+theirs, in three bounded rounds: reports (``agree.Report``, and a token written
+to ``<model_dir>/.tfdist-doctor/``) within ``--connect_timeout``, then the
+clock against the leader's; observations (``agree.Observation``: whose tokens
+this task could read back, i.e. shared storage); farewell (each task answers
+until every peer has its observation, then deletes its token). Rounds 2 and 3
+are bounded by ``SETTLE_SECONDS``. The rounds in detail: docs/internals.md (Clusters).
 """
 
 from __future__ import annotations

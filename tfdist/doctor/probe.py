@@ -1,25 +1,12 @@
 """Can this cluster start? Every task's host and port probed from here, before any task runs.
 
-``probe_cluster(spec)`` looks at every task of a cluster the way its peers
-will: does the host resolve (DNS, ``/etc/hosts``), and what is at its port.
-Before training starts nothing of the cluster should listen yet, so:
-
-- a host that resolves to this machine (loopback, or an address a socket can
-  bind here): the port must be bindable on every interface, as TensorFlow's
-  gRPC server binds it; a port another process holds is a problem;
-- another host: a TCP connect. *Refused* means the host answers and the port
-  is free (good); *connected* means something already listens there
-  (a problem); a timeout or "no route to host" means the port is filtered by
-  a firewall or the host is down (a problem).
-
-With ``running=True`` (a cluster that should be up) every task's port must
-answer instead. An address that resolves to a global IP may be reachable
-from outside: a warning, not a problem (TensorFlow's gRPC has no
-authentication, but the cluster can start).
-
-Every wait is bounded and the tasks are probed in parallel: DNS in threads
-joined with a timeout (a resolver that never answers cannot hold the caller),
-TCP connects with ``connect_timeout``. This module does not import TensorFlow.
+``probe_cluster(spec)`` looks at every task as its peers will: does the host
+resolve, and what is at its port. Before training nothing should listen yet: a
+local port must be bindable on every interface, a remote connect must be
+refused (a connect that succeeds, a timeout or "no route to host" is a
+problem). With ``running=True`` every port must answer instead. An address that
+may be public is a warning. Every wait is bounded and the tasks are probed in
+parallel. What each verdict means: docs/internals.md (Clusters). No TensorFlow.
 """
 
 from __future__ import annotations

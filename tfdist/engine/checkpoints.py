@@ -2,16 +2,11 @@
 
 Every worker saves (as TensorFlow's multi-worker guide asks, so that any
 collective a save needs is matched), but only the chief saves into
-``model_dir/checkpoints``; the others write into a temporary directory that
-is removed at the end, so only the chief's files survive (as TF Model Garden's
-``train_lib`` does). Every worker restores from ``model_dir/checkpoints``,
-which must therefore be on a disk they share (one machine, or a shared file
-system). ``CheckpointManager`` writes its ``checkpoint`` index only after the
-data files, so a run killed while saving resumes from the previous one.
-
-A worker's temporary directory is named after the run and the task
-(``RunDir.scratch``), so that a worker killed mid-run leaves one directory
-that its restart clears, not a new one per kill.
+``model_dir/checkpoints``; the others write into a scratch directory named after
+the run and the task (``RunDir.scratch``), which a restart clears. Every worker
+restores from ``model_dir/checkpoints``, which must be on storage they share.
+``CheckpointManager`` writes its index after the data files, so a run killed
+while saving resumes from the previous checkpoint.
 """
 
 from __future__ import annotations

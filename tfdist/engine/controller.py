@@ -1,14 +1,11 @@
 """The outer loop, shared by every strategy (as Orbit's ``Controller``).
 
-It asks a loop (``SyncLoop`` or ``CoordinatorLoop``) for chunks of steps that
-end on every log, checkpoint and epoch boundary, and around them it logs,
-checks the loss is finite, checkpoints and evaluates. Nothing here knows
-which strategy runs underneath.
-
-After each chunk it also asks whether to stop (``training.preemption``): the
-loop returns every task's agreement with its stats, and then every task
-saves the checkpoint of the step reached and ends with ``Preempted``
-(status 42); the relaunched command resumes there.
+It asks a loop (``SyncLoop`` or ``CoordinatorLoop``) for chunks of steps that end
+on every log, checkpoint and epoch boundary, and around them it logs, checks the
+loss is finite, checkpoints and evaluates, knowing nothing of the strategy.
+After each chunk it asks whether to stop (``training.preemption``): then every
+task saves the checkpoint of the step reached and ends with ``Preempted``
+(status 42), and the relaunched command resumes there.
 """
 
 from __future__ import annotations
@@ -141,7 +138,7 @@ class Controller:
         return result
 
     def run(self, start_step: int) -> dict | None:
-        """Train to the schedule's end (or until ``epoch_end`` says stop); returns the last eval metrics (None: none)."""
+        """Train to the schedule's end (or until ``epoch_end`` says stop); returns the last eval metrics or None."""
         schedule, hooks = self.schedule, self.hooks
         total_steps = schedule.total_steps
         if self.verbose and sys.stdout.isatty():

@@ -1,31 +1,13 @@
 """The parameter-server loop: a ``ClusterCoordinator`` on the chief.
 
-The chief schedules one closure per step on whichever worker is free
-(``schedule``), waits for them (``join``) and sums the stats vectors they
-return. Workers read their own per-worker datasets; variables live on the ps
-tasks. Training is asynchronous, and a closure may run twice after a worker
-is lost (at-least-once), so steps are counted by a variable that every
-closure increments, never in Python and never with the Keras optimizer's
-``iterations`` (which lost updates here, DESIGN.md). Evaluation runs on the
-chief, over the eval split, with the current variables.
-
-Which worker ran each closure is counted too (``closures_per_worker``, in
-``summary.json``): every closure also returns the index of the worker that
-ran it (``tf.distribute.coordinator.experimental_get_current_worker_index``),
-and the chief counts the results it fetched. So the counts add up to the
-closures scheduled, exactly, while the step variable counts executions (a
-closure re-run after a lost worker counts twice there, once here, for the
-worker whose result came back).
-
-A closure may also run several steps (``steps_per_closure``, default 1), one
-after another on its worker, each reading the variables it steps from the ps
-and pushing its update there before the next: still asynchronous
-parameter-server training, with fewer closures to schedule and fetch. Each
-step increments the step counter; ``closures_per_worker`` counts the steps of
-each returned closure, so it still adds up to the steps scheduled; a
-re-run closure re-runs all of its steps. The default stays 1 because several
-steps per closure measured no faster here: scheduling and fetching a closure
-costs ~2% of a step (``examples/profile_ps_step.py``).
+The chief schedules closures on whichever worker is free, joins them and sums
+their stats vectors; variables live on the ps tasks, evaluation runs on the
+chief. A closure may run twice after a worker is lost, so steps are counted by a
+variable every closure increments, never in Python and never by the optimizer's
+``iterations`` (DESIGN.md). ``closures_per_worker`` counts the results fetched,
+by the worker that ran them, so it adds up to the steps scheduled exactly. A
+closure may run ``steps_per_closure`` steps in a row (default 1). See docs/internals.md
+(Clusters).
 """
 
 from __future__ import annotations

@@ -4,8 +4,7 @@
 (``steps_per_loop``) so that the host is visited once per loop, not once per
 step. Each step's stats vectors are summed over replicas (and workers) with
 one ``strategy.reduce``; the loop returns their sum over its steps. A call of
-one step (the default) runs a function without the loop, which traces about
-a second faster (measured, one CPU).
+one step (the default) runs a function without the loop, which traces faster.
 """
 
 from __future__ import annotations
@@ -35,9 +34,9 @@ def train_iterator(strategy, dataset_fn, options):
     With one replica on this worker (one_device, mirrored on one device, one
     CPU or GPU per multi_worker_mirrored worker) the worker's own pipeline,
     built with the same ``InputContext``, is iterated directly: its batch is
-    that replica's batch. Measured here, a distributed iterator made the same
-    train step take 2.3x longer on the CPU (78 vs 180 images/s), even over a
-    constant tensor. With several local replicas, the distributed dataset
+    that replica's batch: a distributed iterator makes the same train step
+    much slower on the CPU (docs/internals.md, Performance), even
+    over a constant tensor. With several local replicas, the distributed dataset
     splits batches between them. Eval keeps the distributed dataset, which
     also lines up the uneven last batches of a finite split across workers.
     """
@@ -109,7 +108,7 @@ class SyncLoop:
         return int(self.step_counter.numpy())
 
     def agree(self, flag: bool) -> bool:
-        """Whether any task says ``flag`` (e.g. stop early): one all-reduce of one number, every task the same answer."""
+        """Whether any task says ``flag`` (e.g. stop early): one all-reduce of one number, the same on every task."""
         return bool(self._agree_fn(tf.constant(1.0 if flag else 0.0, tf.float32)).numpy() > 0)
 
     def _agree(self, value):

@@ -1,59 +1,13 @@
 """``tfdist.fit``: Keras' ``fit`` for any compiled Keras 3 model, under every strategy, across processes.
 
-Keras 3's ``model.fit`` does not train under ``MultiWorkerMirroredStrategy``
-with two or more workers (keras-team/keras#20585) and has no
-``ParameterServerStrategy`` path at all (keras#18624). ``fit`` takes the same
-arguments as Keras' ``fit`` (``batch_size`` is the global batch) and trains
-with tfdist's own machinery, the one the UNet experiment uses: the task and
-its role from TF_CONFIG or ``cluster``/``task`` (``runtime.lifecycle``),
-the strategy, the loop for it, the ``Controller``, checkpoints, resume,
-preemption, the progress watchdog and the chief-only outputs
-(``training.drive``). Only the steps are Keras' own: the model's compiled
-loss and metrics (``training.keras_steps``), or the model's own
-``train_step``/``test_step`` (``training.keras_custom_steps``), on
-per-replica slices of the global batches (``training.keras_data``).
-
-    import keras, numpy as np, tfdist
-
-    strategy = tfdist.setup("mirrored")   # first: before any dataset, tensor or model
-
-    def model_fn():
-        model = keras.Sequential([keras.Input((784,)), keras.layers.Dense(64, activation="relu"),
-                                  keras.layers.Dense(10, activation="softmax")])
-        model.compile(optimizer="rmsprop", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
-        return model
-
-    history = tfdist.fit(model_fn, x, y, batch_size=64, epochs=3)
-    history.history["loss"], history.model
-
-Limits (what a Keras model must not do under a strategy):
-
-- ``model_fn`` is called once, inside the strategy's scope: it must build and
-  compile the model there (variables made outside it are not distributed).
-- The compiled loss must keep Keras' default reduction
-  (``sum_over_batch_size``): with sample weights (``sample_weight``,
-  ``class_weight``, a Dataset's third element) each replica's loss is then
-  ``sum(w * l) / n``, which adds up exactly over replicas; another reduction
-  is refused with one line.
-- Metrics must be additive over batches (every variable with
-  ``aggregation="sum"``: Keras' means, accuracies, AUC, precision, recall);
-  others are refused with one line.
-- A model that overrides ``train_step`` or ``test_step`` runs them as Keras'
-  ``fit`` does under the same strategy: inside ``strategy.run``, its
-  ``model.metrics`` read at each epoch's end. Its steps must return those
-  metrics' results; under ``parameter_server`` such a model is refused.
-- Batch norm: Keras' ``BatchNormalization`` normalizes each replica's slice
-  with its own statistics, so with several replicas it differs from one
-  device; ``BatchNormalization(synchronized=True)`` all-reduces them and
-  computes what one device computes.
-- Callbacks run on the chief only, with the logs reduced over every replica
-  and worker: the epoch hooks, and the train-batch hooks (with the epoch's
-  logs so far) when a callback has them. A callback that sets
-  ``model.stop_training`` (``EarlyStopping``) stops every task at the same
-  epoch.
-- One strategy per process, as in TensorFlow: logical CPUs and the cluster
-  are fixed once TensorFlow has started, so ``tfdist.setup`` comes first in a
-  script that builds its datasets before calling ``fit``.
+Keras 3's ``model.fit`` fails under ``MultiWorkerMirroredStrategy`` with two or
+more workers (keras-team/keras#20585) and has no ``ParameterServerStrategy``
+path. ``fit`` takes Keras' ``fit`` arguments (``batch_size`` is the global batch)
+and trains in the UNet's ``runtime.lifecycle.training_task`` with its loops,
+``Controller``, checkpoints, resume, preemption, watchdog and chief-only
+outputs; only the steps are Keras' own (``fitting.steps``,
+``fitting.custom_steps``). What a model must not do under a strategy
+(reductions, metrics, batch norm, callbacks), with an example: docs/fit.md.
 """
 
 from __future__ import annotations

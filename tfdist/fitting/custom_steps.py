@@ -1,25 +1,13 @@
 """Train and eval steps for a Keras model that overrides ``train_step`` or ``test_step``: Keras' own calls.
 
-Keras' ``fit`` calls ``model.train_step(data)`` inside ``strategy.run`` and,
-at each epoch's end, reads the epoch's logs from ``model.metrics`` in
-cross-replica context: their variables aggregate with ``"sum"``, so each
-update in a replica all-reduces and every copy holds the total over every
-replica and worker. ``evaluate`` resets the metrics, calls
-``model.test_step(data)`` the same way and reads them again.
-``KerasModelSteps`` does just that for tfdist's loops, so whatever the
-model's own steps compute (their loss, their optimizers, their metrics) is
-what trains, exactly as Keras' ``fit`` runs it under the same strategy.
-
-Its stats vector is ``[0, examples]``: the figures live in the metrics'
-variables, reset by ``reset`` (at each epoch's start and before each eval
-pass, as Keras resets them) and read by ``metrics``. A step must return the
-results of ``model.metrics`` under their names (nested dicts flattened, as
-Keras' callbacks see them): a step's other logs are only that step's, which
-the epoch's metrics do not give back, so those are refused with one line.
-
-Under a coordinator (``parameter_server``) Keras' ``fit`` has no path at all,
-and a closure may run twice after a worker is lost, which would count its
-metric updates twice: there the override is refused with one line.
+As Keras' ``fit`` does, ``KerasModelSteps`` calls ``model.train_step(data)``
+inside ``strategy.run`` and reads the epoch's logs from ``model.metrics`` (their
+variables aggregate with ``"sum"``, so every copy holds the total over every
+replica and worker); ``evaluate`` resets them and calls ``model.test_step``. Its
+stats vector is ``[0, examples]``. A step must return the results of
+``model.metrics`` under their names; other logs are refused with one line. Under
+a coordinator a closure may run twice and count its metric updates twice, so
+the override is refused there.
 """
 
 from __future__ import annotations

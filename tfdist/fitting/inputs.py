@@ -1,26 +1,13 @@
 """``tfdist.fit``'s inputs: numpy arrays, a ``tf.data.Dataset`` or a ``dataset_fn``, as per-replica slices.
 
-Keras' ``fit`` walks numpy arrays in batches of ``batch_size`` (the last one
-of an epoch smaller), shuffled each epoch when ``shuffle``. Here every input
-pipeline (one per worker) walks the same global batches, in the same order
-(the same shuffle seed on every worker), and cuts from each the slices of its
-own replicas: replica ``r`` of ``R`` gets examples ``[r*b, (r+1)*b)`` of the
-global batch, ``b = batch_size / R`` (fewer, or none, in a smaller last
-batch). Each element is ``(x, y, p)`` with ``p`` the global batch's number of
-examples, which ``KerasSteps`` divides by: N replicas compute what one device
-computes on the same global batch.
-
-A ``tf.data.Dataset`` is taken as Keras takes it: ``(x, y)`` or ``(x, y,
-sample_weight)`` batches, each a global batch, cut the same way. A
-``dataset_fn(InputContext)`` is taken as
-``strategy.distribute_datasets_from_function`` takes it: it returns this
-pipeline's per-replica batches of ``input_context.get_per_replica_batch_size
-(batch_size)``, and every step has ``batch_size`` examples. Sample weights
-travel with the rows (numpy ``sample_weight``, a Dataset's third element);
-``class_weight`` becomes sample weights as Keras makes them (each example
-weighted by its class, ``class_weight.get(class, 1.0)``). Under a
-coordinator each worker shuffles in its own order (``inputs.per_worker_order``:
-asynchronous steps are not reproducible step for step anyway).
+Every input pipeline walks the same global batches in the same order (one
+shuffle seed) and cuts from each its replicas' slices: replica ``r`` of ``R``
+gets examples ``[r*b, (r+1)*b)``, ``b = batch_size / R``. Each element is ``(x,
+y, p)`` (or with sample weights) with ``p`` the global batch's size, which
+``KerasSteps`` divides by: N replicas compute what one device computes. A
+``Dataset`` yields global batches; a ``dataset_fn`` yields per-replica ones.
+``class_weight`` becomes sample weights as Keras makes them. Under a coordinator
+each worker shuffles in its own order. See docs/internals.md (tfdist.fit).
 """
 
 from __future__ import annotations

@@ -1,37 +1,13 @@
 """Train and eval steps for any compiled Keras model: its own loss and metrics, under every strategy.
 
-``KerasSteps`` is to ``tfdist.fit`` what ``step.Steps`` is to the UNet
-experiment: the replica functions that both loops run, returning one stats
-vector per replica, summed over replicas, workers and steps:
-
-    [loss_sum, examples, metric deltas...]
-
-- The loss is the model's compiled loss (``model.compile(loss=...)``, its
-  default ``sum_over_batch_size`` reduction) plus its regularization losses,
-  as Keras' ``compute_loss`` has it. A replica with ``n`` of the step's ``p``
-  examples minimises ``n / p * (its mean loss + regularization)``; the
-  optimizer sums gradients over replicas, so N replicas take the step that
-  one device takes on the ``p`` examples (Keras itself divides only the mean
-  by the replicas, and counts the regularization N times). ``loss_sum`` is
-  ``n * (mean + regularization)``, so the epoch's loss is what Keras' ``fit``
-  reports: the batch losses averaged with the batch sizes as weights. With
-  sample weights the mean is ``sum(w * l) / n`` (Keras' default reduction),
-  still a sum over examples divided by ``n``, so it adds up the same way;
-  a reduction that does not (``"sum"``, ``"mean_with_sample_weight"``) is
-  refused when the steps are made.
-- The metrics are the model's compiled metrics (``model.compile(metrics=)``,
-  Keras' own ``CompileMetrics``). Each replica updates a copy of their
-  variables that starts from their reset values
-  (``stateless_update_state``) and returns what its batch added; the sums
-  are added to the reset values on the host and read with Keras'
-  ``stateless_result``. So every metric is reduced over every replica and
-  worker exactly, as long as its variables add up: each must have
-  ``aggregation="sum"`` (every Keras mean, accuracy, confusion-matrix and
-  AUC metric does); others are refused when the steps are made.
-
-Every batch is ``(x, y, p)`` or ``(x, y, sample_weight, p)``: this replica's
-slice and the step's number of examples over all replicas
-(``training.keras_data``).
+``KerasSteps`` returns one stats vector per replica, ``[loss_sum, examples,
+metric deltas...]``, summed over replicas, workers and steps. A replica with
+``n`` of the step's ``p`` examples minimises ``n / p * (its mean loss +
+regularization)``, so N replicas take the step one device takes on ``p``
+examples; a loss reduction that does not add up that way is refused. Each
+replica updates a fresh copy of the compiled metrics' variables and returns
+what its batch added, so a metric reduces exactly when its variables have
+``aggregation="sum"``; others are refused. The math: docs/internals.md (tfdist.fit).
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
 """The training half of ``tfdist.fit``, once the strategy exists: model, inputs, callbacks, the one loop.
 
-``train_keras`` builds the user's model under the strategy's scope, restores
-the run directory's latest checkpoint (model, optimizer, step), cuts the
-inputs into per-replica slices (``keras_data``), and trains through ``drive``
-(watchdog, loop, ``Controller``): a log row and a checkpoint per epoch, the
-validation pass after each. The steps are ``KerasSteps`` (the compiled loss
-and metrics, exact global-batch reductions), or ``KerasModelSteps`` for a
-model that overrides ``train_step`` or ``test_step`` (its own steps, its
-metrics reset and read as Keras' ``fit`` does). At each epoch's end every
-task adds the epoch's logs to its ``History`` and the chief runs the
-callbacks; ``model.stop_training`` set by one of them stops every task. A
-callback with train-batch hooks gets them on the chief, once per Keras
-execution (``steps_per_execution`` steps), with the epoch's logs so far.
+``train_keras`` builds the user's model in the strategy's scope, restores the
+run directory's latest checkpoint, cuts the inputs into per-replica slices
+(``keras_data``) and trains through ``drive``: a log row and a checkpoint per
+epoch, then the validation pass. The steps are ``KerasSteps`` or, for a model
+that overrides ``train_step``/``test_step``, ``KerasModelSteps``. Every task
+keeps a ``History``; the chief runs the callbacks, and ``model.stop_training``
+set by one stops every task.
 """
 
 from __future__ import annotations

@@ -1,40 +1,13 @@
-"""The UNet (Ronneberger et al. 2015), and a MobileNetV2-encoder variant.
+"""The UNet (Ronneberger et al.), and a MobileNetV2-encoder variant.
 
-Two traps shape the batch norm used here (DESIGN.md, measured on this stack):
-plain Keras 3 batch norm computes statistics per replica, so N replicas drift
-from one device; and it creates its moving statistics with aggregation
-"none", which a custom loop under CentralStorageStrategy/ParameterServer-
-Strategy cannot update. ``ReplicaBatchNorm`` therefore synchronises the batch
-statistics across replicas, so that N replicas compute what one device
-computes; its moving statistics are on-read copies under the mirrored
-strategies (updated without a collective, ``_moving_synchronization``) and
-have aggregation "mean" elsewhere.
-
-The normalization after each convolution is ``norm`` (``--norm``):
-
-- ``batch`` (default): ``ReplicaBatchNorm``. Exact (N replicas = one device),
-  but one all-reduce per layer in the forward pass and one in the backward
-  pass (the moving statistics add none under the mirrored strategies: 58 ->
-  30 collectives a step at depth 3, 2 workers): over gRPC
-  (multi_worker_mirrored, 2 workers) 106 images/s against 364 without
-  normalization (issue 17).
-- ``group``: ``keras.layers.GroupNormalization`` (Wu & He 2018). Statistics
-  of each example's own channel groups, no batch statistics: exact with no
-  collective at all, and independent of the per-device batch size (why
-  segmentation models use it with small per-device batches). No moving
-  statistics: training and inference normalize the same way.
-- ``replica_batch``: ``LocalBatchNorm``, batch norm over each replica's own
-  slice of the global batch: no all-reduce of batch statistics in the
-  forward or backward pass, and NOT what one device computes (N replicas
-  normalize N smaller batches). Its moving statistics are still created
-  with aggregation "mean" (the trap above), so they are the replicas' mean:
-  under the mirrored strategies that update is still a small cross-replica
-  mean of 2 vectors per layer and step (ReplicaBatchNorm: only its batch
-  statistics' all-reduce), off the path of the gradients.
-- ``none``: no normalization (``batch_norm=False``, ``--nobatch_norm``).
-
-A convolution has a bias only when no normalization with a learned offset
-(``beta``) follows it.
+Keras 3's batch norm computes statistics per replica (N replicas drift from one
+device) and makes moving statistics a custom loop cannot update under
+central-storage and parameter-server strategies (DESIGN.md). ``norm`` picks the
+normalization: ``batch`` (``ReplicaBatchNorm``, synchronized, exact: what one
+device computes, at one all-reduce per layer each way), ``group``
+(``GroupNormalization``, exact, no collective), ``replica_batch``
+(``LocalBatchNorm``, per replica, not exact) or ``none``. A convolution has a
+bias only when no learned offset follows it. Trade-offs: docs/internals.md (Running).
 """
 
 from __future__ import annotations
@@ -74,7 +47,7 @@ def _moving_synchronization() -> str:
     context (checkpoints, ``get_weights``, the chief's export) takes the first
     local copy, where ``"mean"`` would all-reduce identical copies, and under
     MultiWorkerMirroredStrategy hang when the chief alone reads them.
-    ``"on_write"`` (aggregation "mean", as before) elsewhere: one device, and
+    ``"on_write"`` (aggregation "mean") elsewhere: one device, and
     CentralStorageStrategy and ParameterServerStrategy, whose variables are
     AggregatingVariables.
     """
@@ -94,14 +67,11 @@ class LocalBatchNorm(_MeanMovingStatistics):
     On one device this is Keras' ``BatchNormalization`` with momentum 0.9. On N
     replicas each one normalizes with the mean and variance of its own slice,
     with no all-reduce of them forward or backward, so training differs from
-    one device with the global batch (DESIGN.md: 2.5e-4 relative after 5
-    steps): the price of skipping the collective. The moving statistics have
-    aggregation "mean", so that a custom loop can update them under
-    CentralStorageStrategy and ParameterServerStrategy, and mirrored copies
-    stay equal (each update is a cross-replica mean there): each step they
-    move towards the replicas' mean of the slice statistics (the moving mean
-    towards the global batch's mean, the moving variance towards the mean of
-    the slices' variances, which lacks the spread between the slices).
+    one device with the global batch: the price of skipping the collective.
+    The moving statistics have aggregation "mean", so that a custom loop can
+    update them under CentralStorageStrategy and ParameterServerStrategy, and
+    mirrored copies stay equal: they move towards the replicas' mean of the
+    slice statistics (the moving variance lacks the spread between slices).
     """
 
 
@@ -112,12 +82,12 @@ class ReplicaBatchNorm(_MeanMovingStatistics):
     The batch mean and variance come from one all-reduce of
     ``[sum, sum of squares, count]`` over the replicas in sync (Keras' own
     ``synchronized=True`` issues three all-reduces and a full-size count
-    tensor, and took this model from 57 to 25 images/s on one CPU). With one
+    tensor, which costs this model much of its speed). With one
     replica the same formula runs without the all-reduce: Keras' two-pass
     statistics differ from it by enough float32 rounding to break the 1e-5
     equivalence of one device and N replicas. ``momentum`` defaults to
     0.9 (Keras: 0.99) so that the moving statistics follow the short runs
-    tfdist is used for; eval results lagged badly with 0.99.
+    tfdist is used for, which at 0.99 lag the weights in eval.
     """
 
     def add_weight(self, *args, **kwargs):
@@ -214,7 +184,8 @@ def _head(x, num_classes: int):
 
 def _check(image_size: int, num_classes: int, depth: int, channels: int) -> None:
     if num_classes < 2:
-        raise UserError(f"Invalid value for `num_classes`. Received: num_classes={num_classes}. Expected an integer >= 2.")
+        raise UserError("Invalid value for `num_classes`. "
+                        f"Received: num_classes={num_classes}. Expected an integer >= 2.")
     if depth < 1:
         raise UserError(f"Invalid value for `depth`. Received: depth={depth}. Expected an integer >= 1.")
     if channels < 1:
@@ -313,11 +284,13 @@ def build_unet(
                            norm=norm, dropout=dropout)
     elif encoder == "mobilenetv2":
         if channels != 3:
-            raise UserError(f"Invalid value for `channels` with encoder=mobilenetv2. Received: channels={channels}. Expected 3.")
+            raise UserError("Invalid value for `channels` with encoder=mobilenetv2. "
+                            f"Received: channels={channels}. Expected 3.")
         outputs = _mobilenet(inputs, image_size=image_size, num_classes=num_classes, base_filters=base_filters,
                              norm=norm, dropout=dropout, weights=encoder_weights)
     else:
-        raise UserError(f"Invalid value for `encoder`. Received: encoder={encoder!r}. Expected one of: unet, mobilenetv2.")
+        raise UserError("Invalid value for `encoder`. "
+                        f"Received: encoder={encoder!r}. Expected one of: unet, mobilenetv2.")
     return keras.Model(inputs, outputs, name=f"unet_{encoder}")
 
 

@@ -78,7 +78,8 @@ def peer_errors(placement: Placement, run_dir: RunDir):
             e, tf.errors.DeadlineExceededError) else ""
         raise PeerLost(
             f"Lost a task of the {placement.strategy} cluster, or it stopped answering (this is {task.name}): "
-            f"{lost}{_reason(e).rstrip('.')}. Received: {type(e).__name__} from TensorFlow. Expected every task to stay "
+            f"{lost}{_reason(e).rstrip('.')}. Received: {type(e).__name__} from TensorFlow. "
+            "Expected every task to stay "
             f"up until the end{timed_out}; relaunch the whole cluster (e.g. python -m tfdist.launch "
             f"--max_restarts 1) to resume from the latest checkpoint ({latest or 'none saved yet'})."
         ) from None

@@ -1,36 +1,13 @@
 """Preemption: SIGTERM or SIGUSR1 to a training task saves the step reached and ends it with status 42.
 
-Schedulers preempt with a signal and a grace period: Kubernetes sends SIGTERM
-and SIGKILL 30 s later (``terminationGracePeriodSeconds``), Slurm sends the
-signal of ``--signal`` (USR1 in ``configs/slurm/train.sbatch``) before the
-time limit, and ``tfdist.launch`` forwards its own SIGTERM to every task.
 ``Preemption`` turns either signal into a request that the controller reads
-after each chunk of steps:
-
-- before the training loop starts, a signal ends the task at once with
-  ``Preempted`` (status 42): nothing was trained since the checkpoint it
-  would restore;
-- inside the loop (``deferred``), the signal is only remembered. The next
-  chunk carries this task's vote: the synchronous loop adds it to the stats
-  vector that every step already sums over replicas and workers, so every
-  worker of a ``multi_worker_mirrored`` cluster learns of one worker's
-  signal in the same all-reduce, at the same step, without a collective of
-  its own. They all save the checkpoint of that step and exit 42. Under a
-  coordinator the chief alone decides and stops waiting for its closures.
-
-TensorFlow's ``PreemptionCheckpointHandler`` is not used: it covers
-``MultiWorkerMirroredStrategy`` only, saves with a ``CheckpointManager`` of
-its own outside tfdist's run directory, and wraps each step's function
-(``handler.run(fn)``), where tfdist runs several steps per call. Its SIGTERM
-hook (the coordination service's C++ notifier, installed when the strategy
-is made) is replaced by the handler here once the loop starts.
-
-Once a run has ended preempted, a further signal ends the process at once
-with 42: it is on its way out, and a launcher stopping the other tasks must
-not turn its 42 into a death by signal (143).
-
-Handlers can only be installed from the main thread; in another thread (a
-notebook's worker thread) signals keep their default action.
+after each chunk of steps. Before the loop starts a signal ends the task at once
+(42). Inside the loop (``deferred``) it is remembered and the next chunk's stats
+vector carries this task's vote, so every synchronous worker learns of it in the
+same all-reduce, at the same step; under a coordinator the chief decides alone.
+A further signal after a preempted end exits 42 at once. Handlers are installed
+from the main thread only. Why not TensorFlow's ``PreemptionCheckpointHandler``,
+and the schedulers' signals: docs/internals.md (Fault tolerance).
 """
 
 from __future__ import annotations
@@ -100,7 +77,10 @@ class Preemption:
             )
 
     def deferred(self) -> "Preemption":
-        """From now on a signal is only remembered (``requested``); installed again, as TensorFlow may have replaced it."""
+        """From now on a signal is only remembered (``requested``).
+
+        The handler is installed again, as TensorFlow may have replaced it.
+        """
         self._deferred = True
         self._install()
         return self

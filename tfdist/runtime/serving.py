@@ -1,31 +1,13 @@
 """What a task of a cluster does besides training: serve a coordinator, report a lost peer, finish together.
 
-``python -m tfdist.train`` runs the same command on every task; the task's
-type decides its role (``strategies.Traits.role``):
-
-- ``train``: the chief and workers of a strategy without a coordinator (all
-  train, the leader writes the outputs), the chief of one with a coordinator
-  (it runs the ``ClusterCoordinator``), or a single process;
-- ``serve``: the ``ps`` and ``worker`` tasks under a coordinator. They start a
-  ``tf.distribute.Server`` and serve the chief's requests until the chief is
-  done (``serve``);
-- ``evaluate``: the ``evaluator`` side-car (``training.evaluator``).
-
-TensorFlow gives no "the chief is done" signal to a ps or worker task, and
-its gRPC server has no clean stop, so a serving task waits for the chief's
-port to answer (at most ``--connect_timeout``) and ends once the chief tells
-it how the run ended (``tell_servers``) or stops answering (``cluster.peers``).
-A training task that loses a peer mid-run ends with one line
-(``peer_errors``) instead of a traceback.
-
-How a serving task learns the chief's end: the chief, connected to every
-task of the cluster, writes its exit status into a small file on each
-serving task's own machine (``tf.io.write_file`` placed on that task, so it
-runs in that task's process: ``status_path``). The serving task exits with
-that status: 0 after a chief that finished, 42 after a preempted chief,
-the chief's own status after a failure it reported. A chief that vanished
-without a word (killed, crashed) leaves no file: the serving task ends with
-status 4 and one line saying so.
+The task's type decides its role (``strategies.Traits.role``): ``train``,
+``serve`` (ps and workers under a coordinator: a ``tf.distribute.Server`` until
+the chief is done) or ``evaluate`` (the side-car). TensorFlow gives a serving
+task no "chief is done" signal and its server no clean stop, so the chief writes
+its exit status into a file on each serving task's machine (``status_path``) and
+the task exits with it; a chief that vanished leaves none, and the task ends with
+status 4. A training task that loses a peer ends with one line
+(``peer_errors``). See docs/internals.md (Clusters).
 """
 
 from __future__ import annotations

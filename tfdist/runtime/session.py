@@ -1,19 +1,12 @@
 """A process set up for one strategy: its task in the cluster, its host devices, its strategy, made once.
 
-TensorFlow fixes a process's logical devices and collective configuration
-when its runtime starts, so the set-up comes first, before any other
-TensorFlow op, as every TensorFlow script creates its strategy first.
-``setup`` (``tfdist.setup``) does it for a user's own script, and returns the
-``tf.distribute.Strategy``; ``tfdist.fit`` and the UNet experiment set up the
-same way (``setup_tensorflow``). After ``setup`` the script may build its
-datasets and models anywhere, and ``tfdist.fit`` trains under the session's
-strategy (``current``).
-
-Where the task comes from: ``cluster``/``task`` (a cluster spec file), or
-TF_CONFIG (``tfdist.launch``, Ray Train, Kubernetes), or a Slurm job step
-(``cluster="slurm"``); none of them is one process. Under
-``parameter_server`` a ps or worker task serves the chief from inside
-``setup`` and never returns from it, as TensorFlow's own ``server.join()``.
+TensorFlow fixes a process's logical devices and collectives when its runtime
+starts, so the set-up comes first. ``setup`` (``tfdist.setup``) does it for a
+user's script and returns the strategy; ``tfdist.fit`` and the UNet experiment
+set up the same way (``setup_tensorflow``) and then train under the session's
+strategy (``current``). The task comes from ``cluster``/``task``, TF_CONFIG or a
+Slurm step. Under ``parameter_server`` a ps or worker task serves the chief from
+inside ``setup`` and never returns, as TensorFlow's ``server.join()``.
 """
 
 from __future__ import annotations
@@ -159,7 +152,8 @@ def setup(strategy: str = "one_device", *, cpu_devices: int = 0, cluster: str | 
     """
     global _current
     runtime = config_lib.runtime_config(
-        "tfdist.setup", strategy=strategy, cpu_devices=cpu_devices, cluster=config_lib.path_text(cluster), task=task or "",
+        "tfdist.setup", strategy=strategy, cpu_devices=cpu_devices, cluster=config_lib.path_text(cluster),
+        task=task or "",
         connect_timeout=connect_timeout, communication=communication, bytes_per_pack=bytes_per_pack,
         collective_timeout=collective_timeout)
     config = config_lib.validate(config_lib.Config(runtime=runtime))

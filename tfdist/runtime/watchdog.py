@@ -1,33 +1,13 @@
 """The progress watchdog: a run that makes no step for ``--progress_timeout`` seconds ends, naming who is behind.
 
-A synchronous cluster that stops making progress hangs without a word:
-every worker waits in a collective for the one that never arrives, and
-TensorFlow's timeouts (``--collective_timeout``, the coordination service's
-heartbeats) see only a peer that is gone, not one that is stuck. So every
-task keeps a heartbeat file (``heartbeats/<type>-<index>.json`` in the run
-directory, the storage all tasks share) with what it is doing: its phase
-(starting, training, evaluating, checkpointing, serving), the last step it
-finished, and how many training batches its input pipeline has handed to a
-step (``BatchCounter``). A thread rewrites it every ``interval`` seconds,
-also while the main thread waits inside TensorFlow.
-
-When a training task has made no progress (a chunk of steps, an eval, a
-checkpoint) for ``timeout`` seconds (until its first chunk ends, which
-traces and compiles the step: ``FIRST_STEP_FACTOR`` times that, at least
-``FIRST_STEP_SECONDS``), its watchdog writes the Python stacks of
-all its threads into its log (``faulthandler``), reads every task's
-heartbeat, and ends the process with one line and status 4 (``describe``):
-
-* a task whose heartbeat stopped is stopped, frozen or on a host that is down;
-* a training task that has handed fewer batches to its steps than the others
-  waits for its input pipeline (the others got their batch and wait in the
-  step's collective for it);
-* a task that is evaluating or checkpointing while the others train is behind
-  in that.
-
-A stopped process (SIGSTOP) writes nothing, not even its stacks: the others
-name it. Under ``parameter_server`` only the chief trains; ps and worker tasks
-keep a heartbeat ("serving") so that the chief can name one that stopped.
+A synchronous cluster that stops making progress hangs without a word, and
+TensorFlow's timeouts see only a peer that is gone, not one that is stuck. So
+every task keeps a heartbeat file (``heartbeats/<type>-<index>.json``) with its
+phase, last step and batches handed to a step, rewritten by a thread. A task
+with no progress for ``timeout`` seconds dumps its stacks, reads every
+heartbeat and ends with status 4 and one line (``describe``) naming a stopped
+task, one waiting for its input, or one behind in an eval or checkpoint. How
+each is told apart: docs/internals.md (Fault tolerance).
 """
 
 from __future__ import annotations
@@ -75,7 +55,7 @@ def stopped_tasks(directory: Path, tasks: list[str], *, now: float | None = None
     ``--progress_timeout`` a task writes every 0.6 s, and TensorFlow's
     coordination service (a 10 s heartbeat timeout, heartbeats every 5 s) can
     end the run about 5 s after a task stopped, before ``MAX_INTERVAL``'s
-    8 s: the suite once saw that lost-peer line name no one.
+    8 s, which would name no one.
     """
     now = time.time() if now is None else now
     found = []

@@ -1,30 +1,13 @@
 """``run(config)``: one experiment, config -> cluster task -> strategy -> data -> model -> loop -> outputs.
 
-This is the library behind ``python -m tfdist.train`` and what a notebook
-calls. The order matters and is fixed here:
-
-1. everything the user gave is checked (config, cluster, run directory,
-   dataset) before anything is written and before TensorFlow starts, so a
-   bad run never damages ``model_dir`` and ends with one line on stderr;
-2. TF_CONFIG, logical CPUs and the inter-op pool are set before TensorFlow
-   starts, and MultiWorkerMirroredStrategy is created before any other op
-   (collectives must be configured first, DESIGN.md);
-3. model, optimizer and step counter are built under the strategy's scope,
-   restored from the latest checkpoint if there is one, and trained by the
-   loop for the strategy (``training.loop``);
-4. the chief writes the outputs; other workers write nothing that survives.
-
-In a cluster the task's type picks its role first (``strategies.Traits.role``):
-ps and worker tasks under a coordinator serve the chief (``roles.serve``), an
-evaluator follows the checkpoints (``training.evaluator``), and the rest
-train. Waiting for peers is bounded by ``--connect_timeout``
-(``cluster.peers``) and a lost peer ends the run with one line
-(``roles.peer_errors``).
-
-Comparing workers that write no outputs: ``run(config, weights_dir=DIR)``
-(``python -m tfdist.train --dump_weights DIR``) has every training task write
-its final weights to ``DIR/<type>-<index>.npz`` (``local.npz`` outside a
-cluster).
+The library behind ``python -m tfdist.train``, in a fixed order: everything the
+user gave is checked before anything is written or TensorFlow starts (a bad run
+never damages ``model_dir``); the task is placed (``runtime.session.place``) and
+its role picked: serve, evaluate (``segmentation.evaluator``) or train; devices
+and the strategy are set before any other op (DESIGN.md); model, optimizer and
+step counter are built in the strategy's scope, restored and trained
+(``runtime.run_loop``); the chief writes the outputs. ``weights_dir`` has every
+training task write its final weights (``--dump_weights``). docs/internals.md.
 """
 
 from __future__ import annotations
@@ -116,7 +99,8 @@ def _check_training(config, placement: Placement, *, in_process_cluster: bool) -
     if not in_process_cluster:
         rt = config.runtime
         check_global_batch(config.train.global_batch_size,
-                           strategies.replicas_in_sync(placement.traits, cpu_devices=rt.cpu_devices, task=placement.task))
+                           strategies.replicas_in_sync(placement.traits, cpu_devices=rt.cpu_devices,
+                                                       task=placement.task))
 
 
 def run(config, *, verbose: bool = True, cluster_resolver=None, weights_dir: str | Path | None = None,

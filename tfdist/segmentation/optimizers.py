@@ -1,16 +1,12 @@
 """The optimizer and its learning rate: scaling rule, warmup, decay, loss scaling.
 
-``--learning_rate`` applies to the global batch as given. With
-``--lr_scaling linear`` it is multiplied by ``global_batch / reference_batch``
-(the linear scaling rule, Goyal et al. 2017); ``--warmup_steps`` ramps it up
-linearly from ``peak / warmup_steps`` to the peak, and ``--lr_decay cosine``
-then decays it to 0 at the last step (the default: short runs end on stable
-weights). Under ``mixed_float16`` the optimizer is wrapped in Keras'
-``LossScaleOptimizer`` (dynamic loss scaling); bfloat16 needs none.
-
-The schedule is evaluated at the optimizer's ``iterations``; under async
-parameter-server training that counter can lag the true step count a little
-(DESIGN.md), which only shifts the schedule, never the step count.
+``--learning_rate`` applies to the global batch; ``--lr_scaling linear``
+multiplies it by ``global_batch / reference_batch`` (Goyal et al.),
+``--warmup_steps`` ramps it up linearly and ``--lr_decay cosine`` decays it to 0
+at the last step. Under ``mixed_float16`` the optimizer is a
+``LossScaleOptimizer``. The schedule reads the optimizer's ``iterations``, which
+under async parameter-server training can lag the step count a little
+(DESIGN.md): that shifts the schedule, never the step count.
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
 """The per-replica train and eval steps that every tfdist loop runs.
 
-Both loops (synchronous and parameter-server) call the same functions, so
-the math is written once:
-
-- the loss is per-pixel sparse cross-entropy, averaged per image, then
-  divided by the *global* batch size (``tf.nn.compute_average_loss``); the
-  Keras optimizer all-reduces (sums) gradients over replicas, so N replicas
-  step exactly as one device with the global batch does;
-- each step returns one float32 "stats" vector per replica:
-  ``[loss_sum, images, confusion matrix (C*C, row = true, column = predicted)]``.
-  Summing stats vectors over replicas, workers and steps is all the
-  aggregation metrics need (see ``metrics.py``), and one vector means one
-  reduction per step.
+Both loops call the same functions, so the math is written once: the loss is
+per-pixel sparse cross-entropy averaged per image, divided by the *global* batch
+size (``tf.nn.compute_average_loss``), so N replicas step as one device with the
+global batch does; each step returns one float32 stats vector per replica,
+``[loss_sum, images, confusion matrix (C*C, row = true, column = predicted)]``,
+whose sum over replicas, workers and steps is all the metrics need
+(``metrics.py``), at one reduction per step.
 """
 
 from __future__ import annotations
@@ -35,16 +30,14 @@ def step_stats(masks, logits, per_image, num_classes: int):
     """``[loss_sum, images, confusion...]`` for one replica's batch.
 
     The confusion matrix is one ``bincount`` of ``true * C + predicted``: the same counts as
-    ``tf.math.confusion_matrix``, whose share of the step was 3.5% here; the stats now cost less than the
-    profile's noise (0.3%, -0.7% with the label checks below, and -0.3% with them ordered before the
-    bincount: ``python examples/profile_train_step.py --blocks 10``, each change before and after). A label
-    outside ``0..C-1`` still fails the step, as it did in ``confusion_matrix``: ``bincount`` alone would
-    drop it.
+    ``tf.math.confusion_matrix`` at a smaller share of the step (``examples/profile_train_step.py``
+    compares them). A label outside ``0..C-1`` fails the step, as in ``confusion_matrix``: ``bincount``
+    alone would drop it.
     """
     labels = tf.reshape(tf.cast(masks, tf.int32), [-1])
     predicted = tf.reshape(tf.argmax(logits, axis=-1, output_type=tf.int32), [-1])
-    # The checks come before the bincount (a control dependency): without it the two raced, and a negative
-    # label sometimes failed first in bincount's own words, "Input arr must be non-negative!" (seen in CI).
+    # The checks come before the bincount (a control dependency), so that a negative label fails with the
+    # check's message, never in bincount's own words ("Input arr must be non-negative!").
     checks = [tf.debugging.assert_non_negative(labels, message="mask labels must be >= 0"),
               tf.debugging.assert_less(labels, num_classes, message=f"mask labels must be < num_classes={num_classes}")]
     with tf.control_dependencies([check for check in checks if check is not None]):  # None: eager, already checked
@@ -72,7 +65,8 @@ class Steps:
         self.optimizer = optimizer
         self.num_classes = num_classes
         self.global_batch_size = global_batch_size
-        self._gradients = tf.function(self._forward_backward, jit_compile=True) if jit_compile else self._forward_backward
+        self._gradients = (tf.function(self._forward_backward, jit_compile=True) if jit_compile
+                           else self._forward_backward)
 
     def _forward_backward(self, images, masks):
         variables = self.model.trainable_variables

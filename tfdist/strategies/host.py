@@ -60,7 +60,8 @@ def setup_host(*, cpu_devices: int = 1, inter_op_threads: int = 0) -> None:
     import tensorflow as tf
 
     if cpu_devices < 1:
-        raise UserError(f"Invalid value for `cpu_devices`. Received: cpu_devices={cpu_devices}. Expected an integer >= 1.")
+        raise UserError("Invalid value for `cpu_devices`. "
+                        f"Received: cpu_devices={cpu_devices}. Expected an integer >= 1.")
     cpu = tf.config.list_physical_devices("CPU")[0]
     current = tf.config.get_logical_device_configuration(cpu)
     if (len(current) if current else 1) < cpu_devices:

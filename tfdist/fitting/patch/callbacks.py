@@ -1,14 +1,11 @@
 """Keras' file-writing callbacks across workers: the chief writes the real files, the others a private copy.
 
-Every worker runs every callback, as Keras runs them, so that what a callback
-computes (a save that reads every variable, a best-so-far comparison) stays
-the same on every worker. But on storage the workers share, ``ModelCheckpoint``,
-``TensorBoard``, ``BackupAndRestore`` and ``CSVLogger`` would each write the
-same files from every worker. As TensorFlow's own Keras 2 did
-(``distributed_file_utils``), a worker that is not the chief writes into a
-temporary directory of its own, removed when ``fit`` returns.
-``BackupAndRestore`` still restores from the real backup on every worker, so
-all resume from the same state; only its writes go to the private copy.
+Every worker runs every callback, so what a callback computes stays the same on
+every worker; but ``ModelCheckpoint``, ``TensorBoard``, ``BackupAndRestore``
+and ``CSVLogger`` would write the same files from every worker. As TensorFlow's
+Keras 2 did (``distributed_file_utils``), a worker that is not the chief writes
+into a temporary directory of its own, removed when ``fit`` returns.
+``BackupAndRestore`` still restores from the real backup on every worker.
 """
 
 from __future__ import annotations

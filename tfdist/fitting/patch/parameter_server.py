@@ -1,16 +1,12 @@
 """Keras' own ``model.fit`` under ``ParameterServerStrategy``: trained by ``tfdist.fit``'s coordinator loop.
 
-Keras 3's ``fit`` has no parameter-server path (keras#18624). After
-``tfdist.setup("parameter_server")`` the ps and worker tasks serve the chief
-from inside ``setup``, and the chief's script goes on as any Keras script:
-it builds and compiles the model in the strategy's scope and calls
-``model.fit``. That call is handed to ``tfdist.fit`` with the model itself as
-``model_fn``: the same arguments, Keras' meaning, a ``ClusterCoordinator``
-scheduling the steps on the workers, and a ``History`` back. What
+Keras 3's ``fit`` has no parameter-server path (keras-team/keras#18624). After
+``tfdist.setup("parameter_server")`` the chief's ``model.fit`` is handed to
+``tfdist.fit`` with the model itself as ``model_fn``: the same arguments, a
+``ClusterCoordinator`` scheduling the steps, and a ``History`` back. What
 ``tfdist.fit`` cannot take (``validation_split``, ``validation_batch_size``,
-``validation_freq``) is refused with one line; a ``ParameterServerStrategy``
-that ``tfdist.setup`` did not make is refused too (its serving tasks are not
-tfdist's).
+``validation_freq``), and a ``ParameterServerStrategy`` that ``tfdist.setup``
+did not make, are refused with one line.
 """
 
 from __future__ import annotations

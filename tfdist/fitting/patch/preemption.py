@@ -1,19 +1,13 @@
 """Preemption of Keras' own ``fit`` across workers: every worker stops at the same step, saves it, exits 42.
 
-A signal (SIGTERM from Kubernetes, ``tfdist.launch`` or ``scancel``; SIGUSR1
-from ``sbatch --signal``) reaches one worker; the others must stop with it, at
-the same step, or they wait forever in the next all-reduce. While ``fit``
-runs, the signal only sets this worker's vote, a variable that each step adds
-to its logs; the logs are averaged over every replica and worker already
-(``trainer``), so every worker reads the same vote after the same step,
-without a collective of its own. Before the next step every worker then
-saves the step it reached through the ``BackupAndRestore`` callback (the
-chief to the real backup, the others to their private copy), and the process
-ends at once with status 42 (``errors.PREEMPTED_EXIT_CODE``), after ``fit``
-has cleaned up: code after ``fit`` does not run. Run the same command
-again: ``BackupAndRestore`` restores the weights and optimizer of that step,
-and Keras goes on from the start of the epoch it was in (Keras' own resume;
-``tfdist.fit`` resumes at the step itself).
+A signal (SIGTERM, or SIGUSR1 from ``sbatch --signal``) reaches one worker; the
+others must stop at the same step or wait forever in the next all-reduce. The
+signal sets this worker's vote, a variable each step adds to its logs, which
+are averaged over every worker already (``trainer``): every worker reads the
+same vote after the same step, without a collective of its own. Each then saves
+through ``BackupAndRestore`` and the process exits 42 after ``fit`` has cleaned
+up; the same command resumes from the start of that epoch (Keras' own resume).
+See docs/internals.md (Fault tolerance).
 """
 
 from __future__ import annotations

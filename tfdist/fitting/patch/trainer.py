@@ -1,23 +1,12 @@
 """The two places of Keras' TensorFlow trainer that fail across workers, replaced; and ``fit`` wrapped.
 
-Keras 3's ``keras/src/backend/tensorflow/trainer.py`` (keras-team/keras#20585):
-
-- ``TensorFlowTrainer._maybe_symbolic_build`` builds the model from the first
-  batch, reduced over the replicas with ``strategy.reduce("MEAN", batch,
-  axis=None)``; across workers that all-reduce cannot take the per-replica
-  batch ("Attempt to convert a value (PerReplica...)"). Building needs only the
-  batch's shapes, so the fix builds from this worker's first replica's slice
-  (the batch is still consumed, as Keras does).
-- ``reduce_per_replica`` reduces each log with ``strategy.reduce("MEAN", v,
-  axis=0)`` in multi-worker mode, which fails on a scalar ("Invalid reduction
-  dimension 0 for input with 0 dimensions"). In one process Keras averages
-  the replicas' values (``tf.reduce_mean(local_results, axis=0)``); across
-  workers the same average over every replica is ``strategy.reduce("MEAN", v,
-  axis=None)``, which the fix uses.
-
-The fix is made for the trainer whose code it checks (``check``): on a Keras
-whose trainer differs, ``install`` refuses with one line instead of patching
-code it does not know. Nothing changes outside multi-worker mode.
+In Keras 3's ``keras/src/backend/tensorflow/trainer.py`` (keras-team/keras#20585),
+``_maybe_symbolic_build`` all-reduces the per-replica first batch, which fails
+across workers: the fix builds from this worker's first replica's slice.
+``reduce_per_replica`` reduces scalar logs along axis 0, which fails: the fix
+averages over every replica with ``axis=None``. The fix applies only to the
+trainer code it checks (``check``); on another Keras, ``install`` refuses with
+one line. Nothing changes outside multi-worker mode.
 """
 
 from __future__ import annotations
