@@ -90,7 +90,7 @@ def finish_together(placement: Placement, timeout: float) -> None:
 
     TensorFlow's coordination service makes every task wait at exit for all
     the others; a worker that leaves first is taken for a crashed one only
-    after the heartbeat timeout (7 s lost per run, measured). A barrier at the
+    after the heartbeat timeout, seconds lost per run. A barrier at the
     end lets them all leave together. Lost peers surface as TensorFlow errors
     (see ``peer_errors``).
     """

@@ -89,7 +89,7 @@ def check_ps_shards(ps_shards: int) -> None:
     ``ShardedVariable`` does not have ("'ShardedVariable' object has no
     attribute 'handle'"), and taking the gradients per shard instead fails in
     the Keras optimizer's update ("ShardedVariable doesn't support being used
-    as a reference", measured on TF 2.21 + Keras 3.15). Without a partitioner
+    as a reference", on TF 2.21 + Keras 3.15). Without a partitioner
     the strategy still spreads whole variables over every ps task
     (round-robin). Called by ``config.validate`` and ``make_strategy``.
 
