@@ -12,8 +12,60 @@ import numpy as np
 import pytest
 
 import tfdist
+from tfdist.errors import UserError
 from tfdist.training import fit as fit_module
-from unit.test_fit_args import X, Y, model_fn
+
+X = np.zeros((8, 3), np.float32)
+Y = np.zeros((8, 1), np.float32)
+
+
+def model_fn():
+    raise AssertionError("model_fn called: the arguments were not checked first")
+
+
+def dataset():
+    import tensorflow as tf
+
+    return tf.data.Dataset.from_tensor_slices((X, Y)).batch(4)
+
+
+CASES = {
+    "model_fn a name": ({"model_fn": "unet"}, "Invalid `model_fn`. Received: a str ('unet'). Expected a function"),
+    "validation_data an array": ({"validation_data": X},
+                                 "Invalid `validation_data`. Received: a ndarray of shape (8, 3). Expected (x_val, "
+                                 "y_val)"),
+    "validation_data of 1": ({"validation_data": (X,)}, "Invalid `validation_data`. Received: a tuple of 1."),
+    "validation_data rows": ({"validation_data": (X, Y[:5])},
+                             "Invalid `validation_data`: its arrays' numbers of rows differ. Received: [5, 8]."),
+    "validation_data weights": ({"validation_data": (X, Y, np.ones(3))},
+                                "Invalid `validation_data`: its arrays' numbers of rows differ. Received: [3, 8]."),
+    "steps_per_epoch -1": ({"steps_per_epoch": -1},
+                           "Invalid value for `steps_per_epoch`. Received: steps_per_epoch=-1. Expected None or a "
+                           "positive integer."),
+    "steps_per_epoch 0": ({"steps_per_epoch": 0}, "Invalid value for `steps_per_epoch`. Received: steps_per_epoch=0."),
+    "steps_per_epoch 2.5": ({"steps_per_epoch": 2.5},
+                            "Invalid value for `steps_per_epoch`. Received: steps_per_epoch=2.5."),
+    "steps_per_epoch True": ({"steps_per_epoch": True},
+                             "Invalid value for `steps_per_epoch`. Received: steps_per_epoch=True."),
+    "validation_steps 0": ({"validation_steps": 0},
+                           "Invalid value for `validation_steps`. Received: validation_steps=0."),
+    "validation_steps -2": ({"validation_steps": -2},
+                            "Invalid value for `validation_steps`. Received: validation_steps=-2."),
+    "validation_steps '3'": ({"validation_steps": "3"},
+                             "Invalid value for `validation_steps`. Received: validation_steps='3'."),
+    "epochs 0": ({"epochs": 0}, "Invalid `epochs`/`initial_epoch`. Received: epochs=0, initial_epoch=0."),
+    "x/y rows": ({"y": Y[:5]}, "Invalid `x`/`y`: their numbers of rows differ. Received: [5, 8]."),
+    "sample_weight rows": ({"sample_weight": np.ones(5)},
+                           "Invalid `x`/`y`/`sample_weight`: their numbers of rows differ. Received: [5, 8]."),
+    "class_weight a list": ({"class_weight": [1.0, 2.0]}, "Invalid `class_weight`. Received: [1.0, 2.0]."),
+    "class_weight with sample_weight": ({"class_weight": {0: 2.0}, "sample_weight": np.ones(8)},
+                                        "Invalid `class_weight` with sample weights. Received: both."),
+    "y with a Dataset": ({"x": "dataset", "batch_size": None},
+                         "Invalid `y` with a dataset `x`. Received: y given."),
+    "sample_weight with a Dataset": ({"x": "dataset", "y": None, "batch_size": None, "sample_weight": np.ones(8)},
+                                     "Invalid `sample_weight` with a dataset `x`."),
+    "no batch_size": ({"batch_size": None}, "Missing `batch_size`. Received: batch_size=None."),
+}
 
 
 @pytest.fixture
@@ -24,6 +76,20 @@ def never_set_up(monkeypatch):
 
     monkeypatch.setattr(fit_module, "resolve_cluster", reached)
     monkeypatch.setattr(fit_module, "run_task", reached)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_bad_argument_is_one_line_naming_it_before_any_set_up(case, never_set_up):
+    overrides, expected = CASES[case]
+    arguments = {"model_fn": model_fn, "x": X, "y": Y, "batch_size": 4, "epochs": 1, "strategy": "mirrored",
+                 "verbose": 0, **overrides}
+    if isinstance(arguments["x"], str):  # "dataset": made here, in the test
+        arguments["x"] = dataset()
+    with pytest.raises(UserError) as caught:
+        tfdist.fit(arguments.pop("model_fn"), arguments.pop("x"), arguments.pop("y"), **arguments)
+    message = str(caught.value)
+    assert message.startswith(expected), message
+    assert "\n" not in message
 
 
 def test_good_arguments_reach_the_set_up(never_set_up):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tfdist.cluster import slurm
-from unit.test_slurm import CASES, JOB_PORT_BASE, TWO_BY_TWO
+from unit.test_slurm import CASES, JOB_PORT_BASE, TWO_BY_TWO, bin_dir  # noqa: F401, F811 (a fixture)
 
 
 def tensorflow_resolver(allocation: slurm.Allocation, jobs: dict[str, int], port_base: int):
@@ -38,7 +38,7 @@ def tensorflow_resolver(allocation: slurm.Allocation, jobs: dict[str, int], port
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_layout_is_tensorflows_slurm_cluster_resolvers(case, bin_dir):
+def test_layout_is_tensorflows_slurm_cluster_resolvers(case, bin_dir):  # noqa: F811 (fixture)
     """``resolve`` lays the cluster out without TensorFlow, exactly as ``SlurmClusterResolver`` does."""
     step, slurm_tasks, _ = CASES[case]
     for rank in range(step.num_tasks):

@@ -1,8 +1,8 @@
-"""The unit tier runs without TensorFlow: a session of unit tests alone fails a test that imports it.
+"""The unit tier runs without TensorFlow: in a session of unit tests alone, importing it fails.
 
-In a session of unit tests only, ``tensorflow`` must not be in ``sys.modules`` before a test (a test
-module or helper imported it at collection) nor after it (the test imported it). In a session with the
-other tiers TensorFlow is already there, and the check is off.
+``tensorflow`` must not be in ``sys.modules`` once the unit tier is collected (a test module or a helper
+imported it: every test fails) nor appear during a test (that test fails). In a session with the other
+tiers TensorFlow is already there, and the check is off.
 """
 
 import os
@@ -11,10 +11,16 @@ import sys
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+_collected_with_tensorflow = False
 
 
 def _unit_only(session) -> bool:
     return all(str(item.path).startswith(HERE + os.sep) for item in session.items)
+
+
+def pytest_collection_finish(session):
+    global _collected_with_tensorflow
+    _collected_with_tensorflow = "tensorflow" in sys.modules
 
 
 @pytest.fixture(autouse=True)
@@ -22,10 +28,11 @@ def _no_tensorflow(request):
     if not _unit_only(request.session):
         yield
         return
-    assert "tensorflow" not in sys.modules, (
+    assert not _collected_with_tensorflow, (
         "TensorFlow was imported while collecting the unit tier: a unit test module or what it imports "
         "must not import tensorflow or keras (move the test to tests/single_process/)")
+    before = "tensorflow" in sys.modules
     yield
-    assert "tensorflow" not in sys.modules, (
+    assert before or "tensorflow" not in sys.modules, (
         f"{request.node.nodeid} imported TensorFlow: the unit tier runs without it (move the test to "
         "tests/single_process/)")
