@@ -1,0 +1,163 @@
+"""``tfdist.fit``: the Keras guides' classifier (``examples/fit_classifier.py``) trained under every strategy.
+
+- one process (a fresh one: its 2 logical CPUs are set before TensorFlow
+  starts): Keras' own ``model.fit`` on one device, then ``tfdist.fit`` under
+  ``one_device``, ``mirrored`` and ``central_storage`` (2 CPUs), all with
+  ``shuffle=False`` and the same initial weights. Every epoch's loss, accuracy,
+  val_loss and val_accuracy equal Keras' (float rounding: 1e-5), the last
+  global batch of each epoch smaller (1000 rows, batch 64), as Keras has it.
+  ``EarlyStopping`` stops tfdist.fit at Keras' epoch; a functional model with
+  dict inputs and an L2 regularizer on a Dataset of batches equals Keras' too;
+  a run resumed from its run directory trains on as the straight run did;
+  bad input is one ``UserError`` line.
+- the example under ``tfdist.launch``: 2 ``multi_worker_mirrored`` workers
+  (both return the same history, equal to one device's to 1e-5; the chief's
+  EarlyStopping stops both at the same epoch; only worker 0 writes the run's
+  outputs), and ``parameter_server`` (a chief, 2
+  workers, a ps): it learns (held-out accuracy far above chance).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from helpers.cluster_runs import REPO, Processes, launcher, loopback_cluster, shared
+from helpers.outputs import tagged
+
+EXAMPLE = REPO / "examples" / "fit_classifier.py"
+KEYS = ("loss", "accuracy", "val_loss", "val_accuracy")
+
+IN_ONE_PROCESS = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from tfdist.strategies import setup_host
+setup_host(cpu_devices=2)  # before TensorFlow starts: mirrored and central_storage get 2 replicas
+import keras
+import tfdist
+from tfdist.errors import UserError
+from fit_classifier import make_data, model_fn
+
+x, y = make_data(1000, seed=0)
+val = make_data(200, seed=1)
+out = {"keras": model_fn().fit(x, y, batch_size=64, epochs=3, shuffle=False, validation_data=val, verbose=0).history}
+for strategy in ("one_device", "mirrored", "central_storage"):
+    out[strategy] = tfdist.fit(model_fn, x, y, batch_size=64, epochs=3, shuffle=False, validation_data=val,
+                               strategy=strategy, verbose=0).history
+stop = lambda: [keras.callbacks.EarlyStopping(monitor="loss", min_delta=10.0, patience=0)]  # no epoch gains 10
+out["keras_stopped"] = model_fn().fit(x, y, batch_size=64, epochs=5, shuffle=False, verbose=0,
+                                      callbacks=stop()).history
+out["stopped"] = tfdist.fit(model_fn, x, y, batch_size=64, epochs=5, shuffle=False, strategy="mirrored",
+                            verbose=0, callbacks=stop()).history
+# A functional model with two inputs (a dict), an L2 regularizer and a Dataset of batches of 20 (300 rows).
+def regression():
+    keras.utils.set_random_seed(3)
+    a, b = keras.Input((5,), name="a"), keras.Input((3,), name="b")
+    h = keras.layers.Dense(16, activation="relu", kernel_regularizer=keras.regularizers.L2(1e-3))(
+        keras.layers.Concatenate()([a, b]))
+    model = keras.Model({"a": a, "b": b}, keras.layers.Dense(1)(h))
+    model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse", metrics=["mae"])
+    return model
+import numpy as np, tensorflow as tf
+rng = np.random.default_rng(0)
+rows = ({"a": rng.random((300, 5), dtype=np.float32), "b": rng.random((300, 3), dtype=np.float32)},
+        rng.random((300, 1), dtype=np.float32))
+batches = lambda: tf.data.Dataset.from_tensor_slices(rows).batch(20)
+out["regression_keras"] = regression().fit(batches(), epochs=2, verbose=0).history
+out["regression"] = tfdist.fit(regression, batches(), epochs=2, strategy="mirrored", verbose=0).history
+# Resume: 2 epochs into a run directory, then the same call with epochs=3 trains the third only.
+run_dir = sys.argv[2]
+tfdist.fit(model_fn, x, y, batch_size=64, epochs=2, shuffle=False, strategy="mirrored", verbose=0, model_dir=run_dir)
+out["resumed"] = tfdist.fit(model_fn, x, y, batch_size=64, epochs=3, shuffle=False, strategy="mirrored",
+                            verbose=0, model_dir=run_dir).history
+errors = []
+def uncompiled():
+    return keras.Sequential([keras.Input((784,)), keras.layers.Dense(10)])
+for kwargs in ({"model_fn": uncompiled, "batch_size": 64}, {"model_fn": model_fn, "batch_size": 63}):
+    try:
+        tfdist.fit(kwargs.pop("model_fn"), x, y, strategy="mirrored", verbose=0, **kwargs)
+    except UserError as e:
+        errors.append(str(e))
+out["errors"] = errors
+print("RESULTS " + json.dumps(out))
+"""
+
+
+def one_process(python, tmp_dir) -> dict:
+    """The figures of ``IN_ONE_PROCESS`` (once per session: the cluster tests compare with them)."""
+    def make():
+        result = python(["-c", IN_ONE_PROCESS, str(REPO / "examples"), str(tmp_dir / "resumed")], timeout=400)
+        assert result.returncode == 0, result.stderr[-3000:]
+        return tagged(result.stdout, "RESULTS")
+
+    return shared("fit_one_process", make)
+
+
+def assert_histories_close(got: dict, expected: dict, rtol: float) -> None:
+    assert sorted(got) == sorted(expected) == sorted(KEYS), (got, expected)
+    for key in KEYS:
+        assert len(got[key]) == len(expected[key]), key
+        assert got[key] == pytest.approx(expected[key], rel=rtol, abs=1e-7), (key, got[key], expected[key])
+
+
+@pytest.mark.xdist_group("fit")
+def test_fit_equals_keras_fit_on_one_device_and_on_two_replicas(python, tmp_path_factory):
+    results = one_process(python, tmp_path_factory.mktemp("fit"))
+    assert len(results["keras"]["loss"]) == 3
+    for strategy in ("one_device", "mirrored", "central_storage"):
+        assert_histories_close(results[strategy], results["keras"], rtol=1e-5)
+    assert results["keras"]["loss"][-1] < results["keras"]["loss"][0]  # it learns: there is something to compare
+    assert len(results["keras_stopped"]["loss"]) == len(results["stopped"]["loss"]) == 2
+    assert results["stopped"]["loss"] == pytest.approx(results["keras_stopped"]["loss"], rel=1e-5)
+    # Dict inputs, a regularizer, a Dataset's own batches (each cut in two): as Keras computes it.
+    for key in ("loss", "mae"):
+        assert results["regression"][key] == pytest.approx(results["regression_keras"][key], rel=1e-5), key
+    # The resumed call trains the third epoch only, from the checkpoint of the second: as the straight run did.
+    assert len(results["resumed"]["loss"]) == 1
+    for key in ("loss", "accuracy"):
+        assert results["resumed"][key][0] == pytest.approx(results["mirrored"][key][2], rel=1e-5), key
+    uncompiled, odd_batch = results["errors"]
+    assert uncompiled.startswith("Invalid model_fn: it must return a compiled keras.Model. Received: a Sequential ")
+    assert odd_batch.startswith("Invalid value for `batch_size`. Received: batch_size=63 with 2 replicas.")
+
+
+def _launched(tmp_path, strategy: str, *flags: str, **tasks: int) -> tuple[int, str]:
+    cluster = loopback_cluster(tmp_path / "cluster.yaml", **tasks)
+    with Processes(tmp_path) as procs:
+        proc = procs.start("launch", launcher(cluster, sys.executable, str(EXAMPLE), f"--strategy={strategy}",
+                                              f"--model_dir={tmp_path / 'run'}", *flags))
+        return proc.wait(400), proc.text()
+
+
+@pytest.mark.xdist_group("fit")
+def test_fit_on_two_workers_equals_one_device_and_worker_0_alone_writes(tmp_path, tmp_path_factory, python):
+    # 5 epochs asked, but EarlyStopping (on the chief alone) ends the run after epoch 2: no epoch gains 10 in
+    # val_loss. Both workers stop there (neither waits in a collective for the other) with the same history.
+    status, text = _launched(tmp_path, "multi_worker_mirrored", "--epochs=5", "--patience=0", "--min_delta=10",
+                             worker=2)
+    assert status == 0, text[-4000:]
+    histories = {task: tagged("\n".join(line[len(f"[{task}] "):] for line in text.splitlines()
+                                        if line.startswith(f"[{task}] ")), "HISTORY")
+                 for task in ("worker:0", "worker:1")}
+    assert histories["worker:0"] == histories["worker:1"]
+    one_device = one_process(python, tmp_path_factory.mktemp("fit"))["one_device"]
+    assert_histories_close(histories["worker:0"], {k: v[:2] for k, v in one_device.items()}, rtol=1e-5)
+    run = tmp_path / "run"
+    assert (run / "metrics.jsonl").is_file() and (run / "checkpoints" / "checkpoint").is_file()
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if r["split"] == "train"] == [16, 32]  # one row an epoch, one writer
+    assert not (run / "heartbeats").exists()  # both ended well
+
+
+def test_fit_under_parameter_server_learns(tmp_path):
+    status, text = _launched(tmp_path, "parameter_server", chief=1, worker=2, ps=1)
+    assert status == 0, text[-4000:]
+    history = tagged("\n".join(line[len("[chief:0] "):] for line in text.splitlines()
+                               if line.startswith("[chief:0] ")), "HISTORY")
+    assert len(history["loss"]) == 3 and history["loss"][-1] < history["loss"][0], history
+    assert history["val_accuracy"][-1] > 0.3, history  # 10 classes: chance is 0.1
+    for task in ("worker:0", "worker:1", "ps:0"):
+        assert f"[launch] {task} exited with status 0" in text
+    assert not (tmp_path / "run" / "fit-inputs").exists()  # the staged input is removed at the end

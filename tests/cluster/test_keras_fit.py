@@ -1,0 +1,173 @@
+"""Keras' own ``model.fit`` across workers (``tfdist.fitting.patch``): a user's script, real processes on 127.0.0.1.
+
+The script is ``keras_fit_worker.py``, in the shape of TensorFlow's
+"Multi-worker training with Keras" tutorial, run by ``tfdist.launch`` on two
+workers and alone; it adds one tfdist line (``--form``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers.clis import HELPERS
+from helpers.cluster_runs import REPO, Processes, launcher, loopback_cluster, started_pids
+
+SCRIPT = HELPERS / "keras_fit_worker.py"
+
+pytestmark = pytest.mark.slow
+
+
+def results(text: str) -> dict[str, dict]:
+    """``task -> RESULT`` from a launcher's prefixed output (``local`` for a process alone), the last of each."""
+    found = {}
+    for line in text.splitlines():
+        head, sep, rest = line.partition("RESULT ")
+        if sep:
+            found[head.strip().strip("[]") or "local"] = json.loads(rest)
+    return found
+
+
+def run_alone(procs: Processes, out: Path, *flags: str) -> dict:
+    out.mkdir()
+    proc = procs.start("alone", [sys.executable, str(SCRIPT), f"--out={out}", *flags])
+    status = proc.wait(240)
+    assert status == 0, proc.text()[-3000:]
+    return results(proc.text())["local"]
+
+
+def run_two_workers(procs: Processes, tmp_path: Path, out: Path, *flags: str, options=()) -> tuple[int, str]:
+    out.mkdir()
+    cluster = loopback_cluster(tmp_path / "cluster.yaml", worker=2)
+    proc = procs.start("launch", launcher(cluster, sys.executable, str(SCRIPT), f"--out={out}", *flags,
+                                          options=("--grace_seconds=20", *options)))
+    return proc.wait(400), proc.text()
+
+
+def assert_same_result(got: dict, expected: dict, rel: float) -> None:
+    assert sorted(got["history"]) == ["accuracy", "loss", "val_accuracy", "val_loss"], got
+    for key, values in expected["history"].items():
+        assert got["history"][key] == pytest.approx(values, rel=rel), key
+    for key, value in expected["evaluate"].items():
+        assert got["evaluate"][key] == pytest.approx(value, rel=rel), key
+    assert got["predict"][0] == expected["predict"][0]  # every example's prediction, gathered from both workers
+    assert got["predict"][1] == pytest.approx(expected["predict"][1], rel=rel)
+
+
+def test_keras_fit_on_two_workers_equals_one_process_and_only_the_chief_writes_files(tmp_path):
+    with Processes(tmp_path) as procs:
+        alone = run_alone(procs, tmp_path / "alone", "--form=patch")
+        status, text = run_two_workers(procs, tmp_path, tmp_path / "two", "--form=patch")
+    assert status == 0, text[-4000:]
+    found = results(text)
+    assert alone["history"]["loss"][-1] < alone["history"]["loss"][0]  # it learns: there is something to compare
+    # Two workers sum their halves of each global batch in another order: 2e-7 apart here, at most.
+    for task in ("worker:0", "worker:1"):
+        assert_same_result(found[task], alone, rel=1e-5)
+    two = tmp_path / "two"
+    chief_pid = started_pids(text)["worker:0"]
+    for split in ("train", "validation"):
+        events = list((two / "tb" / split).iterdir())
+        assert len(events) == 1 and f".{chief_pid}." in events[0].name, events  # the chief's, alone
+    assert sorted(p.name for p in (two / "ckpt").iterdir()) == ["model-1.keras", "model-2.keras", "model-3.keras"]
+    assert len((two / "log.csv").read_text().splitlines()) == 4  # a header and 3 epochs, written once
+    assert sorted(p.name for p in (two / "backup").iterdir()) == ["latest.weights.h5", "training_metadata.json"]
+    # Worker 1 wrote into a directory of its own under its TMPDIR (the test's directory), removed at the end.
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("tfdist-worker")], list(tmp_path.iterdir())
+
+
+def test_without_tfdist_keras_fit_fails_on_two_workers(tmp_path):
+    # What the fix is for (keras#20585): the tutorial as it is fails on Keras 3.
+    with Processes(tmp_path) as procs:
+        status, text = run_two_workers(procs, tmp_path, tmp_path / "two", "--form=none")
+    assert status != 0
+    assert "PerReplica" in text, text[-3000:]
+
+
+def _weight_sums(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_a_signal_to_one_worker_stops_both_at_one_step_saves_it_and_the_same_command_resumes(tmp_path):
+    # Worker 1 sends itself SIGTERM after its 9th batch (epoch 2, batch 3); the vote rides on step 10's logs,
+    # so both workers stop before step 11 and save step 10. The launcher restarts the same command once.
+    with Processes(tmp_path) as procs:
+        status, text = run_two_workers(procs, tmp_path, tmp_path / "run", "--form=setup", "--preempt_at=9",
+                                       options=("--max_restarts=1",))
+    assert status == 0, text[-4000:]
+    assert "[worker:1] tfdist: preempted: worker:1 received SIGTERM; saved the step reached (10 steps" in text
+    assert ("[worker:0] tfdist: preempted: another worker received SIGTERM or SIGUSR1 (this is worker:0); "
+            f"saved the step reached (10 steps of this fit) to {tmp_path / 'run' / 'backup'}") in text
+    assert "[launch] worker:1 exited with status 42" in text
+    assert "[launch] worker:0 exited with status 42" in text  # its own 42, even with the launcher's SIGTERM
+    assert "restarting every task (restart 1 of 1)" in text
+    for task in ("worker0", "worker1"):
+        rows = _weight_sums(tmp_path / "run" / f"weights-{task}.jsonl")
+        begins = [i for i, row in enumerate(rows) if row["when"] == "begin"]
+        assert len(begins) == 2, rows
+        first_run = rows[begins[0] + 1:begins[1]]
+        assert len(first_run) == 10, first_run  # 10 steps, then the stop
+        # The resumed run starts from the weights of step 10, not of an epoch's end (step 6).
+        assert rows[begins[1]]["sum"] == first_run[-1]["sum"]
+        assert rows[begins[1]]["sum"] != first_run[5]["sum"]
+    found = results(text)
+    # Keras resumes at the start of the epoch it was in (its BackupAndRestore's epoch): epochs 2 and 3 remain.
+    assert len(found["worker:0"]["history"]["loss"]) == 2
+    assert found["worker:0"]["history"] == found["worker:1"]["history"]
+
+
+#: A Keras script with tfdist's line for parameter_server: the same on every task (ps and workers serve
+#: inside setup); the chief's model.fit is trained by tfdist.fit's coordinator loop.
+PS_SCRIPT = """
+import json, sys
+import tfdist
+strategy = tfdist.setup("parameter_server")
+import numpy as np, keras, tensorflow as tf
+rng = np.random.default_rng(0)
+x = rng.normal(size=(512, 8)).astype("float32")
+y = (x[:, :4].sum(axis=1) > 0).astype("int64")
+dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(32)   # built before fit, as keras.io examples do
+with strategy.scope():
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(2)])
+    model.compile(optimizer=keras.optimizers.SGD(0.1), metrics=["accuracy"],
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+history = model.fit(dataset, epochs=4, validation_data=(x[:64], y[:64]), verbose=0)
+print("RESULT " + json.dumps({"history": history.history}), flush=True)
+try:
+    model.fit(x, y, epochs=1, validation_split=0.2)
+except tfdist.errors.UserError as e:
+    print("REFUSED", e, flush=True)
+"""
+
+
+def test_keras_fit_under_parameter_server_is_trained_by_the_coordinator_and_learns(tmp_path):
+    script = tmp_path / "ps_script.py"
+    script.write_text(PS_SCRIPT)
+    cluster = loopback_cluster(tmp_path / "cluster.yaml", chief=1, worker=2, ps=1)
+    with Processes(tmp_path) as procs:
+        proc = procs.start("launch", launcher(cluster, sys.executable, str(script)))
+        status, text = proc.wait(400), proc.text()
+    assert status == 0, text[-3000:]
+    history = results(text)["chief:0"]["history"]
+    assert sorted(history) == ["accuracy", "loss", "val_accuracy", "val_loss"]
+    assert len(history["loss"]) == 4 and history["loss"][-1] < 0.8 * history["loss"][0], history
+    assert history["val_accuracy"][-1] > 0.8, history
+    # The second fit asks for what tfdist.fit does not take: one line, before anything runs.
+    assert "[chief:0] REFUSED Invalid argument for model.fit under parameter_server: validation_split." in text
+
+
+def test_the_readme_example_trains_on_two_workers_and_the_chief_alone_writes(tmp_path):
+    cluster = loopback_cluster(tmp_path / "cluster.yaml", worker=2)
+    example = REPO / "examples" / "keras_multi_worker.py"
+    with Processes(tmp_path) as procs:
+        proc = procs.start("launch", launcher(cluster, sys.executable, str(example), f"--model_dir={tmp_path / 'run'}",
+                                              "--epochs=2", "--steps_per_epoch=4"))
+        status, text = proc.wait(300), proc.text()
+    assert status == 0, text[-4000:]
+    run = tmp_path / "run"
+    assert sorted(p.name for p in run.iterdir()) == ["model-1.keras", "model-2.keras", "tensorboard"]
+    assert len(list((run / "tensorboard" / "train").iterdir())) == 1
+    assert "Epoch 2/2" in text

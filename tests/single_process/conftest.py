@@ -1,0 +1,3 @@
+"""Set the host up (``helpers.host``: 2 logical CPUs) before the single-process tier imports TensorFlow."""
+
+import helpers.host  # noqa: F401

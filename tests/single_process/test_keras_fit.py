@@ -1,0 +1,94 @@
+"""The Keras fix in one process: a parameter server strategy tfdist did not make, a Keras whose trainer differs, set-up's place and once per process."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+
+PS_REFUSED = """
+import numpy as np
+import tfdist
+from tfdist.deploy.in_process import in_process_cluster
+tfdist.patch_keras()
+import keras, tensorflow as tf
+strategy = tf.distribute.ParameterServerStrategy(in_process_cluster(num_workers=1, num_ps=1))
+with strategy.scope():
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+try:
+    model.fit(np.zeros((8, 2)), np.zeros((8, 1)), epochs=1, verbose=0)
+except tfdist.errors.UserError as e:
+    print("REFUSED", e)
+"""
+
+
+def printed_line(python, code: str, tag: str) -> str:
+    """The line a script printed after ``tag`` (what a tfdist error said), once it ended well."""
+    result = python(code, timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout.split(f"{tag} ", 1)[1].strip()
+
+
+def test_keras_fit_under_a_parameter_server_strategy_tfdist_did_not_make_is_refused_with_one_line(python):
+    line = printed_line(python, PS_REFUSED, "REFUSED")
+    assert line.startswith("Invalid strategy for Keras' own model.fit: Keras 3 has no ParameterServerStrategy path")
+    assert "tfdist.setup('parameter_server')" in line and "\n" not in line
+
+
+def test_the_fix_refuses_a_keras_whose_trainer_differs():
+    from tfdist.errors import UserError
+    from tfdist import _compat
+    from tfdist.fitting.patch import trainer
+
+    real = _compat.keras_tensorflow_trainer()
+    trainer.check(real)  # the Keras installed here is the one the fix is made for
+
+    def reduce_per_replica(values, strategy, reduction):
+        return strategy.reduce("MEAN", values, axis=None)  # a Keras that fixed it its own way
+
+    other = types.SimpleNamespace(TensorFlowTrainer=real.TensorFlowTrainer, reduce_per_replica=reduce_per_replica,
+                                  _collective_all_reduce_multi_worker=real._collective_all_reduce_multi_worker)
+    with pytest.raises(UserError, match=r"^Unsupported Keras .* differs in reduce_per_replica\. Received: keras "):
+        trainer.check(other)
+    without_build = types.SimpleNamespace(TensorFlowTrainer=object, reduce_per_replica=real.reduce_per_replica,
+                                          _collective_all_reduce_multi_worker=None)
+    with pytest.raises(UserError, match="differs in _maybe_symbolic_build, _symbolic_build, "
+                                        "_collective_all_reduce_multi_worker, fit"):
+        trainer.check(without_build)
+
+
+TOO_LATE = """
+import tensorflow as tf
+tf.constant(1.0) + 1.0   # a dataset, a model, any op: TensorFlow starts here
+import tfdist
+try:
+    tfdist.setup("mirrored", cpu_devices=2)
+except tfdist.errors.UserError as e:
+    print("LINE", e)
+"""
+
+
+TWICE = """
+import tfdist
+first = tfdist.setup("one_device")
+assert tfdist.setup("one_device") is first
+try:
+    tfdist.setup("mirrored")
+except tfdist.errors.UserError as e:
+    print("LINE", e)
+"""
+
+
+def test_setup_after_tensorflow_started_says_to_move_it_to_the_top(python):
+    line = printed_line(python, TOO_LATE, "LINE")
+    assert line.startswith("Invalid set-up order for strategy='mirrored': TensorFlow had already started. "
+                           "Received: Cannot split the CPU into 2 logical devices"), line
+    assert "call it at the top of the script" in line and "Preempt" not in line
+
+
+def test_setup_is_once_per_process(python):
+    line = printed_line(python, TWICE, "LINE")
+    assert line.startswith("Invalid second tfdist.setup: this process is already set up for strategy='one_device'.")
+

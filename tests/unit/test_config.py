@@ -1,0 +1,164 @@
+"""The config tree: one precedence, unknown keys rejected by name, YAML round trip."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers.clis import REPO
+from tfdist import config as config_lib
+from tfdist import strategies
+from tfdist.errors import UserError
+
+
+def test_defaults_validate_and_fill_derived_fields():
+    config = config_lib.build_config()
+    assert config.runtime.strategy == "mirrored"
+    assert config.data.num_classes == 4  # shapes' own classes
+    assert config.train.model_dir == "runs/mirrored"
+
+
+def test_steps_per_loop_zero_picks_one_for_sync_and_a_chunk_for_parameter_server():
+    assert config_lib.build_config(overrides={"strategy": "mirrored"}).train.steps_per_loop == 1
+    ps = config_lib.build_config(overrides={"strategy": "parameter_server"})
+    assert ps.train.steps_per_loop == strategies.PS_STEPS_PER_LOOP > 1
+    assert config_lib.build_config(overrides={"strategy": "parameter_server", "steps_per_loop": 3}).train.steps_per_loop == 3
+
+
+def test_precedence_defaults_then_file_then_flags(tmp_path):
+    path = tmp_path / "exp.yaml"
+    path.write_text("data:\n  image_size: 32\n  train_examples: 64\ntrain:\n  epochs: 2\n")
+    config = config_lib.build_config(str(path), {"epochs": 5})
+    assert config.data.image_size == 32  # from the file
+    assert config.data.train_examples == 64
+    assert config.train.epochs == 5  # the flag wins over the file
+    assert config.model.base_filters == config_lib.ModelConfig().base_filters  # default
+
+
+def test_yaml_round_trip(tmp_path):
+    config = config_lib.build_config(overrides={"strategy": "one_device", "learning_rate": 0.01})
+    path = tmp_path / "params.yaml"
+    path.write_text(config_lib.to_yaml(config))
+    assert config_lib.build_config(str(path)) == config
+
+
+def test_experiments_in_repo_load():
+    names = sorted(p.stem for p in config_lib.EXPERIMENTS_DIR.glob("*.yaml"))
+    assert names, "configs/experiments/ must hold at least one experiment"
+    for name in names:
+        config_lib.build_config(name)
+
+
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("data:\n  imagesize: 32\n", r"Unknown key `data.imagesize`"),
+        ("dataa:\n  image_size: 32\n", r"Unknown section .* 'dataa'"),
+        ("train:\n  image_size: 32\n", r"Unknown key `train.image_size`"),
+        ("- 1\n- 2\n", r"top level of type list"),
+        ("data: 3\n", r"Invalid section `data`"),
+        ("data:\n  image_size: big\n", r"data.image_size.*Expected an int"),
+        ("data: [\n", r"Cannot read experiment file"),
+    ],
+)
+def test_bad_experiment_files(tmp_path, text, match):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(UserError, match=match):
+        config_lib.build_config(str(path))
+
+
+def test_unknown_experiment_name_lists_known_ones():
+    with pytest.raises(UserError, match=r"--config.*'nope'.*Expected a YAML path or one of"):
+        config_lib.build_config("nope")
+
+
+@pytest.mark.parametrize(
+    "overrides, match",
+    [
+        ({"strategy": "horovod"}, r"strategy='horovod'.*one_device, mirrored"),
+        ({"precision": "fp8"}, r"precision='fp8'"),
+        ({"image_size": 60, "depth": 4}, r"image_size=60 with depth=4.*multiple of 2\*\*depth=16"),
+        ({"num_classes": 1}, r"num_classes=1"),
+        ({"global_batch_size": 0}, r"global_batch_size=0"),
+        ({"learning_rate": -1.0}, r"learning_rate=-1.0"),
+        ({"dataset": "folder"}, r"data_dir=''"),
+        ({"dataset": "oxford_iiit_pet", "num_classes": 4}, r"Expected 3"),
+        ({"cluster": "c.yaml"}, r"Missing `--task`"),
+        ({"task": "worker:0"}, r"Missing `--cluster`"),
+        ({"dropout": 1.5}, r"dropout=1.5"),
+        ({"bogus": 1}, r"Unknown setting.*'bogus'"),
+        ({"ps_shards": 2}, r"`--ps_shards`: variable partitioning does not work with Keras 3.*Received: ps_shards=2\."),
+        ({"ps_shards": -1}, r"ps_shards=-1\. Expected a number >= 0"),
+        ({"norm": "bogus"}, r"`--norm`\. Received: norm='bogus'\. Expected one of: batch, group, replica_batch, none\.$"),
+        ({"batch_norm": False, "norm": "group"}, r"norm='group' and batch_norm=False\. Expected norm='none'"),
+        ({"batch_norm": False, "norm": "replica_batch"}, r"norm='replica_batch' and batch_norm=False"),
+        ({"seed": -1}, r"`--seed`\. Received: seed=-1\. Expected an integer in 0\.\.2\*\*32-1\.$"),
+        ({"seed": 2**32}, r"`--seed`\. Received: seed=4294967296\."),
+        ({"epochs": 2**63}, r"`--epochs`\. Received: epochs=9223372036854775808\. Expected an integer below 2\*\*63\.$"),
+        ({"steps_per_epoch": 10**23}, r"`--steps_per_epoch`\. Received: steps_per_epoch=10+\. Expected an integer below"),
+        ({"collective_timeout": float("inf")}, r"`--collective_timeout`\. Received: collective_timeout=inf\. Expected a finite"),
+        ({"connect_timeout": float("inf")}, r"`--connect_timeout`\. Received: connect_timeout=inf\. Expected a finite"),
+        ({"progress_timeout": float("inf")}, r"`--progress_timeout`\. Received: progress_timeout=inf\. Expected a finite"),
+        ({"image_size": 8192}, r"`--image_size`\. Received: num_classes=4, image_size=8192\. Expected .*image_size <= 4096"),
+        ({"num_classes": 300}, r"`--num_classes`\. Received: num_classes=300, .*Expected num_classes <= 256"),
+        ({"num_classes": 3}, r"`--num_classes` for shapes\. Received: num_classes=3\. Expected at least 4"),
+        ({"encoder_weights": "w.h5"}, r"Unexpected `--encoder_weights` with encoder='unet'"),
+        ({"encoder": "mobilenetv2", "encoder_weights": "/nonexistent/w.h5"},
+         r"`--encoder_weights`: No such file or directory\. Received: encoder_weights='/nonexistent/w.h5'"),
+        ({"encoder": "mobilenetv2", "encoder_weights": __file__},
+         r"`--encoder_weights`: not an HDF5 or \.keras file\. Received"),
+        ({"encoder": "mobilenetv2", "encoder_weights": str(Path(__file__).parent)}, r"`--encoder_weights`: Is a directory"),
+    ],
+)
+def test_bad_values(overrides, match):
+    with pytest.raises(UserError, match=match):
+        config_lib.build_config(overrides=overrides)
+
+
+def test_encoder_weights_in_a_weights_file_and_the_largest_sizes_are_accepted(tmp_path):
+    weights = tmp_path / "mobilenet.weights.h5"
+    weights.write_bytes(config_lib.WEIGHTS_SIGNATURES[".h5"] + b"rest")
+    config = config_lib.build_config(overrides={"encoder": "mobilenetv2", "encoder_weights": str(weights),
+                                                "image_size": 4096, "num_classes": 256, "seed": 2**32 - 1})
+    assert config.model.encoder_weights == str(weights) and config.data.num_classes == 256
+
+
+def test_deterministic_turns_augmentation_off():
+    assert config_lib.build_config(overrides={"deterministic": True}).data.augment is False
+
+
+def test_ps_shards_zero_and_one_keep_whole_variables():
+    for ps_shards in (0, 1):
+        built = config_lib.build_config(overrides={"strategy": "parameter_server", "ps_shards": ps_shards})
+        assert built.runtime.ps_shards == ps_shards
+
+
+@pytest.mark.parametrize(
+    "overrides, norm",
+    [({}, "batch"), ({"batch_norm": False}, "none"), ({"norm": "none"}, "none"), ({"norm": "group"}, "group"),
+     ({"batch_norm": False, "norm": "none"}, "none"), ({"norm": "replica_batch"}, "replica_batch")],
+)
+def test_norm_and_nobatch_norm_resolve_to_one_consistent_pair(tmp_path, overrides, norm):
+    """--nobatch_norm is --norm none; the resolved config says the same in both fields and reads back the same."""
+    config = config_lib.build_config(overrides=overrides)
+    assert (config.model.norm, config.model.batch_norm) == (norm, norm != "none")
+    path = tmp_path / "params.yaml"
+    path.write_text(config_lib.to_yaml(config))
+    assert config_lib.build_config(str(path)) == config
+
+
+@pytest.mark.parametrize("flags, needle", [(["--norm=bogus"], "norm='bogus'"),
+                                           (["--nobatch_norm", "--norm=group"], "norm='group' and batch_norm=False")])
+def test_the_cli_refuses_a_bad_norm_with_one_line(tmp_path, flags, needle):
+    """Exit status 2, one line on stderr, nothing written: the check runs before TensorFlow starts.
+    (A tiny run's flags, so that a missing check fails fast rather than training.)"""
+    tiny = ["--strategy=one_device", "--image_size=32", "--base_filters=4", "--depth=2", "--epochs=1",
+            "--steps_per_epoch=1", "--noexport"]
+    result = subprocess.run([sys.executable, "-m", "tfdist.train", f"--model_dir={tmp_path / 'run'}", *tiny, *flags],
+                            capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], result.stderr
+    assert not (tmp_path / "run").exists()

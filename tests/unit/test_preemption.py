@@ -1,0 +1,41 @@
+"""A preemption signal before the training loop ends the process at once; inside it, it is remembered."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from tfdist.errors import Preempted
+
+
+def test_a_signal_before_the_loop_ends_at_once_and_inside_it_is_remembered():
+    from tfdist.runtime.preemption import Preemption
+
+    before = signal.getsignal(signal.SIGTERM)
+    with Preemption("worker:3") as preemption:
+        with pytest.raises(Preempted, match="worker:3 received SIGUSR1 before its first step"):
+            os.kill(os.getpid(), signal.SIGUSR1)
+            time.sleep(1)  # the handler runs in the main thread, between bytecodes
+        preemption.received = None
+        preemption.deferred()
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.1)
+        assert preemption.requested and preemption.reason() == "worker:3 received SIGTERM"
+    assert signal.getsignal(signal.SIGTERM) == before  # restored
+    # Left preempted, a second signal would end the process with 42 at once, not 143.
+    from tfdist.runtime import preemption as preemption_module
+
+    try:
+        with pytest.raises(Preempted):
+            with Preemption("worker:3") as preemption:
+                preemption.deferred()
+                raise Preempted("saved")
+        assert signal.getsignal(signal.SIGTERM) is preemption_module.exit_preempted
+        assert signal.getsignal(signal.SIGUSR1) is preemption_module.exit_preempted
+    finally:
+        signal.signal(signal.SIGTERM, before)
+        signal.signal(signal.SIGUSR1, signal.SIG_DFL)
+

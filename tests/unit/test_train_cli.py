@@ -1,0 +1,50 @@
+"""``tfdist.train --helpfull`` lists every config field; ``tfdist.predict`` refuses bad flags with one line before TensorFlow starts."""
+
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from helpers.clis import REPO
+
+
+def test_helpfull_lists_every_config_field():
+    """docs/running.md: every config field is a flag of the same name, and ``--helpfull`` lists them."""
+    from tfdist.config import FIELD_SECTION
+
+    result = subprocess.run([sys.executable, "-m", "tfdist.train", "--helpfull"], capture_output=True, text=True,
+                            timeout=60, cwd=REPO)
+    listed = dict(re.findall(r"^\s+--(?:\[no\])?(\w+): (.*)$", result.stdout, flags=re.MULTILINE))
+    assert FIELD_SECTION and {name: listed.get(name) for name in FIELD_SECTION} == {
+        name: f"{section}.{name}" for name, section in FIELD_SECTION.items()
+    }
+    assert {"config", "dump_weights"} <= set(listed)
+
+
+#: (case, predict's flags after --model_dir, what the line must name): each is refused before TensorFlow starts.
+PREDICT_BAD_OUTPUT = [
+    ("output_is_a_directory", lambda d: [f"--image={d / 'x.png'}", f"--output={d}"], "an existing directory"),
+    ("output_without_extension", lambda d: [f"--image={d / 'x.png'}", f"--output={d / 'mask'}"],
+     "without an image file extension"),
+    ("output_in_a_missing_directory", lambda d: [f"--image={d / 'x.png'}", f"--output={d / 'no' / 'y.png'}"],
+     "in a directory that does not exist"),
+    ("mask_output_not_png", lambda d: [f"--image={d / 'x.png'}", f"--output={d / 'y.png'}",
+                                       f"--mask_output={d / 'm.jpg'}"], "`--mask_output`"),
+    ("image_missing", lambda d: [f"--image={d / 'nope.png'}", f"--output={d / 'y.png'}"], "Cannot read image"),
+]
+
+
+@pytest.mark.parametrize("case, flags, needle", PREDICT_BAD_OUTPUT, ids=[c for c, _, _ in PREDICT_BAD_OUTPUT])
+def test_predict_refuses_a_bad_output_or_image_with_one_line_before_tensorflow_starts(tmp_path, case, flags, needle):
+    from PIL import Image
+
+    Image.fromarray(np.zeros((8, 8, 3), dtype=np.uint8)).save(tmp_path / "x.png")
+    result = subprocess.run([sys.executable, "-m", "tfdist.predict", f"--model_dir={tmp_path / 'run'}",
+                             *flags(tmp_path)], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.png"]  # nothing written
+
