@@ -14,7 +14,7 @@
 #   python examples/ray_train_keras.py                 # model.fit, 2 workers, a local Ray cluster
 #   python examples/ray_train_keras.py --tfdist_fit    # tfdist.fit inside train_loop_per_worker
 #
-# Offline, add RAY_USAGE_STATS_ENABLED=0 (Ray's usage report); tests/test_ray.py
+# Offline, add RAY_USAGE_STATS_ENABLED=0 (Ray's usage report); tests/cluster/test_ray.py
 # also sets RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 (every Ray process on 127.0.0.1).
 # --losses_dir DIR: each worker also writes its History (per-epoch loss and
 # accuracy) to DIR/rank<R>.json, R its Ray world rank (the tests read them).
