@@ -32,6 +32,7 @@ import yaml
 
 from tfdist import cluster
 from tfdist.deploy import kubernetes as k8s
+from tfdist.deploy import tfjob_entry
 from tfdist.errors import (DIVERGED_EXIT_CODE, PEER_LOST_EXIT_CODE, PREEMPTED_EXIT_CODE, USAGE_EXIT_CODE,
                            UserError)
 from helpers.clis import REPO
@@ -162,14 +163,14 @@ def operator_retries(exit_code: int) -> dict[str, bool]:
 def test_tfjob_maps_preempted_to_a_status_the_operator_retries():
     """42 is permanent to the operator, so the container's wrapper exits 138, retried by every version; 2, 3 stay
     permanent (the TFJob fails), as do 42 and 4 if left alone (hence the wrapper)."""
-    assert operator_retries(k8s.TFJOB_PREEMPTED_EXIT_CODE) == {"current": True, "older": True}
+    assert operator_retries(tfjob_entry.TFJOB_PREEMPTED_EXIT_CODE) == {"current": True, "older": True}
     for code in (USAGE_EXIT_CODE, DIVERGED_EXIT_CODE, PREEMPTED_EXIT_CODE):
         assert operator_retries(code) == {"current": False, "older": False}
 
 
 def run_wrapper(*child: str, **popen) -> subprocess.Popen:
     """The TFJob container's command with ``child`` in place of ``python -m tfdist.train``."""
-    return subprocess.Popen([sys.executable, "-c", k8s.TFJOB_WRAPPER, *child], cwd=REPO, **popen)
+    return subprocess.Popen([sys.executable, "-m", "tfdist.deploy.tfjob_entry", *child], cwd=REPO, **popen)
 
 
 @pytest.mark.parametrize("status, expected", [(0, 0), (USAGE_EXIT_CODE, 2), (DIVERGED_EXIT_CODE, 3),
@@ -177,6 +178,16 @@ def run_wrapper(*child: str, **popen) -> subprocess.Popen:
 def test_tfjob_wrapper_passes_statuses_on_and_turns_42_into_138(status, expected):
     proc = run_wrapper(sys.executable, "-c", f"import sys; sys.exit({status})")
     assert proc.wait(timeout=60) == expected
+
+
+def test_tfjob_wrapper_without_a_command_or_with_a_missing_one_is_one_line():
+    proc = run_wrapper(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and out == "" and err.startswith("error: Missing command") and err.count("\n") == 1
+    proc = run_wrapper("no-such-command-tfdist", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 127 and err.startswith("error: Cannot start 'no-such-command-tfdist'")
+    assert err.count("\n") == 1 and "Traceback" not in err
 
 
 def test_tfjob_wrapper_reports_a_killed_child_as_a_shell_does():
@@ -208,7 +219,7 @@ def test_tfjob_wrapper_passes_the_preemption_signal_to_tfdist(tmp_path, signum):
         time.sleep(0.05)
     os.kill(proc.pid, signum)
     out, _ = proc.communicate(timeout=60)
-    assert proc.returncode == k8s.TFJOB_PREEMPTED_EXIT_CODE and out == f"saved after {signum.name}\n"
+    assert proc.returncode == tfjob_entry.TFJOB_PREEMPTED_EXIT_CODE and out == f"saved after {signum.name}\n"
 
 
 def test_tfjob_wrapper_runs_the_real_train_cli():
@@ -235,7 +246,7 @@ def test_tfjob_has_the_specs_replicas(spec_file):
     for replica_type, replica in replicas.items():
         (container,) = replica.template.spec.containers
         assert container.name == "tensorflow" and replica.restart_policy == "ExitCode"
-        assert container.command == ["python", "-c", k8s.TFJOB_WRAPPER, "python", "-m", "tfdist.train"]
+        assert container.command == ["python", "-m", "tfdist.deploy.tfjob_entry", "python", "-m", "tfdist.train"]
         assert replica.template.spec.termination_grace_period_seconds == k8s.TERMINATION_GRACE_SECONDS
         assert not container.env  # the operator sets TF_CONFIG
         assert container.args == ["--strategy", "parameter_server", "--epochs", "2"]  # chosen: the spec has ps

@@ -5,7 +5,7 @@ functions build (plain dicts, no Kubernetes client). ``--emit kubernetes``: each
 task's host becomes the stable DNS name ``<name>-<type>-<i>.<name>`` of a
 headless Service, each task its own Job (replaced on node failure, same DNS
 name), with ``TERMINATION_GRACE_SECONDS`` to save a checkpoint. ``--emit tfjob``:
-the Kubeflow operator makes the pods and TF_CONFIG; ``TFJOB_WRAPPER`` turns
+the Kubeflow operator makes the pods and TF_CONFIG; ``tfjob_entry`` turns
 exit 42 into a status the ``ExitCode`` restart policy retries. Why each choice,
 and how to delete a parameter-server run: docs/internals.md (Clusters).
 """
@@ -37,30 +37,9 @@ BACKOFF_LIMIT = 3
 #: save the step reached and exit 42. Kubernetes' 30 s is short to finish a step and write a model to shared storage.
 TERMINATION_GRACE_SECONDS = 90
 
-#: The TFJob container's status when ``tfdist.train`` exited 42. The operator's ``ExitCode`` policy retries 128
-#: and above (only 130, 137, 138 and 143 in older versions, 138 = 128 + SIGUSR1 being its "user-defined
-#: retryable error"); any status under 128, 42 included, fails the TFJob for good.
-TFJOB_PREEMPTED_EXIT_CODE = 138
-
-#: The TFJob container's first process (``python -c TFJOB_WRAPPER python -m tfdist.train ARGS``), the one the
-#: kubelet signals: it runs its arguments, passes SIGTERM, SIGINT and SIGUSR1 on to them and exits with their
-#: status, 42 made ``TFJOB_PREEMPTED_EXIT_CODE`` and death by signal N 128 + N (as a shell says).
-TFJOB_WRAPPER = f"""\
-import signal, subprocess, sys
-child, pending = None, []
-def forward(signum, frame):
-    if child is None:
-        pending.append(signum)
-    else:
-        child.send_signal(signum)
-for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
-    signal.signal(signum, forward)
-child = subprocess.Popen(sys.argv[1:])
-for signum in pending:
-    child.send_signal(signum)
-status = child.wait()
-sys.exit({TFJOB_PREEMPTED_EXIT_CODE} if status == {PREEMPTED_EXIT_CODE} else 128 - status if status < 0 else status)
-"""
+#: The TFJob container's first process: it runs ``TRAIN_COMMAND``, passes the kubelet's signals on and makes
+#: exit 42 a status the operator retries (``tfjob_entry``).
+TFJOB_ENTRY = ("python", "-m", "tfdist.deploy.tfjob_entry")
 
 TRAIN_COMMAND = ("python", "-m", "tfdist.train")  #: every task's command (its arguments: the container's ``args``)
 
@@ -331,7 +310,7 @@ def tfjob(spec: cluster.ClusterSpec, deployment: Deployment) -> dict[str, Any]:
     for task_type, addresses in spec.tasks.items():
         container = deployment.container(
             spec, task_type, cluster.split_address(addresses[0])[1], TFJOB_PORT_NAME,
-            command=("python", "-c", TFJOB_WRAPPER, *TRAIN_COMMAND),  # 42 -> a status the operator retries
+            command=(*TFJOB_ENTRY, *TRAIN_COMMAND),  # 42 -> a status the operator retries
         )
         replica_specs[TFJOB_REPLICA_TYPES[task_type]] = {
             "replicas": len(addresses),
@@ -360,7 +339,7 @@ class _PlainDumper(yaml.SafeDumper):
         return True
 
     def represent_str(self, data: str) -> yaml.ScalarNode:
-        """Text of several lines (``TFJOB_WRAPPER``) as a literal block (``|``), as it reads as code."""
+        """Text of several lines (a script) as a literal block (``|``), as it reads as code."""
         return self.represent_scalar("tag:yaml.org,2002:str", data, style="|" if "\n" in data else None)
 
 
