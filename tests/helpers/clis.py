@@ -22,10 +22,11 @@ def run_python(code_or_args, *, timeout: float = 240, env=None, cwd=None) -> sub
     )
 
 
-def tfconfig(*args: str, check: bool = False) -> subprocess.CompletedProcess:
-    """Run ``python -m tfdist.tfconfig ARGS`` for real, from the repository's root."""
+def tfconfig(*args: str, check: bool = False, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run ``python -m tfdist.tfconfig ARGS`` for real, from the repository's root (in ``env``, if given)."""
     proc = subprocess.run(
-        [sys.executable, "-m", "tfdist.tfconfig", *args], cwd=REPO, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "tfdist.tfconfig", *args], cwd=REPO, capture_output=True, text=True, timeout=60,
+        env=env,
     )
     if check:
         assert proc.returncode == 0, proc.stderr

@@ -22,12 +22,11 @@ metrics is one ``UserError`` line. The same ``Lower`` under 2
 
 from __future__ import annotations
 
-import json
 
 import pytest
 
 from helpers.cluster_runs import shared
-from helpers.outputs import spread
+from helpers.outputs import spread, tagged
 
 STRATEGIES = ("one_device", "mirrored", "central_storage")
 
@@ -143,8 +142,7 @@ def results(python) -> dict:
         code = "from tfdist.strategies import setup_host\nsetup_host(cpu_devices=2)\n" + SCRIPT
         result = python(code, timeout=400)
         assert result.returncode == 0, result.stderr[-3000:]
-        line = next(line for line in result.stdout.splitlines() if line.startswith("RESULTS "))
-        return json.loads(line[len("RESULTS "):])
+        return tagged(result.stdout, "RESULTS")
 
     return shared("fit_custom_steps", make)
 

@@ -16,7 +16,7 @@ coordinator.
 
 from __future__ import annotations
 
-import json
+from helpers.outputs import tagged
 
 SCRIPT = r"""
 import json, os, sys
@@ -85,7 +85,7 @@ def test_parameter_server_with_seed_0_learns_and_workers_keep_their_own_order(py
 
     result = python(["-c", SCRIPT, str(REPO / "examples")], timeout=400)
     assert result.returncode == 0, result.stderr[-3000:]
-    out = json.loads(next(line for line in result.stdout.splitlines() if line.startswith("RESULTS "))[8:])
+    out = tagged(result.stdout, "RESULTS")
     orders = out["orders"]
     assert sorted(orders) == ["0", "1"], orders
     assert sum(a != b for a, b in zip(orders["0"], orders["1"])) >= 6, orders  # another batch at most steps

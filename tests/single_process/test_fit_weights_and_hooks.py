@@ -20,12 +20,11 @@ In one fresh process (2 logical CPUs), the Keras guides' classifier
 
 from __future__ import annotations
 
-import json
 
 import pytest
 
 from helpers.cluster_runs import REPO, shared
-from helpers.outputs import spread
+from helpers.outputs import spread, tagged
 
 SCRIPT = r"""
 import json, sys
@@ -111,8 +110,7 @@ def results(python) -> dict:
     def make():
         result = python(["-c", SCRIPT, str(REPO / "examples")], timeout=400)
         assert result.returncode == 0, result.stderr[-3000:]
-        line = next(line for line in result.stdout.splitlines() if line.startswith("RESULTS "))
-        return json.loads(line[len("RESULTS "):])
+        return tagged(result.stdout, "RESULTS")
 
     return shared("fit_weights_and_hooks", make)
 

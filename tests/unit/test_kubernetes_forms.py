@@ -24,6 +24,7 @@ import kubernetes.client
 import pytest
 import yaml
 
+from helpers.clis import tfconfig
 from tfdist.cluster import kubernetes as pod_source
 from tfdist.cluster import sources
 from tfdist.errors import UserError
@@ -68,11 +69,6 @@ def strict(schema):
 def validators() -> dict:
     return {key: jsonschema.Draft7Validator(strict(json.loads((SCHEMAS / f).read_text())))
             for key, f in SCHEMA_FILES.items()}
-
-
-def tfconfig(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tfdist.tfconfig", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=60, env=env)
 
 
 @pytest.fixture(scope="module")
