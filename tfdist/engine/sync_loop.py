@@ -35,7 +35,7 @@ def train_iterator(strategy, dataset_fn, options):
     CPU or GPU per multi_worker_mirrored worker) the worker's own pipeline,
     built with the same ``InputContext``, is iterated directly: its batch is
     that replica's batch: a distributed iterator makes the same train step
-    much slower on the CPU (docs/internals.md, Performance), even
+    much slower on the CPU (docs/benchmarks.md, Notes from profiling), even
     over a constant tensor. With several local replicas, the distributed dataset
     splits batches between them. Eval keeps the distributed dataset, which
     also lines up the uneven last batches of a finite split across workers.
