@@ -179,7 +179,7 @@ def launch(spec: cluster_lib.ClusterSpec, command: Sequence[str], *, local: bool
     docs/internals.md (Clusters). Call it from the main thread: only there can it
     catch the signals that stop the cluster in order (elsewhere they keep
     their default action), and its tasks die with the thread that started
-    them (``processes.die_with``).
+    them (``deploy.processes.die_with``).
 
     Raises:
         UserError: an empty command, a host that is not loopback (without

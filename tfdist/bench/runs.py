@@ -6,7 +6,7 @@ or a scheduler does: the train CLI, alone or under ``python -m tfdist.launch
 imports TensorFlow; it starts these processes, reads their run directory and
 signals them. Every process gets its own session and is killed (its group)
 if still there at the end; a launcher's tasks die with it
-(``processes.die_with``).
+(``deploy.processes.die_with``).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class Process:
       directory: where its stdout/stderr files go (and its TMPDIR: scratch files go with the directory).
       name: the files' stem.
       label: how errors name the measurement (``"preemption benchmark"``).
-      env: variables added to its environment (e.g. ``training.hold``'s), or None.
+      env: variables added to its environment (e.g. ``engine.hold``'s), or None.
     """
 
     def __init__(self, argv: list[str], directory: Path, name: str, label: str = "preemption benchmark",

@@ -21,7 +21,7 @@ class Loop(Protocol):
         """Run ``num_steps`` optimisation steps; their stats, summed over steps, replicas and workers.
 
         Also returns whether the run must stop after them: ``stop()`` says
-        whether this task was asked to (``training.preemption``), and every
+        whether this task was asked to (``runtime.preemption``), and every
         task of the cluster gets the same answer.
         """
 

@@ -45,7 +45,7 @@ def counted_train_step(strategy, steps: Steps, step_counter, iterator, vote=None
 
     ``vote`` (a float32 scalar, or None) is appended to every replica's stats
     vector, so the sum that comes back ends with the votes of every replica
-    of every worker: one worker's "stop here" (``training.preemption``)
+    of every worker: one worker's "stop here" (``runtime.preemption``)
     reaches all of them in the all-reduce the step makes anyway.
     """
     import tensorflow as tf

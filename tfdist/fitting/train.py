@@ -2,7 +2,7 @@
 
 ``train_keras`` builds the user's model in the strategy's scope, restores the
 run directory's latest checkpoint, cuts the inputs into per-replica slices
-(``keras_data``) and trains through ``drive``: a log row and a checkpoint per
+(``fitting.inputs``) and trains through ``runtime.run_loop``: a log row and a checkpoint per
 epoch, then the validation pass. The steps are ``KerasSteps`` or, for a model
 that overrides ``train_step``/``test_step``, ``KerasModelSteps``. Every task
 keeps a ``History``; the chief runs the callbacks, and ``model.stop_training``

@@ -103,7 +103,7 @@ def serve(task: Task, *, connect_timeout: float, verbose: bool = True, heartbeat
     gRPC server aborts when destroyed.
 
     While it serves, the task keeps a heartbeat in ``heartbeats`` (the run
-    directory's, ``training.watchdog``), so that the chief's watchdog can
+    directory's, ``runtime.watchdog``), so that the chief's watchdog can
     name a server that stopped; it is removed when the run ended well.
     """
     set_grpc_fail_fast()  # before TensorFlow starts
