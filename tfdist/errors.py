@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import Any, Callable, NoReturn, Sequence
 
 #: A run that finished.
@@ -88,6 +89,17 @@ def short(value: Any, limit: int = 80) -> str:
 def article(noun: str) -> str:
     """``noun`` with its indefinite article, for messages: "an int", "a list"."""
     return f"{'an' if noun[:1] in 'aeiou' else 'a'} {noun}"
+
+
+def file_in_the_way(path) -> Path | None:
+    """The file at ``path`` or at its nearest existing parent: what stops a directory being made at ``path``.
+
+    None when ``path`` is a directory, or nothing stops one being made there. A directory argument is checked
+    with it before anything is written, so that the mistake is one line, not a traceback after the run.
+    """
+    path = Path(path)
+    found = next((p for p in (path, *path.parents) if p.exists()), None)
+    return found if found is not None and not found.is_dir() else None
 
 
 def fail(message: str, exit_code: int = USAGE_EXIT_CODE) -> NoReturn:

@@ -20,7 +20,7 @@ from pathlib import Path
 import yaml
 
 from tfdist import config as config_lib
-from tfdist.errors import UserError
+from tfdist.errors import UserError, file_in_the_way
 
 #: Settings that must not change between a run and its resumption.
 RESUME_KEYS = {
@@ -67,7 +67,7 @@ class RunDir:
 
     @property
     def heartbeats(self) -> Path:
-        """``heartbeats/``: each task's ``<type>-<index>.json`` while it runs (``training.watchdog``)."""
+        """``heartbeats/``: each task's ``<type>-<index>.json`` while it runs (``runtime.watchdog``)."""
         return self.path / "heartbeats"
 
     @property
@@ -116,12 +116,12 @@ class RunDir:
             UserError: the path is a file, lies under a file, or its ``params.yaml`` is not a file.
         """
         expected = "Expected a directory (an existing run's, or a new one)."
-        if self.path.exists() and not self.path.is_dir():
+        blocking = file_in_the_way(self.path)
+        if blocking == self.path:
             raise UserError(f"Invalid `{name}`: not a directory. "
                             f"Received: {str(self.path)!r}, an existing file. {expected}")
-        above = next((p for p in self.path.parents if p.exists()), None)
-        if above is not None and not above.is_dir():
-            raise UserError(f"Invalid `{name}`: {above} is a file. Received: {str(self.path)!r}. {expected}")
+        if blocking is not None:
+            raise UserError(f"Invalid `{name}`: {blocking} is a file. Received: {str(self.path)!r}. {expected}")
         if self.params.exists() and not self.params.is_file():
             raise UserError(f"Invalid `{name}`: its {self.params.name} is not a file. Received: {str(self.path)!r}. "
                             f"{expected}")

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is imported anywhere
 
 from absl import flags  # noqa: E402
 
 from tfdist import config as config_lib  # noqa: E402
-from tfdist.errors import run_main  # noqa: E402
+from tfdist.errors import UserError, file_in_the_way, run_main  # noqa: E402
 
 FLAGS = flags.FLAGS
 
@@ -44,19 +45,25 @@ def config_from_flags():
     return config_lib.build_config(FLAGS.config, given)
 
 
+def check_dump_weights(path: str) -> None:
+    """Refuse a ``--dump_weights`` that cannot be a directory, before anything runs (not after training)."""
+    blocking = file_in_the_way(path)
+    expected = "Expected a directory for the weights files (existing or new)."
+    if blocking == Path(path):
+        raise UserError(f"Invalid value for `--dump_weights`: not a directory. Received: {path!r}, an existing file. "
+                        f"{expected}")
+    if blocking is not None:
+        raise UserError(f"Invalid value for `--dump_weights`: {blocking} is a file. Received: {path!r}. {expected}")
+
+
 def main(argv: list[str]) -> int:
     from absl import logging
 
     logging.set_verbosity(logging.WARNING)  # TensorFlow's Python INFO lines are noise here
     if len(argv) > 1:
-        from tfdist.errors import UserError
-
         raise UserError(f"Unexpected arguments. Received: {' '.join(argv[1:])}. Expected only --flags.")
-    if FLAGS.dump_weights and os.path.exists(FLAGS.dump_weights) and not os.path.isdir(FLAGS.dump_weights):
-        from tfdist.errors import UserError
-
-        raise UserError(f"Invalid value for `--dump_weights`: not a directory. Received: {FLAGS.dump_weights!r}, an "
-                        "existing file. Expected a directory for the weights files (existing or new).")
+    if FLAGS.dump_weights:
+        check_dump_weights(FLAGS.dump_weights)
     from tfdist.segmentation.experiment import run
 
     summary = run(config_from_flags(), weights_dir=FLAGS.dump_weights)

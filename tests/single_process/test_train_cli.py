@@ -226,6 +226,8 @@ BAD_INPUT = [
     ("ps_shards", ["--ps_shards=2"], "ps_shards=2"),
     ("folder_missing", ["--dataset=folder", "--num_classes=3", "--data_dir=/nonexistent/dir"], "/nonexistent/dir"),
     ("folder_bad_mask", _bad_mask, None),
+    ("pet_data_dir_under_a_file", ["--dataset=oxford_iiit_pet", "--data_dir=README.md/pets"],
+     "Invalid value for `--data_dir`: README.md is a file. Received: data_dir='README.md/pets'."),
     ("cluster_file", ["--cluster=/nonexistent.yaml", "--task=worker:0"], "/nonexistent.yaml"),
     ("no_cluster", ["--strategy=parameter_server"], "parameter_server"),
     ("positional", ["positional"], "positional"),
@@ -240,6 +242,8 @@ BAD_INPUT = [
     ("params_not_utf8", _params(b"model: {base_filters: \xff}\n", "Cannot read {}: it is not UTF-8 text"), None),
     ("params_not_a_mapping", _params(b"- 1\n", "Invalid {}: not a mapping of sections"), None),
     ("dump_weights_a_file", _dump_weights_a_file, None),
+    ("dump_weights_under_a_file", ["--dump_weights=README.md/weights"],
+     "Invalid value for `--dump_weights`: README.md is a file. Received: 'README.md/weights'"),
     ("seed_out_of_range", ["--seed=-1"], "seed=-1. Expected an integer in 0..2**32-1."),
     ("shapes_fewer_classes", ["--num_classes=3"], "`--num_classes` for shapes. Received: num_classes=3."),
 ]

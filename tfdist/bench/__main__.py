@@ -19,7 +19,7 @@ from absl import flags
 import tfdist.bench.tables as tables
 from tfdist.bench.measure import run_child
 from tfdist.bench.runner import run_benchmark
-from tfdist.errors import UserError, run_main
+from tfdist.errors import UserError, file_in_the_way, run_main
 
 FLAGS = flags.FLAGS
 
@@ -47,9 +47,8 @@ def define_flags() -> None:
 def check_output(name: str, path: str | Path) -> None:
     """Refuse an output path that cannot be written: a directory, or a path under a file (before measuring)."""
     path = Path(path)
-    above = next((p for p in path.parents if p.exists()), None)
-    problem = ("an existing directory" if path.is_dir() else
-               f"under {above}, which is a file" if above is not None and not above.is_dir() else None)
+    above = file_in_the_way(path.parent)
+    problem = ("an existing directory" if path.is_dir() else f"under {above}, which is a file" if above else None)
     if problem:
         raise UserError(f"Invalid value for `--{name}`. Received: {str(path)!r}, {problem}. Expected a file path.")
 

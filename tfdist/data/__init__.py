@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tfdist.data.shapes import generate_shapes
-from tfdist.errors import UserError
+from tfdist.errors import UserError, file_in_the_way
 
 if TYPE_CHECKING:
     from tfdist.config import DataConfig
@@ -37,10 +37,10 @@ def validate_data(data: DataConfig) -> None:
 
         check_folder(data)
     elif data.dataset == "oxford_iiit_pet" and data.data_dir:  # TFDS's directory: may not exist yet, cannot be a file
-        path = Path(data.data_dir).expanduser()
-        above = next((p for p in (path, *path.parents) if p.exists()), None)
-        if above is not None and not above.is_dir():
-            raise UserError(f"Invalid value for `--data_dir`: {above} is a file. Received: data_dir={data.data_dir!r}. "
+        blocking = file_in_the_way(Path(data.data_dir).expanduser())
+        if blocking is not None:
+            raise UserError(f"Invalid value for `--data_dir`: {blocking} is a file. "
+                            f"Received: data_dir={data.data_dir!r}. "
                             f"Expected the TFDS data directory of {data.dataset} (existing or new).")
 
 
