@@ -148,21 +148,18 @@ def _volume() -> str:
     return FLAGS.volume
 
 
-def _print_jobset(spec: cluster.ClusterSpec, tasks: list[cluster.Task], extra: list[str]) -> list[str]:
-    """--emit jobset: the JobSet, as YAML."""
-    return [kubernetes.to_yaml([jobset.jobset(spec, _deployment(extra), _volume(), doctor=FLAGS.doctor)]).rstrip("\n")]
+#: ``--emit`` gang-admitted form -> (spec, deployment, volume, doctor=) -> its documents.
+_FORM_DOCUMENTS: dict[str, Callable[..., list[dict]]] = {
+    "jobset": lambda *args, **kwargs: [jobset.jobset(*args, **kwargs)],
+    "trainjob": trainjob.trainjob,  # the TrainingRuntime and the TrainJob
+    "volcano": lambda *args, **kwargs: [volcano.volcano_job(*args, **kwargs)],
+}
 
 
-def _print_trainjob(spec: cluster.ClusterSpec, tasks: list[cluster.Task], extra: list[str]) -> list[str]:
-    """--emit trainjob: the TrainingRuntime and the TrainJob, as one YAML stream."""
-    job = trainjob.trainjob(spec, _deployment(extra), _volume(), doctor=FLAGS.doctor)
-    return [kubernetes.to_yaml(job).rstrip("\n")]
-
-
-def _print_volcano(spec: cluster.ClusterSpec, tasks: list[cluster.Task], extra: list[str]) -> list[str]:
-    """--emit volcano: the Volcano Job, as YAML."""
-    job = volcano.volcano_job(spec, _deployment(extra), _volume(), doctor=FLAGS.doctor)
-    return [kubernetes.to_yaml([job]).rstrip("\n")]
+def _print_form(spec: cluster.ClusterSpec, tasks: list[cluster.Task], extra: list[str]) -> list[str]:
+    """--emit jobset|trainjob|volcano: the form's documents, as one YAML stream."""
+    documents = _FORM_DOCUMENTS[FLAGS.emit](spec, _deployment(extra), _volume(), doctor=FLAGS.doctor)
+    return [kubernetes.to_yaml(documents).rstrip("\n")]
 
 
 #: Output mode -> function (spec, tasks, extra args) -> lines to print.
@@ -172,9 +169,7 @@ _OUTPUTS: dict[str, Callable[[cluster.ClusterSpec, list[cluster.Task], list[str]
     "commands": _print_commands,
     "kubernetes": _print_kubernetes,
     "tfjob": _print_tfjob,
-    "jobset": _print_jobset,
-    "trainjob": _print_trainjob,
-    "volcano": _print_volcano,
+    **dict.fromkeys(deploy.FORMS, _print_form),
 }
 
 #: Modes that print for every task of the cluster, and take arguments after --.

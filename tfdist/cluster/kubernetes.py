@@ -113,13 +113,13 @@ def resolve(environ: Mapping[str, str] | None = None) -> Task:
         raise _error(JOB_INDEX_ENV, environ[JOB_INDEX_ENV], "a replicated job of more than one Job",
                      "0: one Job of every task type, its pods the tasks (replicas: 1)")
     hostname = environ.get(HOSTNAME_ENV) or (socket.gethostname() if from_os else "")
-    suffix = f"-{task_type}{'-0' if jobset else ''}-{index}"
+    middle = "-0" if jobset else ""  # a JobSet's one Job of each task type has job index 0
+    suffix = f"-{task_type}{middle}-{index}"
     name = hostname[: -len(suffix)] if hostname.endswith(suffix) else ""
     if not name:
         raise _error(HOSTNAME_ENV, hostname, f"not the host name of {task_type}:{index} of an Indexed Job",
                      f"<name>{suffix}, as the controller names the pod")
     subdomain = environ.get(SUBDOMAIN_ENV) or name
-    middle = "-0" if jobset else ""
     cluster = {
         t: [f"{name}-{t}{middle}-{i}.{subdomain}:{port}" for i in range(count)] for t, count in shape.items()
     }
