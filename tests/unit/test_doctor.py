@@ -185,6 +185,8 @@ def test_without_a_driver_no_gpu_and_without_its_uuids_a_uuid_counts(three_gpus,
      "error: invalid command line: flag --connect_timeout=inf: --connect_timeout must be a finite number"),
     (["--cluster=configs/clusters/local_mwm.yaml", "--task=worker:0", "--model_dir=README.md"],
      "error: Invalid value for `--model_dir`: not a directory. Received: 'README.md', an existing file."),
+    (["--cluster=configs/clusters/local_mwm.yaml", "--task=worker:0", "--model_dir=README.md/run"],
+     "error: Invalid value for `--model_dir`: README.md is a file. Received: 'README.md/run'."),
 ])
 def test_bad_flags_are_one_line_and_status_2(args, expected):
     result, _ = doctor(*args, timeout=30)

@@ -30,7 +30,7 @@ from tfdist.doctor import probe as doctor
 from tfdist.doctor import meet
 from tfdist.cluster.spec import ENVIRONMENT_CLUSTERS, SLURM, ClusterSpec, source_name
 from tfdist.cluster.task import Task
-from tfdist.errors import DONE_EXIT_CODE, USAGE_EXIT_CODE, UserError, require_finite, run_main
+from tfdist.errors import DONE_EXIT_CODE, USAGE_EXIT_CODE, UserError, file_in_the_way, require_finite, run_main
 
 FLAGS = flags.FLAGS
 
@@ -236,10 +236,20 @@ def main(argv: list[str]) -> int:
             + ("--running only without --task (or with --nomeet)." if meeting
                else "--model_dir, --connect_timeout and --devices only with --task or TF_CONFIG (a meeting).")
         )
-    if FLAGS.model_dir and os.path.exists(FLAGS.model_dir) and not os.path.isdir(FLAGS.model_dir):
-        raise UserError(f"Invalid value for `--model_dir`: not a directory. Received: {FLAGS.model_dir!r}, an existing "
-                        "file. Expected the run directory on the storage every task shares (existing or new).")
+    if FLAGS.model_dir:
+        check_model_dir(FLAGS.model_dir)
     return gather(task) if meeting else probe(spec)
+
+
+def check_model_dir(model_dir: str) -> None:
+    """Refuse a ``--model_dir`` that cannot be a directory: a file, or a path under one."""
+    blocking = file_in_the_way(model_dir)
+    expected = "Expected the run directory on the storage every task shares (existing or new)."
+    if blocking == Path(model_dir):
+        raise UserError(f"Invalid value for `--model_dir`: not a directory. Received: {model_dir!r}, an existing "
+                        f"file. {expected}")
+    if blocking is not None:
+        raise UserError(f"Invalid value for `--model_dir`: {blocking} is a file. Received: {model_dir!r}. {expected}")
 
 
 def entry() -> None:
