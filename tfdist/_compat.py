@@ -86,3 +86,17 @@ def keras_tensorflow_trainer():
     from keras.src.backend.tensorflow import trainer
 
     return trainer
+
+
+def keras_tensorflow_optimizer():
+    """The class of Keras' TensorFlow optimizer (``keras.src.backend.tensorflow.optimizer.TFOptimizer``)."""
+    from keras.src.backend.tensorflow.optimizer import TFOptimizer
+
+    return TFOptimizer
+
+
+def keras_loss_module():
+    """The module of Keras' ``Loss``, whose functions scale a loss for N replicas (``keras.src.losses.loss``)."""
+    from keras.src.losses import loss
+
+    return loss

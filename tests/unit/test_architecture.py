@@ -209,9 +209,11 @@ def test_config_takes_its_strategy_names_from_the_registry():
     assert all(strategies.traits(name).name == name for name in strategies.NAMES)
 
 
-#: Where a private TensorFlow or Keras name may be read: the compatibility module, and the fix of Keras'
-#: trainer, which replaces two of that module's functions (it checks their source first).
-COMPAT = {PACKAGE / "_compat.py", PACKAGE / "fitting" / "patch" / "trainer.py"}
+#: Where a private TensorFlow or Keras name may be read: the compatibility module, the fix of Keras'
+#: trainer, which replaces two of that module's functions (it checks their source first), and the fix of
+#: Keras' optimizer across replicas, which wraps the methods that reach other replicas (it checks they exist).
+COMPAT = {PACKAGE / "_compat.py", PACKAGE / "fitting" / "patch" / "trainer.py",
+          PACKAGE / "fitting" / "global_gradients.py"}
 
 
 def _private_reaches(path: Path) -> list[str]:

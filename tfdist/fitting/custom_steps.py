@@ -16,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfdist.errors import UserError
+from tfdist.fitting.global_gradients import replica_share
 from tfdist import _compat
 
 
@@ -36,6 +37,22 @@ def refuse_under_coordinator(model, strategy_name: str) -> None:
             f"{' and '.join(names)}. Received a model whose own steps tfdist.fit cannot run exactly there (its "
             "metrics would count a re-run step twice). Expected strategy='multi_worker_mirrored' or 'mirrored' "
             "for this model, or a model without the override (its compiled loss and metrics)."
+        )
+
+
+def _refuse_xla_all_reduce(model) -> None:
+    """Refuse ``jit_compile=True`` for a model's own step over several replicas on CPU (one line, status 2).
+
+    The step holds the gradients' all-reduce (its ``optimizer.apply``), and XLA has no collectives for CPU
+    devices.
+    """
+    replicas = model.distribute_strategy.num_replicas_in_sync
+    if replicas > 1 and not tf.config.list_logical_devices("GPU"):
+        raise UserError(
+            f"Invalid compile(jit_compile=True) for {type(model).__name__} over {replicas} replicas on CPU: its own "
+            "train_step all-reduces the gradients inside the step, and XLA has no collectives for CPU devices. "
+            "Received: jit_compile=True. Expected jit_compile=False on CPU, one replica, or a model without its "
+            "own train_step (tfdist.fit then compiles the forward and backward pass alone)."
         )
 
 
@@ -69,13 +86,18 @@ class KerasModelSteps:
         self.model = model
         _compat.symbolic_build(model, sample)  # as Keras' fit builds it, under the strategy
         self._returned: dict[str, list[str]] = {}
+        self._calls = {name: getattr(model, name) for name in ("train_step", "test_step")}
+        if model.jit_compile:  # Keras' own reading of compile(jit_compile=...), "auto" resolved
+            _refuse_xla_all_reduce(model)
+            self._calls = {name: tf.function(call, jit_compile=True) for name, call in self._calls.items()}
 
     def _run(self, name: str, batch):
         """``model.<name>(data)`` on this replica's slice (``data`` as Keras passes it); its stats vector."""
-        *data, _ = batch  # p, the step's examples over every replica: Keras' own steps do not use it
-        logs = getattr(self.model, name)(tuple(data))
-        self._returned[name] = _names(logs) if isinstance(logs, dict) else [f"a {type(logs).__name__}"]
+        *data, p = batch  # p: the step's examples over every replica
         n = tf.cast(tf.shape(tf.nest.flatten(data[0])[0])[0], tf.float32)
+        with replica_share(n / tf.cast(p, tf.float32)):  # the loss one device sees; gradients weighted n / p
+            logs = self._calls[name](tuple(data))
+        self._returned[name] = _names(logs) if isinstance(logs, dict) else [f"a {type(logs).__name__}"]
         return tf.stack([tf.constant(0.0), n])
 
     def train(self, batch):

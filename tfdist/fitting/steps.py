@@ -60,6 +60,11 @@ class KerasSteps:
                 )
         if compiled is not None:
             compiled.reset_state()
+        self.jit_compile = bool(model.jit_compile)  # Keras' own reading of compile(jit_compile=...), "auto" resolved
+        if self.jit_compile:
+            refuse_xla_collectives(model)
+        self._gradients = (tf.function(self._forward_backward, jit_compile=True) if self.jit_compile
+                           else self._forward_backward)
         self._initial = [np.asarray(v.numpy()) for v in variables]
         self._shapes = [v.shape for v in self._initial]
         self._dtypes = [v.dtype for v in variables]
@@ -92,14 +97,22 @@ class KerasSteps:
                   for new, old in zip(updated, initial)]
         return tf.concat([head, *deltas], axis=0)
 
-    def train(self, batch):
-        """One optimisation step on this replica's slice; returns its stats vector."""
-        x, y, sample_weight, p = _unpack(batch)
-        variables = self.model.trainable_variables
+    def _forward_backward(self, x, y, sample_weight, p):
+        """This replica's gradients, predictions, ``loss_sum`` and examples (compiled with XLA on ``jit_compile``)."""
         with tf.GradientTape() as tape:
             y_pred, objective, loss_sum, n = self._objective(x, y, sample_weight, p, training=True)
             scaled = self.optimizer.scale_loss(objective)
-        self.optimizer.apply(tape.gradient(scaled, variables), variables)
+        return tape.gradient(scaled, self.model.trainable_variables), y_pred, loss_sum, n
+
+    def train(self, batch):
+        """One optimisation step on this replica's slice; returns its stats vector.
+
+        The gradients go to the optimizer, which sums them over replicas before it clips, accumulates or
+        applies them (``fitting.global_gradients``): the all-reduce stays outside the XLA-compiled part.
+        """
+        x, y, sample_weight, p = _unpack(batch)
+        grads, y_pred, loss_sum, n = self._gradients(x, y, sample_weight, p)
+        self.optimizer.apply(grads, self.model.trainable_variables)
         return self._stats(y, y_pred, sample_weight, loss_sum, n)
 
     def evaluate(self, batch):
@@ -152,3 +165,23 @@ def _check_reductions(compile_loss) -> None:
                 f"{reduction!r}. Received a reduction whose replica results do not add up to the global batch's. "
                 "Expected Keras' default reduction='sum_over_batch_size'."
             )
+
+
+def refuse_xla_collectives(model) -> None:
+    """Refuse ``jit_compile=True`` where the replica's step itself holds a collective XLA cannot compile on CPU.
+
+    The all-reduce of the gradients stays outside the compiled part; batch norm with ``synchronized=True``
+    all-reduces its statistics inside the forward pass.
+    """
+    import keras
+
+    replicas = model.distribute_strategy.num_replicas_in_sync
+    synchronized = [layer.name for layer in _compat.sublayers(model)
+                    if isinstance(layer, keras.layers.BatchNormalization) and layer.synchronized]
+    if replicas > 1 and synchronized and not tf.config.list_logical_devices("GPU"):
+        raise UserError(
+            f"Invalid compile(jit_compile=True) for {replicas} replicas on CPU: {', '.join(synchronized)} "
+            "synchronizes batch statistics across replicas inside the step, and XLA has no collectives for CPU "
+            "devices. Received: jit_compile=True with BatchNormalization(synchronized=True). Expected "
+            "jit_compile=False on CPU, or one replica."
+        )

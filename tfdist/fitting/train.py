@@ -24,6 +24,7 @@ from tfdist.errors import UserError
 from tfdist.fitting.args import split_validation
 from tfdist.fitting.custom_steps import KerasModelSteps, overrides_steps, refuse_under_coordinator
 from tfdist.fitting.inputs import check_batch, dataset_fns, rows_and_steps
+from tfdist.fitting.global_gradients import finalize_ema, refuse_accumulation_under_coordinator
 from tfdist.fitting.steps import KerasSteps
 from tfdist.runtime.run_loop import run_loop
 from tfdist import _compat
@@ -88,6 +89,7 @@ def _build(model_fn, strategy_name: str, coordinator: bool):
                         "loss=...) inside model_fn.")
     if coordinator:
         refuse_under_coordinator(model, strategy_name)
+        refuse_accumulation_under_coordinator(model.optimizer, strategy_name)
     return model, model.optimizer
 
 
@@ -118,6 +120,9 @@ def train_keras(model_fn, x, y, *, runtime, placement, run_dir, training, batch_
     """Train under ``training.strategy``; returns the ``keras.callbacks.History`` (see ``tfdist.fit``)."""
     import keras
 
+    from tfdist.fitting import global_gradients
+
+    global_gradients.install()  # the optimizer applies the global batch's gradient, as on one device
     strategy, is_chief, coordinator = training.strategy, placement.is_chief, placement.coordinator
     replicas = strategy.num_replicas_in_sync
     if batch_size is not None:
@@ -182,6 +187,8 @@ def train_keras(model_fn, x, y, *, runtime, placement, run_dir, training, batch_
              preemption=training.preemption, checkpoints=keep_checkpoints, global_batch_size=batch_size or 0,
              learning_rate=lambda _: _learning_rate(optimizer), verbose=bool(verbose) and is_chief,
              hooks=Hooks(epoch_end=epoch_end, eval_begin=reset if own_steps else None, **hooks))
+    if epochs > 0:
+        finalize_ema(optimizer, model)  # the EMA weights into the model, as Keras' fit leaves them
     chief_callbacks.on_train_end()
     if coordinator:
         shutil.rmtree(run_dir.fit_inputs, ignore_errors=True)

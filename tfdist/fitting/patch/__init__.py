@@ -19,6 +19,8 @@ def install() -> None:
     Raises:
         UserError: this Keras' trainer differs from the one the fix was made for.
     """
+    from tfdist.fitting import global_gradients
     from tfdist.fitting.patch import trainer
 
     trainer.install()
+    global_gradients.install()

@@ -1,0 +1,188 @@
+"""Keras' optimizer across replicas, applied to the global batch's gradient: what one device applies.
+
+Keras 3's TensorFlow optimizer all-reduces the gradients deep inside ``apply``,
+after clipping them and inside gradient accumulation's ``cond``: N replicas clip
+their partial sums, and accumulation fails on ``merge_call``. ``install``
+wraps ``apply`` so that, in a replica context with several replicas, the
+gradients are summed first; then every replica runs the optimizer's one-device
+code (clipping, accumulation, weight decay, the update, EMA) on its own copy of
+mirrored variables, with the same numbers, so the copies stay equal. Variables
+that live once (``central_storage``) are updated once, in the cross-replica
+context. With one replica nothing changes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+
+#: The methods of Keras' TensorFlow optimizer that reach other replicas, and Keras' one-device versions.
+CROSS_REPLICA_METHODS = ("_backend_update_step", "_apply_weight_decay", "_backend_increment_gradient_accumulators",
+                         "_overwrite_model_variables_with_average_value")
+
+#: Set on an optimizer whose gradients arrive summed over replicas: its one-device methods run.
+SUMMED = "_tfdist_summed_gradients"
+
+#: This replica thread's share of the global batch while a model's own step runs (``replica_share``).
+_share = threading.local()
+
+
+def install() -> None:
+    """Wrap Keras' TensorFlow optimizer (and ``LossScaleOptimizer``) once per process; idempotent."""
+    from keras.src.optimizers import base_optimizer
+    from keras.src.optimizers.loss_scale_optimizer import LossScaleOptimizer
+
+    from tfdist import _compat
+
+    tf_optimizer = _compat.keras_tensorflow_optimizer()
+    if getattr(tf_optimizer.apply, "_tfdist", False):
+        return
+    for name in CROSS_REPLICA_METHODS:
+        setattr(tf_optimizer, name, _one_device_when_summed(getattr(tf_optimizer, name),
+                                                            getattr(base_optimizer.BaseOptimizer, name)))
+    tf_optimizer.apply = _summed_first(tf_optimizer.apply, loss_scale=False)
+    LossScaleOptimizer.apply = _summed_first(LossScaleOptimizer.apply, loss_scale=True)
+    losses = _compat.keras_loss_module()
+    for name in ("scale_loss_for_distribution", "unscale_loss_for_distribution"):
+        setattr(losses, name, _unless_shared(getattr(losses, name)))
+
+
+def _unless_shared(scale):
+    """Keras' loss scaling for N replicas, left out while a replica's share is set (``replica_share``)."""
+
+    @functools.wraps(scale)
+    def wrapped(value):
+        return value if getattr(_share, "weight", None) is not None else scale(value)
+
+    return wrapped
+
+
+@contextlib.contextmanager
+def replica_share(weight):
+    """While a model's own step runs on this replica: losses as one device sees them, gradients weighted.
+
+    Keras divides a replica's loss by the replicas so that summed gradients come out right; a step that feeds
+    that loss to its own metric then reports a fraction of it. Here the loss stays this replica's mean, and
+    its gradients are weighted by ``weight`` (its examples over the step's) before the sum.
+    """
+    previous = getattr(_share, "weight", None)
+    _share.weight = weight
+    try:
+        yield
+    finally:
+        _share.weight = previous
+
+
+def _one_device_when_summed(distributed, one_device):
+    """A method that runs Keras' one-device version on an optimizer marked ``SUMMED``, else its own."""
+
+    @functools.wraps(distributed)
+    def method(self, *args, **kwargs):
+        return (one_device if getattr(self, SUMMED, False) else distributed)(self, *args, **kwargs)
+
+    return method
+
+
+def _replicas():
+    """``(replica context, strategy)`` where several replicas run this step, else ``(None, None)``."""
+    import tensorflow as tf
+
+    context = tf.distribute.get_replica_context()
+    if context is None or not tf.distribute.has_strategy():
+        return None, None
+    strategy = tf.distribute.get_strategy()
+    return (context, strategy) if strategy.num_replicas_in_sync > 1 else (None, None)
+
+
+def sum_over_replicas(context, grads):
+    """``grads`` summed over every replica (dense; ``None`` kept; weighted by a ``replica_share``)."""
+    import tensorflow as tf
+
+    weight = getattr(_share, "weight", None)
+    present = [i for i, g in enumerate(grads) if g is not None]
+    dense = [tf.convert_to_tensor(grads[i]) for i in present]
+    if weight is not None:
+        dense = [g * tf.cast(weight, g.dtype) for g in dense]
+    summed = context.all_reduce(tf.distribute.ReduceOp.SUM, dense)
+    out = list(grads)
+    for i, g in zip(present, summed):
+        out[i] = g
+    return out
+
+
+def _lives_once(strategy) -> bool:
+    """Whether ``strategy`` keeps one copy of each variable that replicas cannot write (central storage)."""
+    import tensorflow as tf
+
+    return isinstance(strategy, tf.distribute.experimental.CentralStorageStrategy)
+
+
+def _summed_first(apply, *, loss_scale: bool):
+    """``apply`` that sums the gradients over replicas before anything else, then runs the one-device code."""
+
+    @functools.wraps(apply)
+    def wrapped(self, grads, trainable_variables=None):
+        context, strategy = _replicas()
+        if context is None or _inside_summed(self):
+            return apply(self, grads, trainable_variables)
+        grads = sum_over_replicas(context, list(grads))
+        _mark(self)
+        if not _lives_once(strategy):
+            return apply(self, grads, trainable_variables)
+
+        def once(_, summed):
+            local = strategy.experimental_local_results(summed)[0] if summed is not None else None
+            if loss_scale:
+                return self._common_apply(local, trainable_variables)
+            return apply(self, local, trainable_variables)
+
+        return context.merge_call(once, args=(grads,))
+
+    wrapped._tfdist = True
+    return wrapped
+
+
+def _mark(optimizer) -> None:
+    """Mark ``optimizer`` (and a loss-scale optimizer's inner one) as receiving summed gradients."""
+    setattr(optimizer, SUMMED, True)
+    inner = getattr(optimizer, "inner_optimizer", None)
+    if inner is not None:
+        setattr(inner, SUMMED, True)
+        setattr(inner, "_tfdist_outer_sums", True)
+
+
+def _inside_summed(optimizer) -> bool:
+    """Whether ``optimizer`` is the inner optimizer of a loss-scale optimizer that already summed its gradients."""
+    return bool(getattr(optimizer, "_tfdist_outer_sums", False))
+
+
+def finalize_ema(optimizer, model) -> None:
+    """Write the optimizer's moving averages into ``model``'s weights, as Keras' ``fit`` does at its end.
+
+    A run directory's checkpoints keep the weights trained and the averages apart, so a resumed run goes on
+    from both.
+    """
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    if inner is not None and getattr(inner, "use_ema", False):
+        optimizer.finalize_variable_values(model.trainable_variables)
+
+
+def refuse_accumulation_under_coordinator(optimizer, strategy_name: str) -> None:
+    """Refuse gradient accumulation where workers apply their steps asynchronously (one line, status 2).
+
+    Under a coordinator each worker's step applies to the parameter servers as it ends: the accumulators and the
+    optimizer's step count are shared by steps of different workers racing each other, so which step applies
+    the sum is not the one-device ``k``-th.
+    """
+    from tfdist.errors import UserError
+
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    steps = getattr(inner, "gradient_accumulation_steps", None)
+    if steps:
+        raise UserError(
+            f"Invalid optimizer for strategy={strategy_name!r}: gradient_accumulation_steps={steps}. Received "
+            "gradient accumulation, whose accumulators every worker would update asynchronously and whose k-th "
+            "step no worker can tell. Expected gradient_accumulation_steps=None under a coordinator (multiply "
+            "the batch size by k instead), or a synchronous strategy such as 'multi_worker_mirrored'."
+        )
