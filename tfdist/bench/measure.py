@@ -66,10 +66,12 @@ def keras_experiment(spec: RowSpec):
     images, masks = generate_shapes(p["global_batch_size"] * (spec.warmup + spec.steps), p["image_size"], 0)
 
     def model_fn():
+        keras.mixed_precision.set_global_policy(p.get("precision", "float32"))
         model = build_unet(image_size=p["image_size"], num_classes=4, base_filters=p["base_filters"],
                            depth=p["depth"])
         model.compile(optimizer=keras.optimizers.Adam(2e-3),
-                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      jit_compile=p.get("jit_compile", "auto"))
         return model
 
     return images.astype(np.float32) / 255.0, masks.astype(np.int32), model_fn

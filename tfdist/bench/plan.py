@@ -24,6 +24,8 @@ from tfdist.strategies import traits
 BASELINE = "keras_fit"
 #: Worker counts of the scaling-with-workers rows (``multi_worker_mirrored_N``, ``parameter_server_N``).
 WORKERS = (1, 2, 3, 4)
+#: XLA and bfloat16, each beside its float32, no-XLA rows: Keras' fit, tfdist.fit and the UNet on one device.
+COMPILE_VARIANTS = {"jit": {"jit_compile": True}, "mixed_bfloat16": {"precision": "mixed_bfloat16"}}
 #: The normalizations compared under 2-worker multi_worker_mirrored (``--norm``; "none" is ``--nobatch_norm``).
 NORMS = ("group", "replica_batch", "none")
 
@@ -32,14 +34,14 @@ def rows_for(steps: int, warmup: int) -> list[Row]:
     """Every row measured in the repeats: its spec and its processes, in the order of a repeat."""
     per_worker = BASE["global_batch_size"]
 
-    def keras(name: str, strategy: str | None = None, cpu_devices: int = 1) -> RowSpec:
+    def keras(name: str, strategy: str | None = None, cpu_devices: int = 1, **overrides) -> RowSpec:
         return RowSpec(name=name, kind="keras_fit", strategy=strategy, steps=steps, warmup=warmup,
-                       overrides={"cpu_devices": cpu_devices})
+                       overrides={"cpu_devices": cpu_devices, **overrides})
 
-    def fit(name: str, strategy: str, cpu_devices: int = 1, **fields) -> RowSpec:
+    def fit(name: str, strategy: str, cpu_devices: int = 1, overrides=None, **fields) -> RowSpec:
         # tfdist.fit on the Keras rows' model and arrays; its last epoch is timed (measure._measure_tfdist_fit).
         return RowSpec(name=name, kind="tfdist_fit", strategy=strategy, steps=steps, warmup=warmup, epochs=2,
-                       overrides={"cpu_devices": cpu_devices}, **fields)
+                       overrides={"cpu_devices": cpu_devices, **(overrides or {})}, **fields)
 
     def tfdist(name: str, strategy: str, cpu_devices: int = 1, **fields) -> RowSpec:
         overrides = {"cpu_devices": cpu_devices, **fields.pop("overrides", {})}
@@ -77,6 +79,10 @@ def rows_for(steps: int, warmup: int) -> list[Row]:
         Row(spec=keras(BASELINE)),
         Row(spec=fit("tfdist_fit", "one_device")),
         Row(spec=tfdist("one_device", "one_device")),
+        *(row for name, overrides in COMPILE_VARIANTS.items() for row in (
+            Row(spec=keras(f"keras_fit_{name}", **overrides)),
+            Row(spec=fit(f"tfdist_fit_{name}", "one_device", overrides=overrides, baseline="tfdist_fit")),
+            Row(spec=tfdist(f"one_device_{name}", "one_device", overrides=overrides, baseline="one_device")))),
         Row(spec=tfdist("mirrored_1", "mirrored", 1)),
         Row(spec=RowSpec(name="input_pipeline", kind="pipeline", strategy="one_device", steps=steps, warmup=warmup)),
         Row(spec=keras("keras_fit_mirrored_2", "mirrored", 2)),

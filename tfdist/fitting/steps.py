@@ -62,7 +62,7 @@ class KerasSteps:
             compiled.reset_state()
         self.jit_compile = bool(model.jit_compile)  # Keras' own reading of compile(jit_compile=...), "auto" resolved
         if self.jit_compile:
-            refuse_xla_collectives(model)
+            refuse_unsupported_xla(model)
         self._gradients = (tf.function(self._forward_backward, jit_compile=True) if self.jit_compile
                            else self._forward_backward)
         self._initial = [np.asarray(v.numpy()) for v in variables]
@@ -167,15 +167,24 @@ def _check_reductions(compile_loss) -> None:
             )
 
 
-def refuse_xla_collectives(model) -> None:
-    """Refuse ``jit_compile=True`` where the replica's step itself holds a collective XLA cannot compile on CPU.
+def refuse_unsupported_xla(model) -> None:
+    """Refuse ``jit_compile=True`` where XLA cannot compile one replica's step (one line, status 2).
 
-    The all-reduce of the gradients stays outside the compiled part; batch norm with ``synchronized=True``
-    all-reduces its statistics inside the forward pass.
+    The gradients' all-reduce stays outside the compiled part, but batch norm with ``synchronized=True``
+    all-reduces its statistics inside the forward pass (XLA has no collectives for CPU devices), and
+    ``central_storage`` keeps the variables on one device while XLA compiles each replica's step on its own.
     """
     import keras
 
-    replicas = model.distribute_strategy.num_replicas_in_sync
+    strategy = model.distribute_strategy
+    replicas = strategy.num_replicas_in_sync
+    if replicas > 1 and isinstance(strategy, tf.distribute.experimental.CentralStorageStrategy):
+        raise UserError(
+            f"Invalid compile(jit_compile=True) under central_storage with {replicas} replicas: XLA compiles each "
+            "replica's step on its own device and cannot read variables kept on another. Received: "
+            "jit_compile=True. Expected jit_compile=False, or strategy='mirrored', which keeps a copy of the "
+            "variables on every device."
+        )
     synchronized = [layer.name for layer in _compat.sublayers(model)
                     if isinstance(layer, keras.layers.BatchNormalization) and layer.synchronized]
     if replicas > 1 and synchronized and not tf.config.list_logical_devices("GPU"):
