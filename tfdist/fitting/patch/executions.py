@@ -19,7 +19,7 @@ from tfdist import _compat
 def install() -> None:
     """Wrap Keras' ``_make_function`` (train and test steps) once per process."""
     cls = _compat.keras_tensorflow_trainer().TensorFlowTrainer
-    if getattr(cls._make_function, "_tfdist_executions", False):
+    if getattr(cls._make_function, "tfdist_executions", False):
         return
     cls._make_function = _keys_at_trace_time(cls._make_function)
 
@@ -37,5 +37,5 @@ def _keys_at_trace_time(make_function):
 
         return run
 
-    _make_function._tfdist_executions = True
+    _make_function.tfdist_executions = True
     return _make_function

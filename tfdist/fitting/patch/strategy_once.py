@@ -23,7 +23,7 @@ def install() -> None:
     import tensorflow as tf
 
     cls = tf.distribute.MultiWorkerMirroredStrategy
-    if getattr(cls.__init__, "_tfdist_once", False):
+    if getattr(cls.__init__, "tfdist_once", False):
         return
     new, init = cls.__new__, cls.__init__
 
@@ -46,7 +46,7 @@ def install() -> None:
         init(self, *args, **kwargs)
         _made.update(strategy=self, key=_key(args, kwargs))
 
-    __init__._tfdist_once = True
+    __init__.tfdist_once = True
     cls.__new__ = staticmethod(__new__)
     cls.__init__ = __init__
 

@@ -18,7 +18,7 @@ from tfdist.errors import USAGE_EXIT_CODE, UserError
 def install() -> None:
     """Chain ``sys.excepthook`` so that an uncaught ``UserError`` is one line and status 2; idempotent."""
     previous = sys.excepthook
-    if getattr(previous, "_tfdist_user_errors", False):
+    if getattr(previous, "tfdist_user_errors", False):
         return
 
     def excepthook(kind, value, traceback):
@@ -29,5 +29,5 @@ def install() -> None:
         sys.stderr.flush()
         os._exit(USAGE_EXIT_CODE)
 
-    excepthook._tfdist_user_errors = True
+    excepthook.tfdist_user_errors = True
     sys.excepthook = excepthook
