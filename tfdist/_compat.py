@@ -8,7 +8,8 @@ Nothing here imports TensorFlow or Keras at import time.
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from typing import Any, Iterator
 
 
 def num_input_pipelines(strategy) -> int:
@@ -100,3 +101,26 @@ def keras_loss_module():
     from keras.src.losses import loss
 
     return loss
+
+
+def is_multi_worker(strategy) -> bool:
+    """Whether Keras' trainer takes ``strategy`` for one across workers (``_collective_all_reduce_multi_worker``)."""
+    return bool(keras_tensorflow_trainer()._collective_all_reduce_multi_worker(strategy))
+
+
+@contextlib.contextmanager
+def collective_keys_at_trace_time() -> Iterator[None]:
+    """Collectives traced meanwhile take their instance keys when traced, not when called.
+
+    TensorFlow feeds a call-time key (``CollectiveReplicaLauncher._prefer_unique_instance_key``)
+    through a placeholder that never reaches a collective inside a ``tf.function`` called from a
+    ``tf.cond`` in a ``tf.while_loop``, as Keras' ``steps_per_execution`` loop calls its step.
+    """
+    from tensorflow.python.distribute.cross_device_utils import CollectiveReplicaLauncher
+
+    before = CollectiveReplicaLauncher._prefer_unique_instance_key
+    CollectiveReplicaLauncher._prefer_unique_instance_key = False
+    try:
+        yield
+    finally:
+        CollectiveReplicaLauncher._prefer_unique_instance_key = before

@@ -16,12 +16,17 @@ import argparse
 import json
 import os
 import signal
+import time
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--form", choices=("setup", "patch", "none"), default="setup")
 parser.add_argument("--out", required=True)
 parser.add_argument("--epochs", type=int, default=3)
 parser.add_argument("--preempt_at", type=int, default=-1)
+parser.add_argument("--steps_per_execution", type=int, default=1)
+parser.add_argument("--jit_compile", choices=("auto", "true", "false"), default="auto")
+parser.add_argument("--constructions", type=int, default=1)
+parser.add_argument("--slow_chief_end", type=float, default=0.0)
 args = parser.parse_args()
 
 if args.form == "setup":
@@ -53,6 +58,11 @@ def mnist_dataset(batch_size, seed=7):
             tf.data.Dataset.from_tensor_slices((x[:96], y[:96])).batch(batch_size))
 
 
+def make_strategy():
+    """The strategy's line, as the script has it (``run_training`` of the keras.io guide runs it each time)."""
+    return tfdist.setup("multi_worker_mirrored") if args.form == "setup" else tf.distribute.MultiWorkerMirroredStrategy()
+
+
 def build_and_compile_cnn_model():
     keras.utils.set_random_seed(1)
     model = keras.Sequential([
@@ -64,7 +74,9 @@ def build_and_compile_cnn_model():
         keras.layers.Dense(10),
     ])
     model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  optimizer=keras.optimizers.SGD(learning_rate=0.05), metrics=["accuracy"])
+                  optimizer=keras.optimizers.SGD(learning_rate=0.05), metrics=["accuracy"],
+                  steps_per_execution=args.steps_per_execution,
+                  jit_compile={"auto": "auto", "true": True, "false": False}[args.jit_compile])
     return model
 
 
@@ -101,6 +113,27 @@ class Weights(keras.callbacks.Callback):
         self._write(f"batch {batch}")
 
 
+class BatchLogs(keras.callbacks.Callback):
+    """Keeps the logs of every train batch, as a progress bar, TensorBoard or a CSV batch logger get them."""
+
+    def __init__(self):
+        super().__init__()
+        self.logs = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.logs.append({k: float(v) for k, v in (logs or {}).items()})
+
+
+class SlowChiefEnd(keras.callbacks.Callback):
+    """On the chief only: ``on_train_end`` sleeps, then writes ``final.txt`` (a slow last checkpoint)."""
+
+    def on_train_end(self, logs=None):
+        if self.model.distribute_strategy.extended.should_checkpoint:
+            time.sleep(args.slow_chief_end)
+            with open(os.path.join(args.out, "final.txt"), "w") as f:
+                f.write("written\n")
+
+
 multi_worker_dataset, eval_dataset = mnist_dataset(global_batch_size)
 with strategy.scope():
     multi_worker_model = build_and_compile_cnn_model()
@@ -112,11 +145,29 @@ callbacks = [
     keras.callbacks.CSVLogger(os.path.join(args.out, "log.csv")),
     Weights(),
 ]
+batch_logs = BatchLogs()
+callbacks.append(batch_logs)
 if args.preempt_at >= 0:
     callbacks.append(SelfPreempt(args.preempt_at))
+if args.slow_chief_end:
+    callbacks.append(SlowChiefEnd())
 history = multi_worker_model.fit(multi_worker_dataset, epochs=args.epochs, steps_per_epoch=6,
                                  validation_data=eval_dataset, callbacks=callbacks, verbose=0)
+final_seen = os.path.exists(os.path.join(args.out, "final.txt"))  # before any other collective of this worker
 evaluated = multi_worker_model.evaluate(eval_dataset, return_dict=True, verbose=0)
 predicted = multi_worker_model.predict(eval_dataset, verbose=0)
+# The keras.io guide's run_training(): the strategy's line again, a model in its scope, fit (twice more, say).
+same_strategy = []
+for _ in range(args.constructions - 1):
+    again = make_strategy()
+    same_strategy.append(again is strategy)
+    with again.scope():
+        model = build_and_compile_cnn_model()
+    model.fit(multi_worker_dataset, epochs=1, steps_per_epoch=2, verbose=0)
+task = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {})
+np.savez(os.path.join(args.out, f"final-{task.get('type', 'local')}{task.get('index', '')}.npz"),
+         *multi_worker_model.get_weights())
 print("RESULT " + json.dumps({"history": history.history, "evaluate": evaluated,
-                              "predict": [list(predicted.shape), float(np.abs(predicted).sum())]}), flush=True)
+                              "predict": [list(predicted.shape), float(np.abs(predicted).sum())],
+                              "batches": batch_logs.logs, "final_seen": final_seen, "same_strategy": same_strategy,
+                              }), flush=True)

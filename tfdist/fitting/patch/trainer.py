@@ -131,7 +131,9 @@ def _wrapped_fit(original, multi_worker):
         import tensorflow as tf
 
         from tfdist.fitting.patch.callbacks import chief_only_files
+        from tfdist.fitting.patch.finish import wait_for_every_worker
         from tfdist.fitting.patch.preemption import PreemptionVote, Stopped, leave
+        from tfdist.fitting.patch.xla import refuse_on_cpu
 
         strategy = self.distribute_strategy
         arguments = signature.bind(self, *args, **kwargs).arguments
@@ -141,12 +143,15 @@ def _wrapped_fit(original, multi_worker):
             return fit_under_coordinator(self, {k: v for k, v in arguments.items() if k != "self"})
         if not multi_worker(strategy):
             return original(self, *args, **kwargs)
+        refuse_on_cpu(self, strategy)
         callbacks = list(arguments.get("callbacks") or [])
         try:
             with chief_only_files(callbacks, strategy), PreemptionVote(self, strategy, callbacks):
-                return original(self, *args, **kwargs)
+                history = original(self, *args, **kwargs)
         except Stopped:
             leave()
+        wait_for_every_worker()
+        return history
 
     fit._tfdist_fit = True
     return fit

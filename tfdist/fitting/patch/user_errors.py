@@ -1,0 +1,33 @@
+"""A ``UserError`` that leaves a user's script ends it with one line and status 2, as tfdist's own CLIs do.
+
+A refusal of Keras' own ``fit`` across workers (``xla``, ``strategy_once``,
+``parameter_server``) is raised inside the user's script, which has no
+``errors.run_main`` around it; uncaught, Python would print a traceback and
+end with status 1. The process ends at once (``os._exit``), so that
+TensorFlow's teardown cannot wait on, or abort with, the collectives of peers.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from tfdist.errors import USAGE_EXIT_CODE, UserError
+
+
+def install() -> None:
+    """Chain ``sys.excepthook`` so that an uncaught ``UserError`` is one line and status 2; idempotent."""
+    previous = sys.excepthook
+    if getattr(previous, "tfdist_user_errors", False):
+        return
+
+    def excepthook(kind, value, traceback):
+        if not issubclass(kind, UserError):
+            return previous(kind, value, traceback)
+        sys.stdout.flush()
+        sys.stderr.write(f"error: {' '.join(str(value).split())}\n")
+        sys.stderr.flush()
+        os._exit(USAGE_EXIT_CODE)
+
+    excepthook.tfdist_user_errors = True
+    sys.excepthook = excepthook

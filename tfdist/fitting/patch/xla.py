@@ -1,0 +1,30 @@
+"""``compile(jit_compile=True)`` in Keras' own ``fit`` across workers on CPU devices: one line before training.
+
+XLA has no CPU implementation of TensorFlow's collectives: Keras' step fails
+("Collectives are not yet implemented for CPU devices when compiling with
+XLA") and the process then aborts at exit. On GPU devices XLA compiles
+collectives, so ``fit`` runs as Keras has it. ``jit_compile="auto"`` is Keras'
+own: it resolves to False under a ``tf.distribute`` strategy (and on a machine
+without accelerators), so it never reaches this refusal.
+"""
+
+from __future__ import annotations
+
+from tfdist.errors import UserError
+
+
+def refuse_on_cpu(model, strategy) -> None:
+    """Refuse ``jit_compile=True`` when a replica of ``strategy`` runs on a CPU device.
+
+    Raises:
+        UserError: ``model.jit_compile`` is True and this worker's replicas include a CPU device.
+    """
+    if model.jit_compile is not True:
+        return
+    cpus = [d for d in strategy.extended.worker_devices if "CPU" in d.upper().rsplit("/", 1)[-1]]
+    if cpus:
+        raise UserError(
+            "Invalid compile(jit_compile=True) for Keras' own fit across workers on CPU devices: XLA has no CPU "
+            f"implementation of the collectives that share gradients between workers. Received: jit_compile=True "
+            f"with replicas on {', '.join(cpus)}. Expected jit_compile=False (or 'auto', which Keras resolves to "
+            "False under a distribution strategy) on CPU; XLA across workers needs GPU devices.")
