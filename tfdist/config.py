@@ -134,6 +134,7 @@ class TrainConfig:
     checkpoint_every: int = 100
     deterministic: bool = False  # enable TF op determinism; turns augmentation off
     export: bool = True  # write export/ (model.keras, SavedModel) at the end; --noexport for throwaway runs
+    ema_momentum: float = 0.0  # > 0: keep Keras' moving average of the weights (use_ema) and export it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -329,6 +330,10 @@ def validate(config: Config) -> Config:
             "Invalid value for `--learning_rate`. "
             f"Received: learning_rate={train.learning_rate!r}. Expected a finite number > 0."
         )
+    if not (0 <= train.ema_momentum < 1):
+        raise UserError("Invalid value for `--ema_momentum`. "
+                        f"Received: ema_momentum={train.ema_momentum!r}. Expected 0 (no moving average) or "
+                        "0 < ema_momentum < 1.")
     if data.dataset == "folder" and not data.data_dir:
         raise UserError("Invalid value for `--data_dir`. "
                         "Received: data_dir=''. Expected a directory with images/ and masks/ for dataset=folder.")

@@ -28,6 +28,15 @@ class TrainingState:
     checkpoints: Checkpoints
     restored: str | None
 
+    def finalize_ema(self) -> None:
+        """Write the optimizer's moving averages (``use_ema``) into the model, as Keras' ``fit`` does at its end.
+
+        The checkpoints keep the trained weights and the averages apart, so a resumed run goes on from both.
+        """
+        inner = getattr(self.optimizer, "inner_optimizer", self.optimizer)
+        if inner is not None and getattr(inner, "use_ema", False):
+            self.optimizer.finalize_variable_values(self.model.trainable_variables)
+
     def start(self) -> str:
         """Where the run starts, for its first line: ``resuming from <path> at step N`` or ``starting at step N``."""
         step = int(self.step.numpy())

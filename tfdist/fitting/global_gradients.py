@@ -157,17 +157,6 @@ def _inside_summed(optimizer) -> bool:
     return bool(getattr(optimizer, "_tfdist_outer_sums", False))
 
 
-def finalize_ema(optimizer, model) -> None:
-    """Write the optimizer's moving averages into ``model``'s weights, as Keras' ``fit`` does at its end.
-
-    A run directory's checkpoints keep the weights trained and the averages apart, so a resumed run goes on
-    from both.
-    """
-    inner = getattr(optimizer, "inner_optimizer", optimizer)
-    if inner is not None and getattr(inner, "use_ema", False):
-        optimizer.finalize_variable_values(model.trainable_variables)
-
-
 def refuse_accumulation_under_coordinator(optimizer, strategy_name: str) -> None:
     """Refuse gradient accumulation where workers apply their steps asynchronously (one line, status 2).
 

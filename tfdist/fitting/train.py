@@ -24,7 +24,7 @@ from tfdist.errors import UserError
 from tfdist.fitting.args import split_validation
 from tfdist.fitting.custom_steps import KerasModelSteps, overrides_steps, refuse_under_coordinator
 from tfdist.fitting.inputs import check_batch, dataset_fns, rows_and_steps
-from tfdist.fitting.global_gradients import finalize_ema, refuse_accumulation_under_coordinator
+from tfdist.fitting.global_gradients import refuse_accumulation_under_coordinator
 from tfdist.fitting.steps import KerasSteps
 from tfdist.runtime.run_loop import run_loop
 from tfdist import _compat
@@ -188,7 +188,7 @@ def train_keras(model_fn, x, y, *, runtime, placement, run_dir, training, batch_
              learning_rate=lambda _: _learning_rate(optimizer), verbose=bool(verbose) and is_chief,
              hooks=Hooks(epoch_end=epoch_end, eval_begin=reset if own_steps else None, **hooks))
     if epochs > 0:
-        finalize_ema(optimizer, model)  # the EMA weights into the model, as Keras' fit leaves them
+        state.finalize_ema()  # the EMA weights into the model, as Keras' fit leaves them
     chief_callbacks.on_train_end()
     if coordinator:
         shutil.rmtree(run_dir.fit_inputs, ignore_errors=True)

@@ -177,6 +177,7 @@ def run(config, *, verbose: bool = True, cluster_resolver=None, weights_dir: str
             learning_rate=lambda s: learning_rate_at(train_cfg, schedule.total_steps, s),
             preview=next(iter(local_eval_dataset(config).unbatch().batch(4).take(1))) if placement.is_chief else None,
             verbose=verbose and placement.is_chief, hooks=Hooks(clock=clock))
+        state.finalize_ema()  # the moving averages, as Keras' fit leaves them
         if placement.is_chief and train_cfg.export:
             plain = build_from_config(config.model, config.data)
             plain.set_weights(state.model.get_weights())

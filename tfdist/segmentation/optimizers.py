@@ -1,12 +1,13 @@
-"""The optimizer and its learning rate: scaling rule, warmup, decay, loss scaling.
+"""The optimizer and its learning rate: scaling rule, warmup, decay, loss scaling, moving average.
 
 ``--learning_rate`` applies to the global batch; ``--lr_scaling linear``
 multiplies it by ``global_batch / reference_batch`` (Goyal et al.),
 ``--warmup_steps`` ramps it up linearly and ``--lr_decay cosine`` decays it to 0
 at the last step. Under ``mixed_float16`` the optimizer is a
-``LossScaleOptimizer``. The schedule reads the optimizer's ``iterations``, which
-under async parameter-server training can lag the step count a little
-(DESIGN.md): that shifts the schedule, never the step count.
+``LossScaleOptimizer``; ``--ema_momentum`` keeps Keras' moving average of the
+weights. The schedule reads the optimizer's ``iterations``, which under async
+parameter-server training can lag the step count a little: that shifts the
+schedule, never the step count.
 """
 
 from __future__ import annotations
@@ -59,10 +60,11 @@ def learning_rate_at(train, total_steps: int, step: int) -> float:
 def make_optimizer(train, precision: str, total_steps: int):
     """The Keras 3 optimizer for a ``TrainConfig``, precision policy name and run length."""
     lr = WarmupCosine(peak_learning_rate(train), train.warmup_steps, total_steps, train.lr_decay == "cosine")
+    ema = {"use_ema": True, "ema_momentum": train.ema_momentum} if train.ema_momentum else {}
     if train.optimizer == "sgd":
-        optimizer = keras.optimizers.SGD(learning_rate=lr, momentum=0.9)
+        optimizer = keras.optimizers.SGD(learning_rate=lr, momentum=0.9, **ema)
     else:
-        optimizer = keras.optimizers.Adam(learning_rate=lr)
+        optimizer = keras.optimizers.Adam(learning_rate=lr, **ema)
     if precision == "mixed_float16":
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     return optimizer
