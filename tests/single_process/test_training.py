@@ -440,3 +440,26 @@ def test_resuming_mid_run_equals_training_straight(tmp_path, strategy, precision
     assert bool(loss_scale_keys(ends[0])) == (precision == "mixed_float16")
     for key in sorted(k for k in ends[0] if k.startswith(("optimizer/", "step/"))):
         np.testing.assert_allclose(ends[1][key], ends[0][key], rtol=1e-6, atol=1e-9, err_msg=key)
+
+
+def test_ema_momentum_exports_the_moving_averages_and_replicas_equal_one_device(tmp_path):
+    # --ema_momentum keeps Keras' moving average of the weights: the export holds the averages (as Keras' fit
+    # leaves a model), the checkpoint keeps the trained weights and the averages apart, and 2 replicas equal one.
+    ema = {"ema_momentum": 0.5}
+    run(tiny(tmp_path, "one", strategy="one_device", **ema), verbose=False)
+    run(tiny(tmp_path, "two", strategy="mirrored", cpu_devices=2, **ema), verbose=False)
+    exported = exported_weights(tmp_path / "one")
+    assert_weights_close(exported_weights(tmp_path / "two"), exported, rtol=1e-5)
+    import tensorflow as tf
+
+    import tfdist.models  # noqa: F401  (registers ReplicaBatchNorm)
+
+    saved = checkpoint_values(tf.train.latest_checkpoint(str(tmp_path / "one" / "checkpoints")))
+    trained = [v for k, v in saved.items() if k.startswith("model/") and "VARIABLE_VALUE" in k]
+    kept = [v for k, v in saved.items() if k.startswith("optimizer/") and "VARIABLE_VALUE" in k]
+    model = keras.models.load_model(tmp_path / "one" / "export" / "model.keras")
+    moved = [np.asarray(w) for w in model.trainable_weights if w.shape.num_elements() > 1]
+    assert len(moved) >= 4
+    for weight in moved:
+        assert not any(t.shape == weight.shape and np.allclose(t, weight, atol=1e-7) for t in trained)
+        assert any(t.shape == weight.shape and np.allclose(t, weight, atol=1e-6) for t in kept)

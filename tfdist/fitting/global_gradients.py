@@ -7,8 +7,9 @@ wraps ``apply`` so that, in a replica context with several replicas, the
 gradients are summed first; then every replica runs the optimizer's one-device
 code (clipping, accumulation, weight decay, the update, EMA) on its own copy of
 mirrored variables, with the same numbers, so the copies stay equal. Variables
-that live once (``central_storage``) are updated once, in the cross-replica
-context. With one replica nothing changes.
+that live once (``central_storage``, the parameter servers) are updated once, in
+the cross-replica context, where the conds of accumulation and EMA can hold
+their updates. One replica with its own variables runs Keras' code unchanged.
 """
 
 from __future__ import annotations
@@ -85,14 +86,13 @@ def _one_device_when_summed(distributed, one_device):
 
 
 def _replicas():
-    """``(replica context, strategy)`` where several replicas run this step, else ``(None, None)``."""
+    """``(replica context, strategy)`` inside a distribution strategy's step, else ``(None, None)``."""
     import tensorflow as tf
 
     context = tf.distribute.get_replica_context()
     if context is None or not tf.distribute.has_strategy():
         return None, None
-    strategy = tf.distribute.get_strategy()
-    return (context, strategy) if strategy.num_replicas_in_sync > 1 else (None, None)
+    return context, tf.distribute.get_strategy()
 
 
 def sum_over_replicas(context, grads):
@@ -112,10 +112,11 @@ def sum_over_replicas(context, grads):
 
 
 def _lives_once(strategy) -> bool:
-    """Whether ``strategy`` keeps one copy of each variable that replicas cannot write (central storage)."""
+    """Whether ``strategy`` keeps one copy of each variable that a replica cannot write (central storage, ps)."""
     import tensorflow as tf
 
-    return isinstance(strategy, tf.distribute.experimental.CentralStorageStrategy)
+    return isinstance(strategy, (tf.distribute.experimental.CentralStorageStrategy,
+                                 tf.distribute.experimental.ParameterServerStrategy))
 
 
 def _summed_first(apply, *, loss_scale: bool):
@@ -126,9 +127,12 @@ def _summed_first(apply, *, loss_scale: bool):
         context, strategy = _replicas()
         if context is None or _inside_summed(self):
             return apply(self, grads, trainable_variables)
-        grads = sum_over_replicas(context, list(grads))
+        several, once = strategy.num_replicas_in_sync > 1, _lives_once(strategy)
+        if not (several or once):  # one replica with its own variables: Keras' code is one device's
+            return apply(self, grads, trainable_variables)
+        grads = sum_over_replicas(context, list(grads)) if several else list(grads)
         _mark(self)
-        if not _lives_once(strategy):
+        if not once:
             return apply(self, grads, trainable_variables)
 
         def once(_, summed):

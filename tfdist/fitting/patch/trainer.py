@@ -141,9 +141,10 @@ def _wrapped_fit(original, multi_worker):
             from tfdist.fitting.patch.parameter_server import fit_under_coordinator
 
             return fit_under_coordinator(self, {k: v for k, v in arguments.items() if k != "self"})
+        if strategy.num_replicas_in_sync > 1:
+            refuse_on_cpu(self, strategy)
         if not multi_worker(strategy):
             return original(self, *args, **kwargs)
-        refuse_on_cpu(self, strategy)
         callbacks = list(arguments.get("callbacks") or [])
         try:
             with chief_only_files(callbacks, strategy), PreemptionVote(self, strategy, callbacks):

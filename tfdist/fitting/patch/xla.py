@@ -1,8 +1,10 @@
-"""``compile(jit_compile=True)`` in Keras' own ``fit`` across workers on CPU devices: one line before training.
+"""``compile(jit_compile=True)`` in Keras' own ``fit`` over several CPU replicas: one line before training.
 
-XLA has no CPU implementation of TensorFlow's collectives: Keras' step fails
-("Collectives are not yet implemented for CPU devices when compiling with
-XLA") and the process then aborts at exit. On GPU devices XLA compiles
+Keras compiles the whole step, the gradients' all-reduce included, and XLA
+has no CPU implementation of TensorFlow's collectives: across workers the step
+fails ("Collectives are not yet implemented for CPU devices when compiling with
+XLA") and the process then aborts at exit; over logical CPUs in one process it
+fails reading another device's variables. On GPU devices XLA compiles
 collectives, so ``fit`` runs as Keras has it. ``jit_compile="auto"`` is Keras'
 own: it resolves to False under a ``tf.distribute`` strategy (and on a machine
 without accelerators), so it never reaches this refusal.
@@ -24,7 +26,8 @@ def refuse_on_cpu(model, strategy) -> None:
     cpus = [d for d in strategy.extended.worker_devices if "CPU" in d.upper().rsplit("/", 1)[-1]]
     if cpus:
         raise UserError(
-            "Invalid compile(jit_compile=True) for Keras' own fit across workers on CPU devices: XLA has no CPU "
-            f"implementation of the collectives that share gradients between workers. Received: jit_compile=True "
-            f"with replicas on {', '.join(cpus)}. Expected jit_compile=False (or 'auto', which Keras resolves to "
-            "False under a distribution strategy) on CPU; XLA across workers needs GPU devices.")
+            "Invalid compile(jit_compile=True) for Keras' own fit over several replicas on CPU devices: XLA has no "
+            "CPU implementation of the collectives that share gradients between replicas. Received: "
+            f"jit_compile=True with replicas on {', '.join(cpus)}. Expected jit_compile=False (or 'auto', which "
+            "Keras resolves to False under a distribution strategy) on CPU, or tfdist.fit, which compiles each "
+            "replica's forward and backward pass and all-reduces outside it.")
