@@ -1,15 +1,8 @@
 """Keras' optimizer across replicas, applied to the global batch's gradient: what one device applies.
 
-Keras 3's TensorFlow optimizer all-reduces the gradients deep inside ``apply``,
-after clipping them and inside gradient accumulation's ``cond``: N replicas clip
-their partial sums, and accumulation fails on ``merge_call``. ``install``
-wraps ``apply`` so that, in a replica context with several replicas, the
-gradients are summed first; then every replica runs the optimizer's one-device
-code (clipping, accumulation, weight decay, the update, EMA) on its own copy of
-mirrored variables, with the same numbers, so the copies stay equal. Variables
-that live once (``central_storage``, the parameter servers) are updated once, in
-the cross-replica context, where the conds of accumulation and EMA can hold
-their updates. One replica with its own variables runs Keras' code unchanged.
+``install`` wraps ``apply``: the gradients are summed over replicas first, then Keras' one-device code
+(clipping, accumulation, weight decay, the update, EMA) runs on each replica's copy of the variables, or
+once in the cross-replica context where variables live once. docs/fit.md says why.
 """
 
 from __future__ import annotations
@@ -39,6 +32,7 @@ def install() -> None:
     tf_optimizer = _compat.keras_tensorflow_optimizer()
     if getattr(tf_optimizer.apply, "_tfdist", False):
         return
+    check(tf_optimizer, base_optimizer.BaseOptimizer, LossScaleOptimizer)
     for name in CROSS_REPLICA_METHODS:
         setattr(tf_optimizer, name, _one_device_when_summed(getattr(tf_optimizer, name),
                                                             getattr(base_optimizer.BaseOptimizer, name)))
@@ -73,6 +67,24 @@ def replica_share(weight):
         yield
     finally:
         _share.weight = previous
+
+
+def check(tf_optimizer, base, loss_scale) -> None:
+    """Refuse a Keras whose optimizer lacks a method the wrapping replaces or calls (one line, status 2)."""
+    import keras
+
+    from tfdist.errors import UserError
+
+    missing = [f"{cls.__name__}.{name}" for cls, names in ((tf_optimizer, CROSS_REPLICA_METHODS),
+                                                           (base, CROSS_REPLICA_METHODS + ("apply",)),
+                                                           (loss_scale, ("apply", "_common_apply")))
+               for name in names if not callable(getattr(cls, name, None))]
+    if missing:
+        raise UserError(
+            f"Unsupported Keras {keras.__version__} for tfdist's optimizer across replicas: it has no "
+            f"{', '.join(missing)}. Received: keras {keras.__version__}. Expected the optimizer of Keras 3.10 "
+            "to 3.15."
+        )
 
 
 def _one_device_when_summed(distributed, one_device):
