@@ -37,6 +37,8 @@ COLUMNS = {
 #: ``(feature, mode) -> the start of the refusal's line`` for every cell that must be refused.
 REFUSED = {
     ("jit_compile=True", "central_storage"): "Invalid compile(jit_compile=True) under central_storage",
+    ("jit_compile=True", "parameter_server_1_worker"): "Invalid compile(jit_compile=True) under parameter_server",
+    ("jit_compile=True", "parameter_server"): "Invalid compile(jit_compile=True) under parameter_server",
     ("jit_compile=True", "keras_mirrored"): "Invalid compile(jit_compile=True) for Keras' own fit",
     ("jit_compile=True", "keras_multi_worker_mirrored"): "Invalid compile(jit_compile=True) for Keras' own fit",
     ("own train_step (compute_loss)", "parameter_server_1_worker"): "Invalid model for tfdist.fit under",

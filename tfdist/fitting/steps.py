@@ -172,19 +172,23 @@ def refuse_unsupported_xla(model) -> None:
 
     The gradients' all-reduce stays outside the compiled part, but batch norm with ``synchronized=True``
     all-reduces its statistics inside the forward pass (XLA has no collectives for CPU devices), and
-    ``central_storage`` keeps the variables on one device while XLA compiles each replica's step on its own.
+    ``central_storage`` and the parameter servers keep the variables on one device while XLA compiles each
+    replica's step on its own.
     """
     import keras
 
     strategy = model.distribute_strategy
     replicas = strategy.num_replicas_in_sync
-    if replicas > 1 and isinstance(strategy, tf.distribute.experimental.CentralStorageStrategy):
-        raise UserError(
-            f"Invalid compile(jit_compile=True) under central_storage with {replicas} replicas: XLA compiles each "
-            "replica's step on its own device and cannot read variables kept on another. Received: "
-            "jit_compile=True. Expected jit_compile=False, or strategy='mirrored', which keeps a copy of the "
-            "variables on every device."
-        )
+    elsewhere = {tf.distribute.experimental.CentralStorageStrategy: ("central_storage", replicas > 1),
+                 tf.distribute.experimental.ParameterServerStrategy: ("parameter_server", True)}
+    for kind, (name, refused) in elsewhere.items():
+        if isinstance(strategy, kind) and refused:
+            raise UserError(
+                f"Invalid compile(jit_compile=True) under {name}: XLA compiles each replica's step on its own "
+                "device and cannot read variables kept on another. Received: jit_compile=True. Expected "
+                "jit_compile=False, or strategy='mirrored' or 'multi_worker_mirrored', which keep a copy of the "
+                "variables on every device."
+            )
     synchronized = [layer.name for layer in _compat.sublayers(model)
                     if isinstance(layer, keras.layers.BatchNormalization) and layer.synchronized]
     if replicas > 1 and synchronized and not tf.config.list_logical_devices("GPU"):
