@@ -20,3 +20,31 @@ def test_an_optimizer_without_a_wrapped_method_is_refused_in_one_line():
         global_gradients.check(StandIn, Optimizer, LossScaleOptimizer)
     assert "\n" not in str(error.value)
     global_gradients.check(Optimizer, Optimizer, LossScaleOptimizer)  # Keras' own classes pass
+
+
+def test_jit_compile_is_honoured_by_tfdist_fit():
+    # An op XLA cannot compile (a NumPy function) in the forward pass: with compile(jit_compile=True) the step
+    # fails to compile, so a run that trains would mean XLA was ignored; without it the same model trains.
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    import tfdist
+
+    class NumpyDouble(keras.layers.Layer):
+        def call(self, x):
+            y = tf.numpy_function(lambda a: (2 * a).astype(np.float32), [x], tf.float32)
+            return tf.ensure_shape(y, x.shape)
+
+    def model_fn(jit):
+        def build():
+            model = keras.Sequential([keras.Input((4,)), NumpyDouble(), keras.layers.Dense(1)])
+            model.compile(optimizer="sgd", loss="mse", jit_compile=jit)
+            return model
+        return build
+
+    x, y = np.ones((16, 4), np.float32), np.ones((16, 1), np.float32)
+    history = tfdist.fit(model_fn(False), x, y, batch_size=8, verbose=0, strategy="one_device")
+    assert len(history.history["loss"]) == 1
+    with pytest.raises(Exception, match="(?i)xla|compil|PyFunc|numpy_function"):
+        tfdist.fit(model_fn(True), x, y, batch_size=8, verbose=0, strategy="one_device")
