@@ -24,7 +24,6 @@ MODES = {
     "mirrored": ("tfdist", "mirrored"),
     "central_storage": ("tfdist", "central_storage"),
     "multi_worker_mirrored": ("tfdist", "multi_worker_mirrored"),
-    "parameter_server_1_worker": ("tfdist", "parameter_server"),
     "parameter_server": ("tfdist", "parameter_server"),
     "keras_mirrored": ("keras", "mirrored"),
     "keras_multi_worker_mirrored": ("keras", "multi_worker_mirrored"),
@@ -173,7 +172,7 @@ def main(modes: list[str]) -> None:
     if coordinated:  # one mode a process: a coordinator and its in-process cluster
         from tfdist.deploy.in_process import in_process_cluster
 
-        resolver = in_process_cluster(num_workers=1 if coordinated[0].endswith("1_worker") else 2, num_ps=1)
+        resolver = in_process_cluster(num_workers=2, num_ps=1)
     import tensorflow as tf
 
     from tfdist.errors import UserError

@@ -28,7 +28,7 @@ def measured(python, modes) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("modes", [("one_device", "mirrored"), ("central_storage", "keras_mirrored"),
-                                   ("parameter_server_1_worker",), ("parameter_server",)], ids="+".join)
+                                   ("parameter_server",)], ids="+".join)
 def test_every_feature_equals_one_device_or_is_refused_in_one_line(python, modes):
     results = measured(python, modes)
     cells = {feature: {mode: cell(feature, mode, result) for mode, result in row.items()}
