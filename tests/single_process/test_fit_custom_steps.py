@@ -11,10 +11,13 @@ with ``tfdist.fit`` under the same strategy (``one_device``, ``mirrored``,
 - ``Compiled``: the guide's first model, ``train_step`` over ``compute_loss``
   and the compiled metrics, Keras' own ``test_step``.
 
-Every epoch's figures agree (the test allows 1e-6 relative for float
-rounding), Keras' own quirks included: ``Compiled`` tracks the loss that
-``compute_loss`` divided by the replicas, so under ``mirrored`` both report
-half of one device's loss. A step that returns logs other than the model's
+Every epoch's figures of ``tfdist.fit`` under each strategy equal Keras' own
+``fit`` on one device (the test allows 1e-6 relative for float rounding);
+under ``central_storage`` they equal Keras' own run there, whose own metrics
+read otherwise.
+Keras' own ``MirroredStrategy`` does not for ``Compiled``: it tracks the loss
+that ``compute_loss`` divided by the replicas, half of one device's, while
+``tfdist.fit`` runs the step with the loss one device sees. A step that returns logs other than the model's
 metrics is one ``UserError`` line. The same ``Lower`` under 2
 ``multi_worker_mirrored`` workers is in ``test_fit_setup.py``; under
 ``parameter_server`` (refused) in ``test_fit_parameter_server.py``.
@@ -150,14 +153,26 @@ def results(python) -> dict:
 @pytest.mark.xdist_group("fit_custom_steps")
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("model", ["lower", "compiled"])
-def test_own_steps_equal_keras_fit_under_the_same_strategy(python, model, strategy):
+def test_own_steps_equal_keras_fit_on_one_device(python, model, strategy):
+    # Under central_storage a model's own metrics read as Keras' own CentralStorageStrategy reads them (its
+    # weights equal one device's: tests/single_process/test_fit_features.py), so the reference is Keras' run there.
     out = results(python)
-    keras_history, tfdist_history = out[f"{model} keras {strategy}"], out[f"{model} tfdist {strategy}"]
+    reference = "central_storage" if strategy == "central_storage" else "one_device"
+    keras_history, tfdist_history = out[f"{model} keras {reference}"], out[f"{model} tfdist {strategy}"]
     expected = {"loss", "mae", "val_loss", "val_mae"}
     assert set(keras_history) == expected and all(len(v) == 2 for v in keras_history.values()), keras_history
     assert spread(tfdist_history, keras_history) < 1e-6, (tfdist_history, keras_history)
     # It trains (the lower-level model has no compiled loss, and is not refused): the loss falls.
     assert tfdist_history["loss"][-1] < tfdist_history["loss"][0], tfdist_history
+
+
+@pytest.mark.xdist_group("fit_custom_steps")
+def test_keras_own_mirrored_fit_unpatched_reports_a_fraction_of_the_loss_that_tfdist_fit_does_not(python):
+    out = results(python)
+    keras_mirrored, one = out["compiled keras mirrored"], out["compiled keras one_device"]
+    assert keras_mirrored["loss"][0] == pytest.approx(one["loss"][0] / 2, rel=1e-5)
+    assert keras_mirrored["mae"] == pytest.approx(one["mae"], rel=1e-5)
+    assert out["compiled tfdist mirrored"]["loss"] == pytest.approx(one["loss"], rel=1e-6)
 
 
 @pytest.mark.xdist_group("fit_custom_steps")

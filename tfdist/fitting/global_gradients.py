@@ -39,16 +39,24 @@ def install() -> None:
     tf_optimizer.apply = _summed_first(tf_optimizer.apply, loss_scale=False)
     LossScaleOptimizer.apply = _summed_first(LossScaleOptimizer.apply, loss_scale=True)
     losses = _compat.keras_loss_module()
-    for name in ("scale_loss_for_distribution", "unscale_loss_for_distribution"):
-        setattr(losses, name, _unless_shared(getattr(losses, name)))
+    losses.scale_loss_for_distribution = _unless_shared(losses.scale_loss_for_distribution, scales=True)
+    losses.unscale_loss_for_distribution = _unless_shared(losses.unscale_loss_for_distribution, scales=False)
 
 
-def _unless_shared(scale):
-    """Keras' loss scaling for N replicas, left out while a replica's share is set (``replica_share``)."""
+def _unless_shared(scale, *, scales: bool):
+    """Keras' loss scaling for N replicas, left out while a replica's share is set (``replica_share``).
+
+    A loss Keras would have divided by the replicas is a mean over the replica's examples: its gradients are
+    then weighted by the replica's share (``scales`` marks that one was seen).
+    """
 
     @functools.wraps(scale)
     def wrapped(value):
-        return value if getattr(_share, "weight", None) is not None else scale(value)
+        if getattr(_share, "weight", None) is None:
+            return scale(value)
+        if scales:
+            _share.scaled = True
+        return value
 
     return wrapped
 
@@ -57,16 +65,17 @@ def _unless_shared(scale):
 def replica_share(weight):
     """While a model's own step runs on this replica: losses as one device sees them, gradients weighted.
 
-    Keras divides a replica's loss by the replicas so that summed gradients come out right; a step that feeds
-    that loss to its own metric then reports a fraction of it. Here the loss stays this replica's mean, and
-    its gradients are weighted by ``weight`` (its examples over the step's) before the sum.
+    Keras divides a replica's mean loss by the replicas so that summed gradients come out right; a step that
+    feeds that loss to its own metric then reports a fraction of it. Here the loss stays this replica's mean,
+    and the gradients of a step that computed one are weighted by ``weight`` (its examples over the step's)
+    before the sum. A loss Keras does not scale (a sum over examples) keeps its gradients as they are.
     """
-    previous = getattr(_share, "weight", None)
-    _share.weight = weight
+    previous = getattr(_share, "weight", None), getattr(_share, "scaled", False)
+    _share.weight, _share.scaled = weight, False
     try:
         yield
     finally:
-        _share.weight = previous
+        _share.weight, _share.scaled = previous
 
 
 def check(tf_optimizer, base, loss_scale) -> None:
@@ -111,7 +120,7 @@ def sum_over_replicas(context, grads):
     """``grads`` summed over every replica (dense; ``None`` kept; weighted by a ``replica_share``)."""
     import tensorflow as tf
 
-    weight = getattr(_share, "weight", None)
+    weight = getattr(_share, "weight", None) if getattr(_share, "scaled", False) else None
     present = [i for i, g in enumerate(grads) if g is not None]
     dense = [tf.convert_to_tensor(grads[i]) for i in present]
     if weight is not None:
@@ -121,6 +130,35 @@ def sum_over_replicas(context, grads):
     for i, g in zip(present, summed):
         out[i] = g
     return out
+
+
+@contextlib.contextmanager
+def own_steps_as_one_device(model, replicas: int):
+    """While Keras' own ``fit`` runs: a model's own ``train_step``/``test_step`` see the loss one device sees.
+
+    Each step runs under ``replica_share(1 / replicas)``: Keras' even split of a global batch, so the gradients
+    are Keras' own and only what the step reports changes. Nothing changes for one replica or Keras' steps.
+    """
+    import keras
+
+    names = [name for name in ("train_step", "test_step")
+             if getattr(type(model), name) is not getattr(keras.Model, name)] if replicas > 1 else []
+    for name in names:
+        setattr(model, name, _shared_step(getattr(type(model), name).__get__(model), 1.0 / replicas))
+    try:
+        yield
+    finally:
+        for name in names:
+            delattr(model, name)
+
+
+def _shared_step(step, weight: float):
+    @functools.wraps(step)
+    def shared(data):
+        with replica_share(weight):
+            return step(data)
+
+    return shared
 
 
 def _lives_once(strategy) -> bool:

@@ -130,6 +130,7 @@ def _wrapped_fit(original, multi_worker):
     def fit(self, *args, **kwargs):
         import tensorflow as tf
 
+        from tfdist.fitting.global_gradients import own_steps_as_one_device
         from tfdist.fitting.patch.callbacks import chief_only_files
         from tfdist.fitting.patch.finish import wait_for_every_worker
         from tfdist.fitting.patch.preemption import PreemptionVote, Stopped, leave
@@ -143,11 +144,13 @@ def _wrapped_fit(original, multi_worker):
             return fit_under_coordinator(self, {k: v for k, v in arguments.items() if k != "self"})
         if strategy.num_replicas_in_sync > 1:
             refuse_on_cpu(self, strategy)
+        one_device_loss = own_steps_as_one_device(self, strategy.num_replicas_in_sync)
         if not multi_worker(strategy):
-            return original(self, *args, **kwargs)
+            with one_device_loss:
+                return original(self, *args, **kwargs)
         callbacks = list(arguments.get("callbacks") or [])
         try:
-            with chief_only_files(callbacks, strategy), PreemptionVote(self, strategy, callbacks):
+            with chief_only_files(callbacks, strategy), PreemptionVote(self, strategy, callbacks), one_device_loss:
                 history = original(self, *args, **kwargs)
         except Stopped:
             leave()
