@@ -48,3 +48,31 @@ def test_jit_compile_is_honoured_by_tfdist_fit():
     assert len(history.history["loss"]) == 1
     with pytest.raises(Exception, match="(?i)xla|compil|PyFunc|numpy_function"):
         tfdist.fit(model_fn(True), x, y, batch_size=8, verbose=0, strategy="one_device")
+
+
+def test_a_resumed_ema_run_keeps_the_moving_averages(tmp_path):
+    # The run directory's checkpoint keeps the trained weights and the averages apart: 2 epochs, then the same
+    # call for 3 on that directory, ends where 3 epochs straight end (the averages finalized into the model).
+    import keras
+    import numpy as np
+
+    import tfdist
+
+    def model_fn():
+        keras.utils.set_random_seed(3)
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(1)])
+        model.compile(optimizer=keras.optimizers.Adam(0.05, use_ema=True, ema_momentum=0.8), loss="mse")
+        return model
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, 4)).astype(np.float32)
+    y = x.sum(axis=1, keepdims=True)
+    args = dict(batch_size=16, shuffle=False, verbose=0, strategy="one_device")
+    straight = tfdist.fit(model_fn, x, y, epochs=3, model_dir=str(tmp_path / "straight"), **args).model
+    tfdist.fit(model_fn, x, y, epochs=2, model_dir=str(tmp_path / "resumed"), **args)
+    resumed = tfdist.fit(model_fn, x, y, epochs=3, model_dir=str(tmp_path / "resumed"), **args).model
+    reference = model_fn()
+    reference.fit(x, y, epochs=3, batch_size=16, shuffle=False, verbose=0)
+    for got, want, keras_own in zip(resumed.get_weights(), straight.get_weights(), reference.get_weights()):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(want, keras_own, rtol=1e-5, atol=1e-6)
