@@ -1,12 +1,10 @@
-"""``compile(steps_per_execution=N)`` in Keras' own ``fit`` and ``evaluate`` across workers.
+"""``compile(steps_per_execution=N)`` in Keras' own ``fit`` and ``evaluate`` over several replicas.
 
-Keras runs N steps in one ``tf.function``: a ``tf.while_loop`` whose ``tf.cond``
-calls the step, itself a ``tf.function``. Across workers TensorFlow gives each
-collective an instance key fed when the function is called, and that feed
-never reaches a collective so nested ("You must feed a value for placeholder
-tensor 'while/.../cond/Placeholder'"). While Keras' function traces, its
-collectives take their keys when traced instead: every worker traces the same
-functions in the same order, so the keys agree.
+Keras runs N steps in one ``tf.function``: a ``tf.while_loop`` whose ``tf.cond`` calls the step. TensorFlow
+feeds each collective's instance key when the function is called, and that feed never reaches a collective
+nested so ("You must feed a value for placeholder tensor 'while/.../cond/Placeholder'"). While Keras'
+function traces, its collectives take their keys when traced instead: every worker traces the same functions
+in the same order, so the keys agree.
 """
 
 from __future__ import annotations
@@ -30,7 +28,7 @@ def _keys_at_trace_time(make_function):
         function = make_function(self, step_function)
 
         def run(iterator):
-            if self.steps_per_execution > 1 and _compat.is_multi_worker(self.distribute_strategy):
+            if self.steps_per_execution > 1 and self.distribute_strategy.num_replicas_in_sync > 1:
                 with _compat.collective_keys_at_trace_time():
                     return function(iterator)
             return function(iterator)
