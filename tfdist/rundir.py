@@ -20,7 +20,7 @@ from pathlib import Path
 import yaml
 
 from tfdist import config as config_lib
-from tfdist.errors import UserError, file_in_the_way
+from tfdist.errors import UserError, file_in_the_way, unwritable_directory
 
 #: Settings that must not change between a run and its resumption.
 RESUME_KEYS = {
@@ -113,7 +113,8 @@ class RunDir:
         ``name`` is how the caller's user gave the path (``--model_dir``, or ``model_dir`` of ``tfdist.fit``).
 
         Raises:
-            UserError: the path is a file, lies under a file, or its ``params.yaml`` is not a file.
+            UserError: the path is a file, lies under a file or in a directory this process cannot write, or
+                its ``params.yaml`` is not a file.
         """
         expected = "Expected a directory (an existing run's, or a new one)."
         blocking = file_in_the_way(self.path)
@@ -122,6 +123,10 @@ class RunDir:
                             f"Received: {str(self.path)!r}, an existing file. {expected}")
         if blocking is not None:
             raise UserError(f"Invalid `{name}`: {blocking} is a file. Received: {str(self.path)!r}. {expected}")
+        locked = unwritable_directory(self.path)
+        if locked is not None:
+            raise UserError(f"Invalid `{name}`: {locked} is not writable. Received: {str(self.path)!r}. Expected a "
+                            "directory this process can write (an existing run's, or a new one).")
         if self.params.exists() and not self.params.is_file():
             raise UserError(f"Invalid `{name}`: its {self.params.name} is not a file. Received: {str(self.path)!r}. "
                             f"{expected}")

@@ -19,7 +19,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is impor
 from absl import flags  # noqa: E402
 
 from tfdist import config as config_lib  # noqa: E402
-from tfdist.errors import UserError, file_in_the_way, run_main  # noqa: E402
+from tfdist.errors import UserError, file_in_the_way, run_main, unwritable_directory  # noqa: E402
 
 FLAGS = flags.FLAGS
 
@@ -46,7 +46,7 @@ def config_from_flags():
 
 
 def check_dump_weights(path: str) -> None:
-    """Refuse a ``--dump_weights`` that cannot be a directory, before anything runs (not after training)."""
+    """Refuse a ``--dump_weights`` that cannot be a directory or cannot be written, before anything runs."""
     blocking = file_in_the_way(path)
     expected = "Expected a directory for the weights files (existing or new)."
     if blocking == Path(path):
@@ -54,6 +54,10 @@ def check_dump_weights(path: str) -> None:
                         f"{expected}")
     if blocking is not None:
         raise UserError(f"Invalid value for `--dump_weights`: {blocking} is a file. Received: {path!r}. {expected}")
+    locked = unwritable_directory(path)
+    if locked is not None:
+        raise UserError(f"Invalid value for `--dump_weights`: {locked} is not writable. Received: {path!r}. "
+                        f"{expected}")
 
 
 def main(argv: list[str]) -> int:

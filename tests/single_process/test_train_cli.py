@@ -207,6 +207,19 @@ def _dump_weights_a_file(tmp_path, stack):
     return [f"--dump_weights={path}"], f"Invalid value for `--dump_weights`: not a directory. Received: '{path}'"
 
 
+def _config(text: str, needle: str):
+    """A case whose --config is a YAML file of ``text``; ``needle`` after the file's path."""
+    def case(tmp_path, stack):
+        path = tmp_path / "experiment.yaml"
+        path.write_text(text)
+        return [f"--config={path}"], needle.format(path)
+    return case
+
+
+#: A directory no process may create files in, root's included (procfs refuses them).
+UNWRITABLE = "/proc/1"
+
+
 #: Cases whose check runs after TensorFlow has started (and printed its start-up lines): the rendezvous
 #: of the peers ends right before the strategy binds the gRPC port, once TensorFlow's devices are set up.
 AFTER_TENSORFLOW_STARTS = {"connect_timeout"}
@@ -246,6 +259,16 @@ BAD_INPUT = [
      "Invalid value for `--dump_weights`: README.md is a file. Received: 'README.md/weights'"),
     ("seed_out_of_range", ["--seed=-1"], "seed=-1. Expected an integer in 0..2**32-1."),
     ("shapes_fewer_classes", ["--num_classes=3"], "`--num_classes` for shapes. Received: num_classes=3."),
+    ("train_examples_past_memory", _config("data:\n  train_examples: 1000000000000\n",
+                                           "Invalid value for `--train_examples`: its shapes split would take"), None),
+    ("config_duplicate_key", _config("train:\n  epochs: 2\n  epochs: 3\n",
+                                     "Invalid experiment file {}: the key 'epochs' is given twice, on lines 2 and 3."),
+     None),
+    ("model_dir_unwritable", [f"--model_dir={UNWRITABLE}/run"],
+     f"Invalid `--model_dir`: {UNWRITABLE} is not writable. Received: '{UNWRITABLE}/run'."),
+    ("dump_weights_unwritable", [f"--dump_weights={UNWRITABLE}/weights"],
+     f"Invalid value for `--dump_weights`: {UNWRITABLE} is not writable. Received: '{UNWRITABLE}/weights'."),
+    ("cpu_devices_absurd", ["--cpu_devices=1000000"], "Received: cpu_devices=1000000. Expected an integer in 0..1024"),
 ]
 
 

@@ -93,6 +93,12 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy:
             raise UserError(f"Invalid `strategy` for tfdist.fit after tfdist.setup. Received: strategy={strategy!r}, "
                             f"and the process is set up for {session.runtime.strategy!r}. Expected strategy=None "
                             "or the set-up's own.")
+        for name in ("cluster", "task"):
+            given, fixed = getattr(runtime, name), getattr(session.runtime, name)
+            if given and given != fixed:
+                raise UserError(f"Invalid `{name}` for tfdist.fit after tfdist.setup. Received: {name}={given!r}, "
+                                f"and the process is set up with {name}={fixed!r}. Expected {name}=None or the "
+                                "set-up's own.")
         strategy = session.runtime.strategy
         runtime = dataclasses.replace(session.runtime, progress_timeout=runtime.progress_timeout)
     else:
