@@ -87,6 +87,8 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy:
     runtime = check_run_args(strategy=strategy or "one_device", cpu_devices=cpu_devices, cluster=cluster, task=task,
                              connect_timeout=connect_timeout, progress_timeout=progress_timeout, seed=seed,
                              model_dir=model_dir, shuffle=shuffle, verbose=verbose, callbacks=callbacks)
+    if model_dir is not None:
+        RunDir(model_dir).check_fit_resume(batch_size)
     session = session_lib.current()
     if session is not None:
         if strategy not in (None, session.runtime.strategy):
@@ -115,6 +117,8 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy:
         raise UserError(f"Invalid task for tfdist.fit: {placement.name}. Received: an evaluator task. Expected "
                         "chief, worker or ps tasks (fit evaluates validation_data itself).")
     run_dir = RunDir(model_dir)
+    if placement.is_chief and not temporary:
+        run_dir.write_fit_record(batch_size)
     try:
         with training_task(config, placement, run_dir, cluster_resolver=cluster_resolver, verbose=bool(verbose),
                            keras_setup=False, strategy=session.strategy if session is not None else None) as training:
