@@ -6,9 +6,8 @@ prefixed ``[worker:1]``. ``--local`` rewrites addresses to free ports of
 the cluster (a ps cluster's worker and the evaluator do not stop it). Stopping:
 SIGTERM to each task's group, SIGKILL after ``--grace_seconds``. SIGTERM or
 SIGUSR1 to the launcher is forwarded and it exits 42; ``--max_restarts N``
-restarts every task after a failure. TensorFlow's known start-up lines are dropped from
-the tasks' output (``--show_startup_noise`` keeps them). TensorFlow's gRPC server listens on every
-interface with no authentication. Examples and details: docs/internals.md (Clusters).
+restarts every task after a failure; TensorFlow's start-up lines are dropped (``--show_startup_noise``).
+TensorFlow's gRPC server listens on every interface with no authentication. More: docs/internals.md (Clusters).
 """
 
 from __future__ import annotations
