@@ -221,7 +221,7 @@ def test_after_setup_fit_accepts_the_set_ups_own_cluster_and_task(never_set_up, 
     from tfdist.runtime import session
 
     runtime = config_lib.runtime_config("tfdist.setup", strategy="mirrored", cluster="c.yaml", task="worker:0")
-    monkeypatch.setattr(session, "current", lambda: session.Session(runtime=runtime, placement=types.SimpleNamespace(role="train", is_chief=True),
-                                                                      strategy=None))
+    placement = types.SimpleNamespace(role="train", is_chief=True)
+    monkeypatch.setattr(session, "current", lambda: session.Session(runtime=runtime, placement=placement, strategy=None))
     with pytest.raises(AssertionError, match="the process was set up"):
         tfdist.fit(model_fn, X, Y, batch_size=4, epochs=1, verbose=0, cluster="c.yaml", task="worker:0")
