@@ -14,6 +14,9 @@ __version__ = "0.1.0"
 
 def fit(model_fn, x=None, y=None, **kwargs):
     """Keras' ``fit`` for any compiled Keras 3 model under every strategy (``tfdist.fitting.api.fit``)."""
+    from tfdist.errors import check_keras_backend
+
+    check_keras_backend()
     from tfdist.fitting.api import fit as _fit
 
     return _fit(model_fn, x, y, **kwargs)
@@ -31,6 +34,9 @@ def setup(strategy: str = "one_device", **kwargs):
         import tfdist
         strategy = tfdist.setup("multi_worker_mirrored")   # instead of tf.distribute.MultiWorkerMirroredStrategy()
     """
+    from tfdist.errors import check_keras_backend
+
+    check_keras_backend()
     from tfdist.fitting.patch import install
     from tfdist.runtime.session import setup as _setup
 
@@ -45,6 +51,9 @@ def patch_keras() -> None:
     For a script that creates its own ``tf.distribute.MultiWorkerMirroredStrategy()``:
     ``import tfdist; tfdist.patch_keras()`` at its top.
     """
+    from tfdist.errors import check_keras_backend
+
+    check_keras_backend()
     from tfdist.fitting.patch import install
 
     install()

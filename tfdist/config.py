@@ -38,6 +38,10 @@ LR_SCALINGS = ("none", "linear")
 LR_DECAYS = ("cosine", "none")
 COMMUNICATIONS = ("auto", "ring", "nccl")
 
+#: Logical CPU devices one process may be split into: more than any host's cores, and TensorFlow grows
+#: memory for each, so a larger ``--cpu_devices`` is a typo refused before TensorFlow starts.
+MAX_CPU_DEVICES = 1024
+
 #: Classes of each dataset when ``num_classes`` is left at 0.
 DATASET_NUM_CLASSES = {"shapes": 4, "oxford_iiit_pet": 3}
 #: Masks are 8-bit class indices; larger images than this do not fit a host's memory in a batch.
@@ -219,11 +223,30 @@ def resolve_experiment_path(name: str) -> Path:
     )
 
 
+class _DuplicateKey(Exception):
+    """A key given twice in one mapping of a YAML file (YAML itself forbids it; PyYAML keeps the last)."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping with both of its line numbers."""
+
+    def construct_mapping(self, node, deep=False):
+        lines: dict = {}
+        for key_node, _ in node.value:
+            key, line = key_node.value, key_node.start_mark.line + 1  # a scalar key's text, as the file has it
+            if isinstance(key, str) and key in lines:
+                raise _DuplicateKey(f"the key {key!r} is given twice, on lines {lines[key]} and {line}")
+            lines[key if isinstance(key, str) else object()] = line
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_experiment(config: Config, name: str) -> Config:
     """Apply a YAML experiment file: top-level sections, each a mapping of fields."""
     path = resolve_experiment_path(name)
     try:
-        tree = yaml.safe_load(path.read_text(encoding="utf-8"))
+        tree = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
+    except _DuplicateKey as e:
+        raise UserError(f"Invalid experiment file {path}: {e}. Expected each key once.") from None
     except UnicodeDecodeError as e:
         raise UserError(f"Invalid experiment file {path}: it is not UTF-8 text. Received: byte "
                         f"{e.object[e.start:e.start + 1]!r} at offset {e.start}. Expected a UTF-8 YAML file.") from None
@@ -319,6 +342,9 @@ def validate(config: Config) -> Config:
     ):
         _at_least(name, getattr(getattr(config, FIELD_SECTION[name]), name), low)
     _check_magnitudes(config)
+    if rt.cpu_devices > MAX_CPU_DEVICES:
+        raise UserError(f"Invalid value for `--cpu_devices`. Received: cpu_devices={rt.cpu_devices}. "
+                        f"Expected an integer in 0..{MAX_CPU_DEVICES} (0: the strategy's default).")
     if not 0 <= train.seed < 2**32:
         raise UserError(f"Invalid value for `--seed`. Received: seed={train.seed}. Expected an integer in 0..2**32-1.")
     strategies.check_ps_shards(rt.ps_shards)

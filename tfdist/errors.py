@@ -102,6 +102,37 @@ def file_in_the_way(path) -> Path | None:
     return found if found is not None and not found.is_dir() else None
 
 
+def unwritable_directory(path) -> Path | None:
+    """The nearest existing directory at or above ``path`` in which this process cannot create files, or None.
+
+    Checked with ``file_in_the_way`` before anything is written or trained, so that a directory the user cannot
+    write is one line at the start, not a ``PermissionError`` traceback after the run.
+    """
+    path = Path(path)
+    found = next((p for p in (path, *path.parents) if p.exists()), None)
+    return found if found is not None and found.is_dir() and not os.access(found, os.W_OK | os.X_OK) else None
+
+
+def check_keras_backend(environ=None) -> None:
+    """Refuse a Keras backend other than TensorFlow's, before Keras is imported (every CLI, ``tfdist.setup``/``fit``).
+
+    Keras reads ``KERAS_BACKEND`` once, when it is imported; under JAX or PyTorch it fails deep inside
+    Keras (or trains something tfdist's strategies cannot distribute). A Keras already imported is asked itself.
+
+    Raises:
+        UserError: ``KERAS_BACKEND`` (or the imported Keras' backend) is not ``tensorflow``.
+    """
+    env = os.environ if environ is None else environ
+    keras = sys.modules.get("keras")
+    backend_module = getattr(keras, "backend", None)
+    imported = backend_module.backend() if hasattr(backend_module, "backend") else None
+    chosen = imported or env.get("KERAS_BACKEND", "").strip()
+    if chosen and chosen != "tensorflow":
+        source = "the imported Keras' backend" if imported else "KERAS_BACKEND"
+        raise UserError(f"Unsupported Keras backend: tfdist trains with the TensorFlow backend. Received: {source}="
+                        f"{chosen!r}. Expected KERAS_BACKEND=tensorflow (or unset), set before Keras is imported.")
+
+
 def fail(message: str, exit_code: int = USAGE_EXIT_CODE) -> NoReturn:
     """Print ``message`` as one line on stderr and exit with ``exit_code`` (2: the user's error)."""
     sys.stderr.write(f"error: {' '.join(str(message).split())}\n")
@@ -150,8 +181,13 @@ def run_main(main: Callable[[list[str]], int | None], define_flags: Callable[[],
     them only when they run, so that several can be imported in one process.
 
     TensorFlow's start-up lines are kept off stderr from here on (``quiet``;
-    opt-out ``TFDIST_TF_LOGS=1``), so the error line stays the only one.
+    opt-out ``TFDIST_TF_LOGS=1``), so the error line stays the only one. A Keras backend
+    other than TensorFlow's is refused first (``check_keras_backend``).
     """
+    try:
+        check_keras_backend()
+    except UserError as e:
+        fail(str(e))
     from absl import app
 
     from tfdist import quiet

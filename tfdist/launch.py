@@ -6,8 +6,8 @@ prefixed ``[worker:1]``. ``--local`` rewrites addresses to free ports of
 the cluster (a ps cluster's worker and the evaluator do not stop it). Stopping:
 SIGTERM to each task's group, SIGKILL after ``--grace_seconds``. SIGTERM or
 SIGUSR1 to the launcher is forwarded and it exits 42; ``--max_restarts N``
-restarts every task after a failure. TensorFlow's gRPC server listens on every
-interface with no authentication. Examples and details: docs/internals.md (Clusters).
+restarts every task after a failure; TensorFlow's start-up lines are dropped (``--show_startup_noise``).
+TensorFlow's gRPC server listens on every interface with no authentication. More: docs/internals.md (Clusters).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import BinaryIO, Mapping, Sequence
 from absl import flags
 
 from tfdist import cluster as cluster_lib
+from tfdist import quiet
 from tfdist.cluster.network import free_ports, is_loopback, port_in_use
 from tfdist.deploy.processes import LocalCluster, Signals
 from tfdist.errors import EXIT_CODES, PERMANENT_EXIT_CODES, PREEMPTED_EXIT_CODE, UserError, require_finite, run_main
@@ -54,6 +55,9 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
                        lower_bound=0.0, flag_values=flag_values)
     flags.DEFINE_float("shutdown_timeout", 60.0, "Seconds the other tasks may run on after the leader has finished.",
                        lower_bound=0.0, flag_values=flag_values)
+    flags.DEFINE_bool("show_startup_noise", False, "Pass on TensorFlow's known start-up lines from the tasks' output "
+                      "(cuInit, cudart, oneDNN, ...), which are dropped by default, as tfdist's own CLIs drop them "
+                      "(TFDIST_TF_LOGS=1 does the same).", flag_values=flag_values)
     require_finite("grace_seconds", "shutdown_timeout", flag_values=flag_values)
 
 
@@ -172,8 +176,12 @@ def _run_once(cluster: LocalCluster, signals: Signals, *, grace: float, shutdown
 
 def launch(spec: cluster_lib.ClusterSpec, command: Sequence[str], *, local: bool = False, max_restarts: int = 0,
            grace: float = GRACE_SECONDS, shutdown_timeout: float = 60.0, env: Mapping[str, str] | None = None,
-           out: BinaryIO | None = None, err: BinaryIO | None = None, poll: float = 0.1) -> int:
+           out: BinaryIO | None = None, err: BinaryIO | None = None, poll: float = 0.1,
+           show_startup_noise: bool = False) -> int:
     """Run ``command`` once per task of ``spec`` until the cluster finishes; returns the exit status.
+
+    TensorFlow's known start-up lines (``quiet.STARTUP_NOISE``) are dropped from the tasks' output unless
+    ``show_startup_noise`` (or the environment's ``TFDIST_TF_LOGS=1``) asks for them.
 
     Addresses, prefixes, exit status, stopping, signals and restarts:
     docs/internals.md (Clusters). Call it from the main thread: only there can it
@@ -206,7 +214,8 @@ def launch(spec: cluster_lib.ClusterSpec, command: Sequence[str], *, local: bool
             current = localize(spec) if local else spec
             if not local:
                 check_local(current)
-            cluster = LocalCluster(current, command, env=env, out=out, err=err, log=log)
+            cluster = LocalCluster(current, command, env=env, out=out, err=err, log=log,
+                                   show_startup_noise=show_startup_noise or quiet.opted_out(env))
             outcome = _run_once(cluster, signals, grace=grace, shutdown_timeout=shutdown_timeout, poll=poll,
                                 new_ports=local)
             status = outcome.status
@@ -241,7 +250,7 @@ def main(argv: list[str]) -> int:
         )
     spec = cluster_lib.load_cluster_spec(FLAGS.cluster)
     return launch(spec, argv[1:], local=FLAGS.local, max_restarts=FLAGS.max_restarts, grace=FLAGS.grace_seconds,
-                  shutdown_timeout=FLAGS.shutdown_timeout)
+                  shutdown_timeout=FLAGS.shutdown_timeout, show_startup_noise=FLAGS.show_startup_noise)
 
 
 def entry() -> None:

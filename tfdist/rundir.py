@@ -1,6 +1,6 @@
 """A run directory (``--model_dir``): its layout, in one place, and whether a new run may resume it.
 
-Every file a run leaves is named here and nowhere else: ``params.yaml``,
+Every file a run leaves is named here and nowhere else: ``params.yaml`` (``fit.yaml`` for ``tfdist.fit``),
 ``metrics.jsonl``, ``evaluator.jsonl``, ``summary.json``, ``checkpoints/``,
 ``tensorboard/<split>``, ``export/``, ``fit-inputs/`` and ``heartbeats/``.
 Workers other than the chief write their checkpoints into a scratch directory
@@ -20,15 +20,17 @@ from pathlib import Path
 import yaml
 
 from tfdist import config as config_lib
-from tfdist.errors import UserError, file_in_the_way
+from tfdist.errors import UserError, file_in_the_way, unwritable_directory
 
 #: Settings that must not change between a run and its resumption.
 RESUME_KEYS = {
+    # The checkpoint's optimizer slots and loss-scale variables are those of its optimizer and precision.
+    "runtime": ("precision",),
     "data": ("dataset", "image_size", "num_classes"),
     "model": tuple(f.name for f in dataclasses.fields(config_lib.ModelConfig)),
     # The data position of a resumed run is its step times the global batch (training.inputs), and the
     # learning-rate schedule is in steps: with another global batch both would be wrong.
-    "train": ("global_batch_size",),
+    "train": ("global_batch_size", "optimizer"),
 }
 
 
@@ -48,6 +50,11 @@ class RunDir:
     @property
     def params(self) -> Path:
         return self.path / "params.yaml"
+
+    @property
+    def fit_record(self) -> Path:
+        """``fit.yaml``: what a ``tfdist.fit`` run that must not change on resume was given (its ``batch_size``)."""
+        return self.path / "fit.yaml"
 
     @property
     def metrics(self) -> Path:
@@ -113,7 +120,8 @@ class RunDir:
         ``name`` is how the caller's user gave the path (``--model_dir``, or ``model_dir`` of ``tfdist.fit``).
 
         Raises:
-            UserError: the path is a file, lies under a file, or its ``params.yaml`` is not a file.
+            UserError: the path is a file, lies under a file or in a directory this process cannot write, or
+                its ``params.yaml`` is not a file.
         """
         expected = "Expected a directory (an existing run's, or a new one)."
         blocking = file_in_the_way(self.path)
@@ -122,6 +130,10 @@ class RunDir:
                             f"Received: {str(self.path)!r}, an existing file. {expected}")
         if blocking is not None:
             raise UserError(f"Invalid `{name}`: {blocking} is a file. Received: {str(self.path)!r}. {expected}")
+        locked = unwritable_directory(self.path)
+        if locked is not None:
+            raise UserError(f"Invalid `{name}`: {locked} is not writable. Received: {str(self.path)!r}. Expected a "
+                            "directory this process can write (an existing run's, or a new one).")
         if self.params.exists() and not self.params.is_file():
             raise UserError(f"Invalid `{name}`: its {self.params.name} is not a file. Received: {str(self.path)!r}. "
                             f"{expected}")
@@ -152,6 +164,7 @@ class RunDir:
                 read, or holds another value of a setting that must not change (``RESUME_KEYS``).
         """
         self.check_place()
+        self._check_written_by("tfdist.train", config.train.model_dir, "--model_dir")
         old = self._old_params()
         new = config_lib.to_dict(config)
         for section, keys in RESUME_KEYS.items():
@@ -163,3 +176,42 @@ class RunDir:
                         f"it holds a run with {section}.{key}={before!r}. Received: {key}={new[section][key]!r}. "
                         "Expected the same value to resume, or a new --model_dir."
                     )
+
+    def _check_written_by(self, client: str, received, name: str) -> None:
+        """Refuse a run directory that the other client wrote: ``tfdist.fit``'s (``fit.yaml``, or checkpoints with
+        no ``params.yaml``) for ``tfdist.train``, ``tfdist.train``'s (``params.yaml``) for ``tfdist.fit``."""
+        if client == "tfdist.train":
+            has_checkpoints = self.checkpoints.is_dir() and any(self.checkpoints.iterdir())
+            other = self.fit_record.exists() or (has_checkpoints and not self.params.exists())
+        else:
+            other = self.params.exists()
+        if other:
+            writer = "tfdist.fit" if client == "tfdist.train" else "tfdist.train"
+            raise UserError(f"Invalid {name} {received}: it holds a {writer} run, which {client} cannot resume. "
+                            f"Received: {name}={str(received)!r} for {client}. Expected a {client} run's directory, "
+                            "or a new one.")
+
+    def check_fit_resume(self, batch_size, name: str = "model_dir") -> None:
+        """Refuse to resume in ``tfdist.fit`` a run that ``tfdist.train`` wrote, or one fitted with another batch.
+
+        Raises:
+            UserError: ``params.yaml`` is there, or ``fit.yaml`` holds another ``batch_size``.
+        """
+        self._check_written_by("tfdist.fit", self.path, name)
+        if not self.fit_record.is_file():
+            return
+        try:
+            before = (yaml.safe_load(self.fit_record.read_text(encoding="utf-8")) or {}).get("batch_size")
+        except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError) as e:
+            raise UserError(f"Cannot read {self.fit_record}: {type(e).__name__}. Expected the fit.yaml of an earlier "
+                            f"tfdist.fit run, or a new {name}.") from None
+        if before != batch_size:
+            raise UserError(f"Invalid {name} {self.path}: it holds a tfdist.fit run with batch_size={before!r}. "
+                            f"Received: batch_size={batch_size!r}. Expected the same batch_size to resume (its epochs "
+                            f"and data position are counted in its batches), or a new {name}.")
+
+    def write_fit_record(self, batch_size) -> None:
+        """Record ``tfdist.fit``'s ``batch_size`` for its resumptions (``check_fit_resume``); once, at the start."""
+        if not self.fit_record.exists():
+            self.path.mkdir(parents=True, exist_ok=True)
+            self.fit_record.write_text(yaml.safe_dump({"client": "tfdist.fit", "batch_size": batch_size}))

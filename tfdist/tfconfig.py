@@ -21,6 +21,7 @@ from absl import flags
 from tfdist import cluster, deploy, strategies
 from tfdist.deploy import kubernetes
 from tfdist.deploy.commands import task_commands
+from tfdist.segmentation.command import check_command
 from tfdist.cluster import sources
 from tfdist.cluster.spec import ENVIRONMENT_CLUSTERS, KUBERNETES, SLURM
 from tfdist.deploy import common, jobset, trainjob, volcano
@@ -266,6 +267,10 @@ def main(argv: list[str]) -> int:
     spec, tasks = _tasks(mode)
     if FLAGS.strategy is not None:
         strategies.check_strategy(spec, FLAGS.strategy)
+    if mode in _ALL_TASK_MODES:
+        # The strategy every task runs: --strategy, or (--emit) the manifests' default for the cluster.
+        deployed = FLAGS.strategy or (kubernetes.default_strategy(spec) if mode != "commands" else "")
+        check_command(extra, strategy=deployed, where=f"--{mode}" if mode == "commands" else f"--emit {mode}")
     if mode == "commands" and FLAGS.strategy is not None:
         extra = ["--strategy", FLAGS.strategy, *extra]
     _write("".join(line + "\n" for line in _OUTPUTS[mode](spec, tasks, extra)))

@@ -10,7 +10,6 @@ experiment of ``--config``, then the flags given on the command line.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from pathlib import Path
 
@@ -19,34 +18,19 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is impor
 from absl import flags  # noqa: E402
 
 from tfdist import config as config_lib  # noqa: E402
-from tfdist.errors import UserError, file_in_the_way, run_main  # noqa: E402
+from tfdist.errors import UserError, file_in_the_way, run_main, unwritable_directory  # noqa: E402
+from tfdist.segmentation.command import define_flags, given_fields  # noqa: E402
 
 FLAGS = flags.FLAGS
-
-_DEFINE = {bool: flags.DEFINE_boolean, int: flags.DEFINE_integer, float: flags.DEFINE_float, str: flags.DEFINE_string}
-
-
-def define_flags() -> None:
-    """``--config`` and one flag per config field, typed and defaulted as the field is."""
-    flags.DEFINE_string("config", None, "A YAML experiment: a path, or a name in configs/experiments/.")
-    flags.DEFINE_string("dump_weights", None, "Every training task writes its final weights to "
-                        "DIR/<type>-<index>.npz (local.npz without a cluster): to compare workers that write no "
-                        "outputs. Not part of the config.")
-    for section in dataclasses.fields(config_lib.Config):
-        defaults = section.default_factory()
-        for field in dataclasses.fields(defaults):
-            default = getattr(defaults, field.name)
-            _DEFINE[type(default)](field.name, default, f"{section.name}.{field.name}")
 
 
 def config_from_flags():
     """The resolved config: defaults -> --config file -> flags present on the command line."""
-    given = {name: FLAGS[name].value for name in config_lib.FIELD_SECTION if FLAGS[name].present}
-    return config_lib.build_config(FLAGS.config, given)
+    return config_lib.build_config(FLAGS.config, given_fields(FLAGS))
 
 
 def check_dump_weights(path: str) -> None:
-    """Refuse a ``--dump_weights`` that cannot be a directory, before anything runs (not after training)."""
+    """Refuse a ``--dump_weights`` that cannot be a directory or cannot be written, before anything runs."""
     blocking = file_in_the_way(path)
     expected = "Expected a directory for the weights files (existing or new)."
     if blocking == Path(path):
@@ -54,6 +38,10 @@ def check_dump_weights(path: str) -> None:
                         f"{expected}")
     if blocking is not None:
         raise UserError(f"Invalid value for `--dump_weights`: {blocking} is a file. Received: {path!r}. {expected}")
+    locked = unwritable_directory(path)
+    if locked is not None:
+        raise UserError(f"Invalid value for `--dump_weights`: {locked} is not writable. Received: {path!r}. "
+                        f"{expected}")
 
 
 def main(argv: list[str]) -> int:

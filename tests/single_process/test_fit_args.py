@@ -8,6 +8,8 @@ not as the expected line.
 
 from __future__ import annotations
 
+import types
+
 import numpy as np
 import pytest
 
@@ -100,6 +102,14 @@ CASES = {
                        "Invalid value for `runtime.cluster` in tfdist.fit. Received: cluster=5."),
     "task without cluster": ({"task": "worker:0", "strategy": "multi_worker_mirrored"},
                              "Missing `--cluster` for --task=worker:0."),
+    "task 0": ({"task": 0}, "Invalid value for `runtime.task` in tfdist.fit. Received: task=0. Expected a str."),
+    "task 0 with a cluster": ({"task": 0, "cluster": "c.yaml"},
+                              "Invalid value for `runtime.task` in tfdist.fit. Received: task=0."),
+    "cpu_devices absurd": ({"cpu_devices": 10**6},
+                           "Invalid value for `--cpu_devices`. Received: cpu_devices=1000000. Expected an integer in "
+                           "0..1024"),
+    "model_dir unwritable": ({"model_dir": "/proc/1/run"},
+                             "Invalid `model_dir`: /proc/1 is not writable. Received: '/proc/1/run'."),
 }
 
 
@@ -157,6 +167,10 @@ SETUP_CASES = {
     "communication unknown": ({"communication": "mpi"}, "Invalid value for `--communication`."),
     "cluster an int": ({"cluster": 3, "task": "worker:0"}, "Invalid value for `runtime.cluster` in tfdist.setup."),
     "verbose a word": ({"verbose": "x"}, "Invalid value for `verbose` of tfdist.setup. Received: verbose='x'."),
+    "task 0": ({"task": 0}, "Invalid value for `runtime.task` in tfdist.setup. Received: task=0. Expected a str."),
+    "cpu_devices absurd": ({"cpu_devices": 10**6},
+                           "Invalid value for `--cpu_devices`. Received: cpu_devices=1000000. Expected an integer in "
+                           "0..1024"),
 }
 
 
@@ -173,3 +187,41 @@ def test_a_bad_argument_of_setup_is_one_line_naming_it_before_any_set_up(case, m
     with pytest.raises(UserError) as caught:
         tfdist.setup(**arguments)
     assert str(caught.value).startswith(expected), str(caught.value)
+
+
+#: After tfdist.setup: a run argument of fit that the set-up already fixed, given otherwise (the start of its line).
+AFTER_SETUP_CASES = {
+    "strategy": ({"strategy": "one_device"}, "Invalid `strategy` for tfdist.fit after tfdist.setup."),
+    "cluster": ({"cluster": "other.yaml", "task": "worker:0"},
+                "Invalid `cluster` for tfdist.fit after tfdist.setup. Received: cluster='other.yaml', and the process "
+                "is set up with cluster='c.yaml'."),
+    "task": ({"cluster": "c.yaml", "task": "worker:1"},
+             "Invalid `task` for tfdist.fit after tfdist.setup. Received: task='worker:1', and the process is set up "
+             "with task='worker:0'."),
+}
+
+
+@pytest.mark.parametrize("case", sorted(AFTER_SETUP_CASES))
+def test_after_setup_fit_refuses_what_the_set_up_fixed_otherwise(case, never_set_up, monkeypatch):
+    """After ``tfdist.setup("mirrored", cluster="c.yaml", task="worker:0")`` (a stand-in session), ``fit``'s own
+    ``cluster=``/``task=`` are refused as ``strategy=`` is, not silently ignored; the set-up's own are accepted."""
+    from tfdist import config as config_lib
+    from tfdist.runtime import session
+
+    runtime = config_lib.runtime_config("tfdist.setup", strategy="mirrored", cluster="c.yaml", task="worker:0")
+    monkeypatch.setattr(session, "current", lambda: session.Session(runtime=runtime, placement=None, strategy=None))
+    arguments, expected = AFTER_SETUP_CASES[case]
+    with pytest.raises(UserError) as caught:
+        tfdist.fit(model_fn, X, Y, batch_size=4, epochs=1, verbose=0, **arguments)
+    assert str(caught.value).startswith(expected), str(caught.value)
+
+
+def test_after_setup_fit_accepts_the_set_ups_own_cluster_and_task(never_set_up, monkeypatch):
+    from tfdist import config as config_lib
+    from tfdist.runtime import session
+
+    runtime = config_lib.runtime_config("tfdist.setup", strategy="mirrored", cluster="c.yaml", task="worker:0")
+    placement = types.SimpleNamespace(role="train", is_chief=True)
+    monkeypatch.setattr(session, "current", lambda: session.Session(runtime=runtime, placement=placement, strategy=None))
+    with pytest.raises(AssertionError, match="the process was set up"):
+        tfdist.fit(model_fn, X, Y, batch_size=4, epochs=1, verbose=0, cluster="c.yaml", task="worker:0")

@@ -59,6 +59,37 @@ def test_the_fix_refuses_a_keras_whose_trainer_differs():
         trainer.check(without_build)
 
 
+def test_install_itself_refuses_a_trainer_that_reads_otherwise_and_changes_nothing(monkeypatch):
+    """Issue 32: ``install()`` (not only ``check``) refuses a trainer module whose ``reduce_per_replica`` differs.
+
+    The stand-in module has the real trainer's parts, unpatched, but a ``reduce_per_replica`` of its own; an
+    ``install`` that skipped the check would replace its functions and wrap its ``fit``.
+    """
+    import inspect
+
+    from tfdist import _compat
+    from tfdist.errors import UserError
+    from tfdist.fitting.patch import trainer
+
+    real = _compat.keras_tensorflow_trainer()
+
+    def reduce_per_replica(values, strategy, reduction):
+        return strategy.reduce("MEAN", values, axis=None)  # a Keras that fixed it its own way
+
+    stand_in_class = type("TensorFlowTrainer", (), {
+        name: inspect.unwrap(getattr(real.TensorFlowTrainer, name))
+        for name in ("_maybe_symbolic_build", "_symbolic_build", "fit")})
+    stand_in = types.SimpleNamespace(TensorFlowTrainer=stand_in_class, reduce_per_replica=reduce_per_replica,
+                                     _collective_all_reduce_multi_worker=real._collective_all_reduce_multi_worker)
+    before = {**vars(stand_in), **dict(vars(stand_in_class))}
+    monkeypatch.setattr(_compat, "keras_tensorflow_trainer", lambda: stand_in)
+    with pytest.raises(UserError) as caught:
+        trainer.install()
+    assert str(caught.value).startswith("Unsupported Keras ") and "\n" not in str(caught.value)
+    assert "differs in reduce_per_replica. Received: keras " in str(caught.value)
+    assert {**vars(stand_in), **dict(vars(stand_in_class))} == before  # nothing replaced, nothing wrapped
+
+
 TOO_LATE = """
 import tensorflow as tf
 tf.constant(1.0) + 1.0   # a dataset, a model, any op: TensorFlow starts here

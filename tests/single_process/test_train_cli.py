@@ -207,9 +207,48 @@ def _dump_weights_a_file(tmp_path, stack):
     return [f"--dump_weights={path}"], f"Invalid value for `--dump_weights`: not a directory. Received: '{path}'"
 
 
+def _config(text: str, needle: str):
+    """A case whose --config is a YAML file of ``text``; ``needle`` after the file's path."""
+    def case(tmp_path, stack):
+        path = tmp_path / "experiment.yaml"
+        path.write_text(text)
+        return [f"--config={path}"], needle.format(path)
+    return case
+
+
+def _other_client(record: str | None):
+    """A case whose --model_dir tfdist.fit wrote: its ``fit.yaml`` (``record``), or checkpoints and no params.yaml."""
+    def case(tmp_path, stack):
+        run = tmp_path / "fitted"
+        (run / "checkpoints").mkdir(parents=True)
+        if record is None:
+            (run / "checkpoints" / "checkpoint").write_text('model_checkpoint_path: "ckpt-2"\n')
+        else:
+            (run / "fit.yaml").write_text(record)
+        return ([f"--model_dir={run}"],
+                f"Invalid --model_dir {run}: it holds a tfdist.fit run, which tfdist.train cannot resume.")
+    return case
+
+
+def _truncated_checkpoint(tmp_path, stack):
+    """A copy of the finished run whose latest checkpoint's index is cut short (a disk that filled up)."""
+    import shutil
+
+    run = tmp_path / "copy"
+    shutil.copytree(FINISHED[0], run)
+    index = sorted((run / "checkpoints").glob("ckpt-*.index"))[-1]
+    index.write_bytes(index.read_bytes()[:10])
+    return ([f"--model_dir={run}"], f"Invalid model_dir {run}: its latest checkpoint cannot be read, "
+                                    f"{str(index)[:-len('.index')]}.index or its data is damaged")
+
+
+#: A directory no process may create files in, root's included (procfs refuses them).
+UNWRITABLE = "/proc/1"
+
+
 #: Cases whose check runs after TensorFlow has started (and printed its start-up lines): the rendezvous
 #: of the peers ends right before the strategy binds the gRPC port, once TensorFlow's devices are set up.
-AFTER_TENSORFLOW_STARTS = {"connect_timeout"}
+AFTER_TENSORFLOW_STARTS = {"connect_timeout", "truncated_checkpoint"}
 
 
 #: (case, flags or a function (tmp_path, ExitStack) -> (flags, needle), what the line must name). Each runs
@@ -246,6 +285,23 @@ BAD_INPUT = [
      "Invalid value for `--dump_weights`: README.md is a file. Received: 'README.md/weights'"),
     ("seed_out_of_range", ["--seed=-1"], "seed=-1. Expected an integer in 0..2**32-1."),
     ("shapes_fewer_classes", ["--num_classes=3"], "`--num_classes` for shapes. Received: num_classes=3."),
+    # In a --config, as issue 32 found it; the flag here, as TINY_FLAGS' own --train_examples would win over a file's.
+    ("train_examples_past_memory", ["--train_examples=1000000000000"],
+     "Invalid value for `--train_examples`: its shapes split would take"),
+    ("config_duplicate_key", _config("train:\n  epochs: 2\n  epochs: 3\n",
+                                     "Invalid experiment file {}: the key 'epochs' is given twice, on lines 2 and 3."),
+     None),
+    ("model_dir_unwritable", [f"--model_dir={UNWRITABLE}/run"],
+     f"Invalid `--model_dir`: {UNWRITABLE} is not writable. Received: '{UNWRITABLE}/run'."),
+    ("dump_weights_unwritable", [f"--dump_weights={UNWRITABLE}/weights"],
+     f"Invalid value for `--dump_weights`: {UNWRITABLE} is not writable. Received: '{UNWRITABLE}/weights'."),
+    ("resume_other_optimizer", ["--optimizer=adam"], "it holds a run with train.optimizer='sgd'. Received: optimizer="),
+    ("resume_other_precision", ["--precision=mixed_float16"],
+     "it holds a run with runtime.precision='float32'. Received: precision='mixed_float16'."),
+    ("resume_a_fit_run", _other_client("client: tfdist.fit\nbatch_size: 8\n"), None),
+    ("resume_fit_checkpoints", _other_client(None), None),
+    ("truncated_checkpoint", _truncated_checkpoint, None),
+    ("cpu_devices_absurd", ["--cpu_devices=1000000"], "Received: cpu_devices=1000000. Expected an integer in 0..1024"),
 ]
 
 
@@ -256,7 +312,12 @@ def finished_run(tmp_path_factory):
     result = train(f"--model_dir={model_dir}", "--strategy=one_device", "--steps_per_epoch=2", "--epochs=1",
                    *TINY_FLAGS)
     assert result.returncode == 0, result.stderr[-2000:]
+    FINISHED[:] = [model_dir]
     return model_dir
+
+
+#: The finished run's directory, for the cases that copy it.
+FINISHED: list = []
 
 
 def _contents(directory: Path) -> dict:

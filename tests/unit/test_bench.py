@@ -189,6 +189,11 @@ BAD_FLAGS = [
     ("default_markdown_a_directory", ["--output={d}/sub.json"], "error: Invalid value for `--markdown`. Received: '{d}/sub.md'"),
     ("render_not_utf8", ["--render={d}/latin1.md"], "error: Cannot render `--render` page {d}/latin1.md: UnicodeDecodeError"),
     ("render_a_missing_json", ["--render={d}/page.md"], "error: Cannot render `--render` page {d}/page.md: FileNotFoundError"),
+    ("render_a_list", ["--render={d}/list.md"],
+     "error: Cannot render `--render` page {d}/list.md: ValueError: list.json holds [], not the results of tfdist.bench"),
+    ("render_an_empty_object", ["--render={d}/object.md"],
+     "error: Cannot render `--render` page {d}/object.md: ValueError: object.json holds {{}}, not the results of "
+     "tfdist.bench"),
     ("child_not_json", ["--child={{bad"], "error: Invalid value for `--child` (internal: the benchmark's own rows)."),
 ]
 
@@ -198,6 +203,9 @@ def test_a_bad_flag_is_one_line_and_status_2_before_anything_runs(tmp_path, case
     (tmp_path / "sub.md").mkdir()
     (tmp_path / "latin1.md").write_bytes(b"caf\xe9\n")
     (tmp_path / "page.md").write_text("<!-- bench: nope.json -->\nold\n<!-- /bench -->\n")
+    for name, value in (("list", "[]"), ("object", "{}")):
+        (tmp_path / f"{name}.json").write_text(value)
+        (tmp_path / f"{name}.md").write_text(f"<!-- bench: {name}.json -->\nold\n<!-- /bench -->\n")
     before = sorted(p.name for p in tmp_path.iterdir())
     result = subprocess.run([sys.executable, "-m", "tfdist.bench", "--quick", "--only=one_device",
                              *(f.format(d=tmp_path) for f in flags)], capture_output=True, text=True, timeout=120,

@@ -60,6 +60,9 @@ def test_experiments_in_repo_load():
         ("data: 3\n", r"Invalid section `data`"),
         ("data:\n  image_size: big\n", r"data.image_size.*Expected an int"),
         ("data: [\n", r"Cannot read experiment file"),
+        ("train:\n  epochs: 2\n  seed: 1\n  epochs: 3\n", r"the key 'epochs' is given twice, on lines 2 and 4"),
+        ("train:\n  epochs: 2\ndata:\n  image_size: 32\ntrain:\n  seed: 1\n",
+         r"the key 'train' is given twice, on lines 1 and 5"),
     ],
 )
 def test_bad_experiment_files(tmp_path, text, match):
@@ -110,6 +113,7 @@ def test_unknown_experiment_name_lists_known_ones():
         ({"encoder": "mobilenetv2", "encoder_weights": __file__},
          r"`--encoder_weights`: not an HDF5 or \.keras file\. Received"),
         ({"encoder": "mobilenetv2", "encoder_weights": str(Path(__file__).parent)}, r"`--encoder_weights`: Is a directory"),
+        ({"cpu_devices": 10**6}, r"`--cpu_devices`\. Received: cpu_devices=1000000\. Expected an integer in 0\.\.1024"),
     ],
 )
 def test_bad_values(overrides, match):
@@ -162,3 +166,16 @@ def test_the_cli_refuses_a_bad_norm_with_one_line(tmp_path, flags, needle):
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], result.stderr
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("name", ["train_examples", "eval_examples"])
+def test_a_shapes_split_past_the_hosts_memory_is_refused_before_anything_runs(name):
+    """``train_examples: 1000000000000`` in a --config: one line from ``validate_data`` (no TensorFlow), not an
+    allocation of terabytes after ``params.yaml`` was written."""
+    from tfdist import data as data_lib
+
+    config = config_lib.build_config(overrides={name: 10**12})
+    with pytest.raises(UserError, match=rf"`--{name}`: its shapes split would take .* GiB, more than this host's "
+                                        rf".*Received: {name}=1000000000000, image_size=32\. Expected at most \d+"):
+        data_lib.validate_data(config.data)
+    data_lib.validate_data(config_lib.build_config().data)  # the default sizes pass

@@ -282,7 +282,7 @@ def test_output_file_defaults_and_every_example_cluster(tmp_path):
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        ({"image": ""}, r"Invalid value for `--image`\. Received: image=''"),
+        ({"image": ""}, r"Invalid value for `--image`: empty or with spaces\. Received: image=''"),
         ({"image": "my image"}, r"Received: image='my image'"),
         ({"name": "Unet"}, r"`--name`: not a DNS-1035 label\. Received: name='Unet'"),
         ({"name": "1unet"}, r"not a DNS-1035 label"),

@@ -75,3 +75,36 @@ def test_each_pytest_worker_has_its_own_ports_below_the_ephemeral_range(monkeypa
     with pytest.raises(UserError, match="Invalid TFDIST_PORT_RANGE. Received: '9-8'"):
         launch.localize(SPEC)
 
+
+
+#: A task that prints TensorFlow's CPU-only cuInit line (as TensorFlow 2.21 does on stderr), then its own lines.
+NOISY_TASK = r"""
+import sys
+sys.stderr.write("E0000 00:00:1796170225.367140   27408 cuda_platform.cc:52] failed call to cuInit: INTERNAL: CUDA "
+                 "error: Failed call to cuInit: UNKNOWN ERROR (303)\n")
+sys.stderr.write("a warning of the task's own\n")
+print("trained")
+"""
+
+
+@pytest.mark.parametrize("flags_, env, noise_shown", [([], {}, False), (["--show_startup_noise"], {}, True),
+                                                      ([], {"TFDIST_TF_LOGS": "1"}, True)],
+                         ids=["default", "show_startup_noise", "opt_out"])
+def test_the_launcher_drops_tensorflows_start_up_lines_from_its_tasks_unless_asked(tmp_path, flags_, env, noise_shown):
+    """Issue 32: a script under tfdist.launch on a CPU-only machine printed ``failed call to cuInit`` once per task."""
+    import os
+    import subprocess
+    import sys
+
+    from helpers.clis import REPO
+
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text("worker: [127.0.0.1:2222, 127.0.0.1:2223]\n")
+    full_env = {k: v for k, v in os.environ.items() if k not in ("TFDIST_TF_LOGS", "TF_CPP_MIN_LOG_LEVEL")}
+    proc = subprocess.run([sys.executable, "-m", "tfdist.launch", f"--cluster={spec}", "--local", *flags_, "--",
+                           sys.executable, "-c", NOISY_TASK], capture_output=True, text=True, timeout=60,
+                          env={**full_env, **env}, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("] trained\n") == 2
+    assert proc.stderr.count("] a warning of the task's own\n") == 2
+    assert proc.stderr.count("failed call to cuInit") == (2 if noise_shown else 0), proc.stderr

@@ -238,10 +238,16 @@ def test_batch_script_context_reads_the_jobs_variables(bin_dir):
         ({"SLURM_LOCALID": "2"}, "", r"SLURM_LOCALID=2\. .*Expected a node of the list"),
         ({}, "worker=3", r"`--slurm_tasks`: 3 tasks for a Slurm step of 4\. Received: slurm_tasks='worker=3', SLURM_STEP_NUM_TASKS=4"),
         ({}, "worker=2,ps=x", r"`--slurm_tasks`: the count of 'ps' is 'x'"),
+        ({"SLURM_PROCID": "\u00b2"}, "", r"Invalid Slurm variable SLURM_PROCID .*Received: SLURM_PROCID='\u00b2'"),
+        ({"SLURM_JOB_ID": "\u00b2"}, "", r"Invalid Slurm variable SLURM_JOB_ID .*Received: SLURM_JOB_ID='\u00b2'"),
+        ({}, "worker=\u00b2", r"`--slurm_tasks`: the count of 'worker' is '\u00b2', not an integer >= 1"),
+        ({"SLURM_STEP_TASKS_PER_NODE": "1(x99999999999)"}, "",
+         r"Invalid Slurm variable SLURM_STEP_TASKS_PER_NODE .*more tasks or nodes than 65536"),
     ],
     ids=["outside_slurm", "bad_rank", "rank_out_of_range", "bad_tasks_per_node", "tasks_per_node_vs_nodes",
          "tasks_vs_num_tasks", "num_nodes", "scontrol_fails", "node_twice", "unknown_node", "local_id_out_of_range",
-         "tasks_do_not_add_up", "bad_slurm_tasks"],
+         "tasks_do_not_add_up", "bad_slurm_tasks", "rank_superscript", "job_id_superscript",
+         "slurm_tasks_superscript", "tasks_per_node_absurd"],
 )
 def test_bad_allocations_are_one_line_user_errors(changes, slurm_tasks, match, bin_dir):
     env = TWO_BY_TWO.environ(1, bin_dir, **changes)
@@ -267,7 +273,8 @@ def test_parse_slurm_tasks(text, expected):
     [("worker", r"'worker' is not type=count"), ("worker=2,master=1", r"unknown task type 'master'"),
      ("worker=1,worker=2", r"'worker' is given twice"), ("worker=0", r"'0', not an integer >= 1"),
      ("worker=-1", r"'-1', not an integer"), ("worker=2,chief=2", r"only one chief"), ("ps=1", r"no worker"),
-     ("worker=2,", r"'' is not type=count")],
+     ("worker=2,", r"'' is not type=count"), ("worker=\u00b2", r"'\u00b2', not an integer >= 1"),
+     ("worker=99999999999", r"more than 65536 tasks")],
 )
 def test_parse_slurm_tasks_rejects(text, match):
     with pytest.raises(UserError, match=rf"Invalid value for `--slurm_tasks`: .*{match}.*Received: slurm_tasks="):

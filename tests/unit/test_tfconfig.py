@@ -260,7 +260,7 @@ def test_commands_name_every_task_and_round_trip(tmp_path):
     path.parent.mkdir()
     path.write_text((CLUSTERS / "example.yaml").read_text())
     spec = cluster.load_cluster_spec(path)
-    extra = ["--epochs", "2", "--model_dir", "runs/it's here", "$HOME;rm -rf /"]
+    extra = ["--epochs", "2", "--model_dir", "runs/it's here", "--data_dir", "$HOME;rm -rf /"]  # quoted, as tfdist.train takes it
     out = tfconfig("--cluster", str(path), "--commands", "--strategy", "parameter_server", "--", *extra, check=True)
     pairs = parse_commands(out.stdout)
     assert [task for task, _, _ in pairs] == [f"{t}:{i}" for t, i in spec.task_list()]
@@ -327,12 +327,32 @@ EMIT_PS = ("--cluster", str(CLUSTERS / "local_ps.yaml"), "--emit", "kubernetes")
         ((*EMIT_PS, "--image", "img", "--output", "/nonexistent/dir/m.yaml"), r"Cannot write `--output`: .*'/nonexistent/dir/m\.yaml'"),
         ((*EMIT_PS[:2], "--task", "worker:0", "--image", "img"), r"Unexpected `--image` without --emit"),
         ((*EMIT_PS[:2], "--task", "worker:0", "--slurm_tasks", "worker=2"), r"Unexpected `--slurm_tasks` without --cluster=slurm"),
+        ((*EMIT_PS, "--image", "img", "--", "--epochz", "3"),
+         r"^error: Invalid tfdist\.train arguments after --: Unknown command line flag 'epochz'.*Received: -- --epochz 3\. "
+         r"Expected tfdist\.train flags .*--emit kubernetes"),
+        ((*EMIT_PS, "--image", "img", "--", "--epochs", "zero"), r"Invalid tfdist\.train arguments after --: .*epochs"),
+        ((*EMIT_PS, "--image", "img", "--", "--epochs", "3", "extra"),
+         r"Unexpected arguments after --: 'extra' is not a flag\. Received: -- --epochs 3 extra"),
+        ((*EMIT_PS, "--image", "img", "--", "--task", "worker:0"),
+         r"Unexpected `--task` after --: --emit kubernetes gives every task its own place in the cluster"),
+        ((*EMIT_PS, "--image", "img", "--", "--cluster", "c.yaml"), r"Unexpected `--cluster` after --"),
+        ((*EMIT_PS, "--image", "img", "--", "--strategy", "one_device"),
+         r"Invalid `--strategy` after --: it contradicts the deployment's --strategy=parameter_server\."),
+        ((*EMIT_PS, "--image", "img", "--", "--image_size", "30"), r"Received: image_size=30 with depth=3"),
+        ((*EMIT_PS[:2], "--commands", "--", "--epochz", "3"),
+         r"Invalid tfdist\.train arguments after --: Unknown command line flag 'epochz'.*for every task of --commands"),
+        ((*EMIT_PS, "--image", "Registry.example.com/TFDIST:0.1"),
+         r"Invalid value for `--image`: the repository must be lowercase.*Received: image='Registry\.example\.com/TFDIST"),
+        ((*EMIT_PS, "--image", "https://registry.example.com/tfdist:0.1"), r"`--image`: a URL, not an image reference"),
+        ((*EMIT_PS, "--image", "registry.example.com/tfdist:"), r"`--image`: its tag is empty"),
     ],
     ids=["nothing", "task_only", "no_task", "export_and_commands", "stray_arg", "unknown_strategy",
          "mwm_with_ps", "mirrored_cluster", "unknown_flag", "bad_bool", "emit_without_image", "bad_emit",
          "name_not_dns", "name_too_long", "bad_namespace", "bad_memory", "gpus_not_integer", "emit_with_task",
          "emit_and_commands", "emit_strategy_mismatch", "output_unwritable", "image_without_emit",
-         "slurm_tasks_without_slurm"],
+         "slurm_tasks_without_slurm", "command_unknown_flag", "command_bad_value", "command_positional",
+         "command_task", "command_cluster", "command_strategy", "command_bad_config", "commands_unknown_flag",
+         "image_uppercase", "image_url", "image_empty_tag"],
 )
 def test_cli_flag_errors(args, match):
     proc = tfconfig(*args)

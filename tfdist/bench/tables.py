@@ -17,6 +17,7 @@ from typing import Any, Mapping
 
 import tfdist.bench.accuracy as accuracy_lib
 import tfdist.bench.preemption as preemption_lib
+from tfdist.errors import short
 
 #: A generated block of a Markdown page: the JSON it is made from, its content, its end.
 BLOCK = re.compile(r"(<!-- bench: (?P<path>\S+) -->\n)(?P<body>.*?)(<!-- /bench -->)", re.S)
@@ -159,6 +160,9 @@ def render_docs(page: Path, root: Path | None = None) -> str:
 
     def block(match: re.Match) -> str:
         results = json.loads((root / match["path"]).read_text())
+        if not isinstance(results, dict) or not {"rows", "goals"} <= results.keys():
+            raise ValueError(f"{match['path']} holds {short(results, 40)}, not the results of tfdist.bench "
+                             "(an object with rows and goals)")
         return match.group(1) + markdown(results) + match.group(4)
 
     return BLOCK.sub(block, page.read_text())

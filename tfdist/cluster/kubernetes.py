@@ -18,7 +18,7 @@ import socket
 from typing import Any, Mapping
 
 from tfdist.cluster.address import is_digits
-from tfdist.cluster.spec import KUBERNETES, TASK_TYPES, parse_cluster_spec
+from tfdist.cluster.spec import KUBERNETES, MAX_TASKS, TASK_TYPES, parse_cluster_spec
 from tfdist.cluster.task import Task
 from tfdist.errors import UserError, short
 
@@ -56,14 +56,32 @@ def _shape(environ: Mapping[str, str]) -> dict[str, int]:
     if not raw.strip():
         raise _error(TASKS_ENV, raw, "the job's shape is not set", expected)
     try:
-        shape = json.loads(raw)
+        shape = json.loads(raw, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as e:
+        raise _error(TASKS_ENV, raw, f"the task type {e.args[0]!r} is given twice", expected) from None
     except ValueError:
         raise _error(TASKS_ENV, raw, "not JSON", expected) from None
     if not isinstance(shape, dict) or not shape or not all(
         isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in shape.values()
     ):
         raise _error(TASKS_ENV, raw, "not a mapping of task type to count", expected)
+    if sum(shape.values()) > MAX_TASKS:
+        raise _error(TASKS_ENV, raw, f"more than {MAX_TASKS} tasks", expected)
     return shape
+
+
+class _DuplicateKey(Exception):
+    """A key given twice in one JSON object (TF_CONFIG's own parser refuses it too)."""
+
+
+def _unique_keys(pairs: list) -> dict:
+    """``json.loads``' ``object_pairs_hook``: the object as a dict, refusing a key given twice."""
+    seen: dict = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _DuplicateKey(key)
+        seen[key] = value
+    return seen
 
 
 def _integer(environ: Mapping[str, str], name: str, default: int | None = None) -> int:

@@ -19,8 +19,8 @@ import shutil
 import subprocess
 from typing import Mapping
 
-from tfdist.cluster.address import split_address
-from tfdist.cluster.spec import SINGLE_TASK_TYPES, SLURM, TASK_TYPES, parse_cluster_spec
+from tfdist.cluster.address import is_digits, split_address
+from tfdist.cluster.spec import MAX_TASKS, SINGLE_TASK_TYPES, SLURM, TASK_TYPES, parse_cluster_spec
 from tfdist.cluster.task import Task
 from tfdist.errors import UserError
 from tfdist import _compat
@@ -63,7 +63,7 @@ def job_port_base(environ: Mapping[str, str]) -> int:
     job_id = environ.get("SLURM_JOB_ID", "").strip()
     if not job_id:
         return PORT_BASE
-    if not job_id.isdigit():
+    if not is_digits(job_id):
         raise UserError(
             f"Invalid Slurm variable SLURM_JOB_ID for --cluster={SLURM}. Received: SLURM_JOB_ID={job_id!r}. "
             f"Expected an integer."
@@ -96,8 +96,10 @@ def parse_slurm_tasks(text: str) -> dict[str, int]:
             problem = f"unknown task type {task_type!r}"
         elif task_type in tasks:
             problem = f"{task_type!r} is given twice"
-        elif not count.isdigit() or int(count) < 1:
+        elif not is_digits(count) or int(count) < 1:
             problem = f"the count of {task_type!r} is {count!r}, not an integer >= 1"
+        elif int(count) > MAX_TASKS:
+            problem = f"the count of {task_type!r} is {count!r}, more than {MAX_TASKS} tasks"
         elif task_type in SINGLE_TASK_TYPES and int(count) > 1:
             problem = f"there can be only one {task_type}"
         if problem:
@@ -165,7 +167,7 @@ def _variable(environ: Mapping[str, str], name: str) -> str:
 def _integer(environ: Mapping[str, str], name: str, low: int) -> int:
     """A Slurm variable that must be an integer >= ``low``."""
     value = _variable(environ, name)
-    if not value.isdigit() or int(value) < low:
+    if not is_digits(value) or int(value) < low:
         raise UserError(
             f"Invalid Slurm variable {name} for --cluster={SLURM}. "
             f"Received: {name}={value!r}. Expected an integer >= {low}."
@@ -191,7 +193,13 @@ def expand_tasks_per_node(text: str, name: str) -> list[int]:
                 f"Invalid Slurm variable {name} for --cluster={SLURM}. Received: {name}={text!r}. "
                 f"Expected counts per node such as 2(x3),1."
             )
-        counts += [int(match.group(1))] * int(match.group(2) or 1)
+        repeats = int(match.group(2) or 1)
+        if repeats + len(counts) > MAX_TASKS or int(match.group(1)) > MAX_TASKS:
+            raise UserError(
+                f"Invalid Slurm variable {name} for --cluster={SLURM}: more tasks or nodes than {MAX_TASKS}. "
+                f"Received: {name}={text!r}. Expected counts per node such as 2(x3),1."
+            )
+        counts += [int(match.group(1))] * repeats
     return counts
 
 

@@ -21,6 +21,9 @@ from tfdist.errors import UserError, article, short
 #: The task types of TF_CONFIG, in the order tfdist lists them everywhere.
 TASK_TYPES = ("chief", "worker", "ps", "evaluator")
 
+#: More tasks of one job than any cluster has: a count above it is a typo, refused before a list of it is built.
+MAX_TASKS = 1 << 16
+
 #: Task types that may have at most one task.
 SINGLE_TASK_TYPES = ("chief", "evaluator")
 

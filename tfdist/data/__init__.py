@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tfdist.data.shapes import generate_shapes
+from tfdist.data.shapes import check_split_sizes, generate_shapes
 from tfdist.errors import UserError, file_in_the_way
 
 if TYPE_CHECKING:
@@ -29,10 +29,12 @@ _PIPELINE = ("dataset_fn", "load_split", "make_dataset", "num_examples", "resize
 def validate_data(data: DataConfig) -> None:
     """Every check that can fail on the user's data, before any model or strategy is built (no TensorFlow).
 
-    shapes has nothing to check; oxford_iiit_pet is checked when it is
+    shapes' splits must fit the host's memory; oxford_iiit_pet is checked when it is
     prepared; folder checks every file (pairs, decodability, mask values).
     """
-    if data.dataset == "folder":
+    if data.dataset == "shapes":
+        check_split_sizes(data)
+    elif data.dataset == "folder":
         from tfdist.data.folder import check_folder
 
         check_folder(data)

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from tfdist.errors import UserError
+
 if TYPE_CHECKING:
     import tensorflow as tf
 
@@ -137,6 +139,29 @@ def generate_shapes(num_examples: int, image_size: int, seed: int) -> tuple[np.n
         stop = start + len(part["count"])
         images[start:stop], masks[start:stop] = _render(part, image_size, rng)
     return images, masks
+
+
+def check_split_sizes(data: DataConfig) -> None:
+    """Refuse a split that could not be generated in this host's memory, before anything is written.
+
+    Each split is generated whole (``generate_shapes``: one byte per channel of every pixel, image and mask);
+    a ``train_examples`` far past the host's memory would fail only once the run has started.
+    """
+    import os
+
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):  # no sysconf (Windows): nothing to compare with
+        return
+    for name in ("train_examples", "eval_examples"):
+        count = getattr(data, name)
+        size = count * data.image_size * data.image_size * 4
+        if size > memory:
+            raise UserError(
+                f"Invalid value for `--{name}`: its shapes split would take {size / 2**30:.1f} GiB, more than this "
+                f"host's {memory / 2**30:.1f} GiB of memory. Received: {name}={count}, image_size={data.image_size}. "
+                f"Expected at most {memory // (data.image_size * data.image_size * 4)} examples at this image_size."
+            )
 
 
 def split_seed(seed: int, split: str) -> int:

@@ -58,6 +58,36 @@ _DNS_LABEL_MAX = 63
 _DNS_1035_RE = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 _DNS_1123_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 # A Kubernetes quantity as users write one: 2, 0.5, 500m, 4Gi, 1e3.
+#: A container image reference as registries take it (distribution/reference's grammar): an optional registry
+#: host, lowercase path components, then an optional tag and digest.
+_IMAGE_DOMAIN_RE = re.compile(r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+                              r"(?:\.(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9]))*(?::[0-9]+)?")
+_IMAGE_PATH_RE = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-*)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-*)[a-z0-9]+)*)*"
+                            r"(?::[\w][\w.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:"
+                            r"[0-9a-fA-F]{32,})?")
+
+
+def image_problem(image: str) -> str | None:
+    """Why no registry would take ``image`` as a reference (None: it is one), for ``--image``'s one line."""
+    if not image or any(c.isspace() for c in image):
+        return "empty or with spaces"
+    if "://" in image:
+        return "a URL, not an image reference (no scheme)"
+    first, slash, rest = image.partition("/")
+    # As distribution/reference: the first component is a registry host if it has '.' or ':', is localhost,
+    # or has capitals; otherwise it is part of the repository's path.
+    has_domain = slash and (any(c in first for c in ".:") or first == "localhost" or first.lower() != first)
+    path = rest if has_domain else image
+    if has_domain and not _IMAGE_DOMAIN_RE.fullmatch(first):
+        return f"the registry host {first!r} is not a host[:port]"
+    if not _IMAGE_PATH_RE.fullmatch(path):
+        name = path.split("@")[0].rsplit(":", 1)
+        if len(name) == 2 and "/" not in name[1] and not name[1]:
+            return "its tag is empty"
+        return "the repository must be lowercase letters, digits and . _ - / separators, then :tag and @digest"
+    return None
+
+
 _QUANTITY_RE = re.compile(r"([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][0-9]+|m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?")
 
 
@@ -183,9 +213,10 @@ class Deployment:
             UserError: a bad ``image``, ``name``, ``namespace`` or resource, or
                 a strategy that does not fit ``spec``.
         """
-        if not self.image or any(c.isspace() for c in self.image):
+        problem = image_problem(self.image)
+        if problem:
             raise UserError(
-                f"Invalid value for `--image`. Received: image={self.image!r}. "
+                f"Invalid value for `--image`: {problem}. Received: image={self.image!r}. "
                 f"Expected a container image with tfdist installed, e.g. registry.example.com/tfdist:0.1.0."
             )
         check_name(self.name, spec)

@@ -2,8 +2,9 @@
 
 Each task runs in a process group of its own, so that stopping a task stops what
 it started, and a Ctrl-C reaches the launcher alone. Each output line is
-prefixed with its task. ``LocalCluster.stop`` sends SIGTERM to every group and
-SIGKILL ``grace`` seconds later (a tfdist task saves a checkpoint in between).
+prefixed with its task; TensorFlow's known start-up lines are dropped (``quiet``)
+unless asked for. ``LocalCluster.stop`` sends SIGTERM to every group and SIGKILL
+``grace`` seconds later (a tfdist task saves a checkpoint in between).
 Tasks die with the launcher even under SIGKILL (``die_with``,
 ``prctl(PR_SET_PDEATHSIG)``, Linux; not inherited by what a task starts).
 ``Signals`` holds the launcher's own signals until its tasks are stopped.
@@ -22,6 +23,7 @@ import time
 from typing import BinaryIO, Callable, Mapping, Sequence
 
 from tfdist import cluster as cluster_lib
+from tfdist import quiet
 from tfdist.errors import PREEMPTED_EXIT_CODE, UserError
 
 #: How a tfdist task that could not bind its port ends (its last line, see ``cluster.peers``).
@@ -86,11 +88,18 @@ class _Process:
     address_in_use: bool = False  # it printed ADDRESS_IN_USE
 
 
-def _pump(stream: BinaryIO, sink: BinaryIO, prefix: bytes, lock: threading.Lock, process: _Process) -> None:
-    """Copy ``stream`` to ``sink`` line by line, each line prefixed (a thread per pipe)."""
+def _pump(stream: BinaryIO, sink: BinaryIO, prefix: bytes, lock: threading.Lock, process: _Process,
+          drop_noise: bool) -> None:
+    """Copy ``stream`` to ``sink`` line by line, each line prefixed (a thread per pipe).
+
+    With ``drop_noise``, TensorFlow's known start-up lines (``quiet.is_noise``, as tfdist's own CLIs drop them)
+    are left out.
+    """
     for line in iter(stream.readline, b""):
         if line.startswith(ADDRESS_IN_USE):
             process.address_in_use = True
+        if drop_noise and quiet.is_noise(line.rstrip(b"\n")):
+            continue
         with lock:
             sink.write(prefix + (line if line.endswith(b"\n") else line + b"\n"))
             sink.flush()
@@ -106,11 +115,13 @@ class LocalCluster:
         env: the base environment of every task.
         out, err: where the tasks' stdout and stderr lines go, prefixed.
         log: prints one ``[launch]`` line.
+        show_startup_noise: pass TensorFlow's known start-up lines on too (by default they are dropped).
     """
 
     def __init__(self, spec: cluster_lib.ClusterSpec, command: Sequence[str], *, env: Mapping[str, str],
-                 out: BinaryIO, err: BinaryIO, log: Callable[[str], None]):
+                 out: BinaryIO, err: BinaryIO, log: Callable[[str], None], show_startup_noise: bool = False):
         self.spec = spec
+        self.drop_noise = not show_startup_noise
         self.command = list(command)
         self.env = env
         self.out, self.err, self.log = out, err, log
@@ -143,7 +154,8 @@ class LocalCluster:
                 ) from None
             prefix = f"[{name}] ".encode()
             process = _Process(name, popen)
-            process.pumps = [threading.Thread(target=_pump, args=(pipe, sink, prefix, self._lock, process), daemon=True)
+            process.pumps = [threading.Thread(target=_pump, args=(pipe, sink, prefix, self._lock, process,
+                                                                      self.drop_noise), daemon=True)
                              for pipe, sink in ((popen.stdout, self.out), (popen.stderr, self.err))]
             for pump in process.pumps:
                 pump.start()

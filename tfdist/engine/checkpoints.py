@@ -15,7 +15,19 @@ import shutil
 
 import tensorflow as tf
 
+from tfdist.errors import UserError
 from tfdist.rundir import RunDir
+
+
+def _reads_whole(path: str) -> bool:
+    """Whether the checkpoint at ``path`` (its index and every tensor) can be read."""
+    try:
+        reader = tf.train.load_checkpoint(path)
+        for name in reader.get_variable_to_shape_map():
+            reader.get_tensor(name)
+    except (tf.errors.OpError, ValueError):
+        return False
+    return True
 
 
 class Checkpoints:
@@ -37,6 +49,7 @@ class Checkpoints:
         # written without it still restores (``assert_existing_objects_matched`` would refuse it).
         self.window = tf.Variable(tf.zeros([0], tf.float64), shape=tf.TensorShape(None), trainable=False)
         self.checkpoint = checkpoint
+        self.run_dir = run_dir
         self.directory = str(run_dir.checkpoints)
         self._scratch = None if is_chief else str(run_dir.scratch(task))
         self.manager = tf.train.CheckpointManager(checkpoint, self._scratch or self.directory, max_to_keep=max_to_keep)
@@ -49,9 +62,30 @@ class Checkpoints:
         """Restore the chief's latest checkpoint, if any; returns its path."""
         path = self.latest()
         if path:
-            self.checkpoint.restore(path).assert_existing_objects_matched()
+            try:
+                self.checkpoint.restore(path).assert_existing_objects_matched()
+            except (tf.errors.OpError, ValueError, AssertionError) as e:
+                raise self._unrestorable(path, e) from None
         self._add_window()
         return path
+
+    def _unrestorable(self, path: str, error: Exception) -> UserError:
+        """One line for a latest checkpoint that cannot be restored: a damaged file, or another model's variables.
+
+        A damaged (e.g. truncated) file is named, with whether an older checkpoint of the run reads whole.
+        """
+        received = " ".join(str(error).split())[:160]
+        if not _reads_whole(path):
+            older = [p for p in tf.train.get_checkpoint_state(self.directory).all_model_checkpoint_paths if p != path]
+            whole = [p for p in reversed(older) if _reads_whole(p)]
+            then = (f"an older checkpoint, {whole[0]}, is whole: remove {path}.* and the line naming it in "
+                    f"{self.directory}/checkpoint to resume from it" if whole else "no older checkpoint is whole")
+            return UserError(f"Invalid model_dir {self.run_dir.path}: its latest checkpoint cannot be read, "
+                             f"{path}.index or its data is damaged ({type(error).__name__}: {received}); {then}. "
+                             "Expected a whole checkpoint, or a new model_dir.")
+        return UserError(f"Invalid model_dir {self.run_dir.path}: its latest checkpoint {path} holds another model, "
+                         f"optimizer or precision than this run's. Received: {type(error).__name__}: {received}. "
+                         "Expected the same model, optimizer and precision to resume, or a new model_dir.")
 
     def _add_window(self) -> None:
         if getattr(self.checkpoint, "log_window", None) is not self.window:

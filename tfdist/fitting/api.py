@@ -87,12 +87,20 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy:
     runtime = check_run_args(strategy=strategy or "one_device", cpu_devices=cpu_devices, cluster=cluster, task=task,
                              connect_timeout=connect_timeout, progress_timeout=progress_timeout, seed=seed,
                              model_dir=model_dir, shuffle=shuffle, verbose=verbose, callbacks=callbacks)
+    if model_dir is not None:
+        RunDir(model_dir).check_fit_resume(batch_size)
     session = session_lib.current()
     if session is not None:
         if strategy not in (None, session.runtime.strategy):
             raise UserError(f"Invalid `strategy` for tfdist.fit after tfdist.setup. Received: strategy={strategy!r}, "
                             f"and the process is set up for {session.runtime.strategy!r}. Expected strategy=None "
                             "or the set-up's own.")
+        for name in ("cluster", "task"):
+            given, fixed = getattr(runtime, name), getattr(session.runtime, name)
+            if given and given != fixed:
+                raise UserError(f"Invalid `{name}` for tfdist.fit after tfdist.setup. Received: {name}={given!r}, "
+                                f"and the process is set up with {name}={fixed!r}. Expected {name}=None or the "
+                                "set-up's own.")
         strategy = session.runtime.strategy
         runtime = dataclasses.replace(session.runtime, progress_timeout=runtime.progress_timeout)
     else:
@@ -109,6 +117,8 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy:
         raise UserError(f"Invalid task for tfdist.fit: {placement.name}. Received: an evaluator task. Expected "
                         "chief, worker or ps tasks (fit evaluates validation_data itself).")
     run_dir = RunDir(model_dir)
+    if placement.is_chief and not temporary:
+        run_dir.write_fit_record(batch_size)
     try:
         with training_task(config, placement, run_dir, cluster_resolver=cluster_resolver, verbose=bool(verbose),
                            keras_setup=False, strategy=session.strategy if session is not None else None) as training:

@@ -107,7 +107,7 @@ def check_run_args(*, strategy, cpu_devices, cluster, task, connect_timeout, pro
 
     runtime = config_lib.runtime_config(
         "tfdist.fit", strategy=strategy, cpu_devices=cpu_devices, cluster=config_lib.path_text(cluster),
-        task=task or "", connect_timeout=connect_timeout, progress_timeout=progress_timeout)
+        task="" if task is None else task, connect_timeout=connect_timeout, progress_timeout=progress_timeout)
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
         raise UserError(f"Invalid value for `seed`. Received: seed={seed!r}. Expected None or an integer.")
     if model_dir is not None and not isinstance(model_dir, (str, os.PathLike)):

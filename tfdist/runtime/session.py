@@ -153,7 +153,7 @@ def setup(strategy: str = "one_device", *, cpu_devices: int = 0, cluster: str | 
     global _current
     runtime = config_lib.runtime_config(
         "tfdist.setup", strategy=strategy, cpu_devices=cpu_devices, cluster=config_lib.path_text(cluster),
-        task=task or "",
+        task="" if task is None else task,
         connect_timeout=connect_timeout, communication=communication, bytes_per_pack=bytes_per_pack,
         collective_timeout=collective_timeout)
     config = config_lib.validate(config_lib.Config(runtime=runtime))

@@ -1,0 +1,78 @@
+"""``tfdist.train``'s command line: its flags, and the check of one that other hosts will run.
+
+Every config field is a flag of the same name, typed and defaulted as the field is, beside ``--config`` and
+``--dump_weights``. ``check_command`` parses a command line that ``tfconfig --commands``/``--emit`` puts in
+every task or pod with those same flags, so that a typo is one line where it is written, not a failure on
+every pod.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+from absl import flags
+
+from tfdist import config as config_lib
+from tfdist.errors import UserError
+
+_DEFINE = {bool: flags.DEFINE_boolean, int: flags.DEFINE_integer, float: flags.DEFINE_float, str: flags.DEFINE_string}
+
+#: The flags a task's place in the cluster comes from: the deployment sets them, never the command after ``--``.
+PLACEMENT_FLAGS = ("cluster", "task", "slurm_tasks")
+
+
+def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+    """``--config``, ``--dump_weights`` and one flag per config field, typed and defaulted as the field is."""
+    flags.DEFINE_string("config", None, "A YAML experiment: a path, or a name in configs/experiments/.",
+                        flag_values=flag_values)
+    flags.DEFINE_string("dump_weights", None, "Every training task writes its final weights to "
+                        "DIR/<type>-<index>.npz (local.npz without a cluster): to compare workers that write no "
+                        "outputs. Not part of the config.", flag_values=flag_values)
+    for section in dataclasses.fields(config_lib.Config):
+        defaults = section.default_factory()
+        for field in dataclasses.fields(defaults):
+            default = getattr(defaults, field.name)
+            _DEFINE[type(default)](field.name, default, f"{section.name}.{field.name}", flag_values=flag_values)
+
+
+def given_fields(flag_values: flags.FlagValues = flags.FLAGS) -> dict:
+    """The config fields given on the command line, as flat ``field -> value`` overrides."""
+    return {name: flag_values[name].value for name in config_lib.FIELD_SECTION if flag_values[name].present}
+
+
+def check_command(args: Sequence[str], *, strategy: str, where: str) -> None:
+    """Refuse ``tfdist.train`` arguments that every task would fail on, or that contradict the deployment.
+
+    Args:
+      args: the arguments after ``--``.
+      strategy: the deployment's ``--strategy`` ("" where it sets none).
+      where: how the user gave them, for the message (``--emit kubernetes``).
+
+    Raises:
+      UserError: an unknown flag or a bad value, a positional argument, a placement flag (``PLACEMENT_FLAGS``),
+        a ``--strategy`` other than the deployment's, or a config that ``tfdist.train`` refuses.
+    """
+    received = f"Received: -- {' '.join(args)}"
+    expected = f"Expected tfdist.train flags (python -m tfdist.train --helpfull) for every task of {where}."
+    values = flags.FlagValues()
+    define_flags(values)
+    try:
+        rest = values(["tfdist.train", *args])
+    except flags.Error as e:
+        raise UserError(f"Invalid tfdist.train arguments after --: {e}. {received}. {expected}") from None
+    if len(rest) > 1:
+        raise UserError(f"Unexpected arguments after --: {' '.join(rest[1:])!r} is not a flag. {received}. "
+                        f"{expected}")
+    placed = [f"--{name}" for name in PLACEMENT_FLAGS if values[name].present]
+    if placed:
+        raise UserError(f"Unexpected `{placed[0]}` after --: {where} gives every task its own place in the cluster. "
+                        f"{received}. Expected no {', '.join(placed)} after --.")
+    if strategy and values["strategy"].present and values.strategy != strategy:
+        raise UserError(f"Invalid `--strategy` after --: it contradicts the deployment's --strategy={strategy}. "
+                        f"{received}. Expected --strategy {strategy} before --, and none after it.")
+    if values.config is None:  # a --config file is read on the task's own host; without one, every field is known
+        given = given_fields(values)
+        given.pop("encoder_weights", None)  # a file on the task's host
+        config_lib.validate(config_lib.override(config_lib.Config(), {**given, **({"strategy": strategy}
+                                                                                  if strategy else {})}))
