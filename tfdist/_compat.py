@@ -103,6 +103,11 @@ def keras_loss_module():
     return loss
 
 
+def is_multi_worker(strategy) -> bool:
+    """Whether Keras' trainer takes ``strategy`` for one across workers (``_collective_all_reduce_multi_worker``)."""
+    return bool(keras_tensorflow_trainer()._collective_all_reduce_multi_worker(strategy))
+
+
 @contextlib.contextmanager
 def collective_keys_at_trace_time() -> Iterator[None]:
     """Collectives traced meanwhile take their instance keys when traced, not when called.

@@ -1,10 +1,11 @@
-"""``compile(steps_per_execution=N)`` in Keras' own ``fit`` and ``evaluate`` over several replicas.
+"""``compile(steps_per_execution=N)`` in Keras' own ``fit`` and ``evaluate`` across workers.
 
 Keras runs N steps in one ``tf.function``: a ``tf.while_loop`` whose ``tf.cond`` calls the step. TensorFlow
 feeds each collective's instance key when the function is called, and that feed never reaches a collective
-nested so ("You must feed a value for placeholder tensor 'while/.../cond/Placeholder'"). While Keras'
-function traces, its collectives take their keys when traced instead: every worker traces the same functions
-in the same order, so the keys agree.
+nested so ("You must feed a value for placeholder tensor 'while/.../cond/Placeholder'"). Across workers,
+while Keras' function traces, its collectives take their keys when traced instead: every worker traces the
+same functions in the same order, so the keys agree. In one process, strategies made one after another
+would reuse those keys, so there it is one line (``refuse_in_one_process``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import functools
 
 from tfdist import _compat
+from tfdist.errors import UserError
 
 
 def install() -> None:
@@ -28,7 +30,7 @@ def _keys_at_trace_time(make_function):
         function = make_function(self, step_function)
 
         def run(iterator):
-            if self.steps_per_execution > 1 and self.distribute_strategy.num_replicas_in_sync > 1:
+            if self.steps_per_execution > 1 and _compat.is_multi_worker(self.distribute_strategy):
                 with _compat.collective_keys_at_trace_time():
                     return function(iterator)
             return function(iterator)
@@ -37,3 +39,19 @@ def _keys_at_trace_time(make_function):
 
     _make_function.tfdist_executions = True
     return _make_function
+
+
+def refuse_in_one_process(model) -> None:
+    """Refuse ``steps_per_execution > 1`` in Keras' own ``fit`` over several replicas of one process (one line).
+
+    Raises:
+        UserError: ``model.steps_per_execution`` is above 1.
+    """
+    if model.steps_per_execution > 1:
+        raise UserError(
+            f"Invalid compile(steps_per_execution={model.steps_per_execution}) for Keras' own fit over "
+            f"{model.distribute_strategy.num_replicas_in_sync} replicas in one process: Keras runs the steps in "
+            "a loop whose collectives TensorFlow cannot feed there (Keras fails the same way without tfdist). "
+            "Received: steps_per_execution>1. Expected steps_per_execution=1, or tfdist.fit, which runs "
+            "steps_per_execution steps per call under every strategy."
+        )

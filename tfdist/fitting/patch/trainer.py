@@ -132,6 +132,7 @@ def _wrapped_fit(original, multi_worker):
 
         from tfdist.fitting.global_gradients import own_steps_as_one_device
         from tfdist.fitting.patch.callbacks import chief_only_files
+        from tfdist.fitting.patch.executions import refuse_in_one_process
         from tfdist.fitting.patch.finish import wait_for_every_worker
         from tfdist.fitting.patch.preemption import PreemptionVote, Stopped, leave
         from tfdist.fitting.patch.xla import refuse_on_cpu
@@ -144,6 +145,8 @@ def _wrapped_fit(original, multi_worker):
             return fit_under_coordinator(self, {k: v for k, v in arguments.items() if k != "self"})
         if strategy.num_replicas_in_sync > 1:
             refuse_on_cpu(self, strategy)
+            if not multi_worker(strategy):
+                refuse_in_one_process(self)
         one_device_loss = own_steps_as_one_device(self, strategy.num_replicas_in_sync)
         if not multi_worker(strategy):
             with one_device_loss:
