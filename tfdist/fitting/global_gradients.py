@@ -149,7 +149,7 @@ def own_steps_as_one_device(model, replicas: int):
         yield
     finally:
         for name in names:
-            delattr(model, name)
+            vars(model).pop(name, None)  # the class' own step shows again
 
 
 def _shared_step(step, weight: float):

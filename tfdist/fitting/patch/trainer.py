@@ -153,7 +153,8 @@ def _wrapped_fit(original, multi_worker):
                 return original(self, *args, **kwargs)
         callbacks = list(arguments.get("callbacks") or [])
         try:
-            with chief_only_files(callbacks, strategy), PreemptionVote(self, strategy, callbacks), one_device_loss:
+            # The step that sees one device's loss first: the vote wraps whatever train_step the model has.
+            with one_device_loss, chief_only_files(callbacks, strategy), PreemptionVote(self, strategy, callbacks):
                 history = original(self, *args, **kwargs)
         except Stopped:
             leave()
