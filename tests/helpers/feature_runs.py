@@ -177,12 +177,18 @@ def main(modes: list[str]) -> None:
 
     from tfdist.errors import UserError
 
+    import functools
+
+    # One MirroredStrategy for every Keras run, as a script makes it: Keras' own fit under a second one in a
+    # process can reuse the first one's collective keys ("Shape mismatch in the collective instance"), tfdist or not.
+    mirrored = functools.cache(lambda: tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]))
     x, y, y2 = data()
     results = {}
     features = _features()
     for name, (model_fn, kind) in features.items():
         if multi_worker and name not in ACROSS_WORKERS:
             continue
+        print(f"feature {name!r}", file=sys.stderr, flush=True)  # where a crash happened, in a test's output
         targets = _targets(kind, y, y2)
         reference = model_fn()
         ref_loss = reference.fit(x, targets, batch_size=BATCH, epochs=EPOCHS, shuffle=False, verbose=0).history["loss"]
@@ -198,8 +204,7 @@ def main(modes: list[str]) -> None:
                                          **extra)
                     loss, weights = history.history["loss"], history.model.get_weights()
                 else:
-                    made = strategy or tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-                    loss, weights = _keras_fit(made, model_fn, x, targets)
+                    loss, weights = _keras_fit(strategy or mirrored(), model_fn, x, targets)
                 row[mode] = {"loss": _history_spread(loss, ref_loss), "weights": _relative(weights, ref_weights)}
             except UserError as error:
                 row[mode] = {"refused": str(error)}
