@@ -222,7 +222,7 @@ def test_jit_compile_on_cpu_across_workers_is_one_line_and_status_2_before_train
     assert status == 2, text[-4000:]
     for task in ("worker:0", "worker:1"):
         lines = [line for line in text.splitlines() if line.startswith(f"[{task}] error: ")]
-        assert len(lines) == 1 and "Invalid compile(jit_compile=True) for Keras' own fit across workers on " \
-            "CPU devices" in lines[0], text[-3000:]
+        assert len(lines) == 1 and "Invalid compile(jit_compile=True) for Keras' own fit over several replicas " \
+            "on CPU devices" in lines[0], text[-3000:]
     assert "Traceback" not in text and "Collectives are not yet implemented" not in text, text[-3000:]
     assert not (tmp_path / "two" / "ckpt").exists()  # nothing trained, nothing written
