@@ -143,7 +143,7 @@ print("RESULTS " + json.dumps(out))
 def results(python) -> dict:
     def make():
         code = "from tfdist.strategies import setup_host\nsetup_host(cpu_devices=2)\n" + SCRIPT
-        result = python(code, timeout=400)
+        result = python(code, timeout=900)
         assert result.returncode == 0, result.stderr[-3000:]
         return tagged(result.stdout, "RESULTS")
 

@@ -108,7 +108,7 @@ WEIGHTED = [("sample_weight", "one_device"), ("sample_weight", "mirrored"), ("cl
 
 def results(python) -> dict:
     def make():
-        result = python(["-c", SCRIPT, str(REPO / "examples")], timeout=400)
+        result = python(["-c", SCRIPT, str(REPO / "examples")], timeout=900)
         assert result.returncode == 0, result.stderr[-3000:]
         return tagged(result.stdout, "RESULTS")
 
