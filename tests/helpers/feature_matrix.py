@@ -18,8 +18,8 @@ PAGE = REPO / "docs" / "fit.md"
 BEGIN, END = "<!-- feature-matrix -->", "<!-- /feature-matrix -->"
 
 #: The largest relative differences from one device that count as equal: per-epoch loss and final weights
-#: (each tensor's relative L2). Two replicas without any feature measured up to 1.3e-7 and 3.3e-7 here, the
-#: features up to 2.6e-7 and 6.4e-7; the bounds leave 3x room for another machine's float32 rounding.
+#: (each tensor's relative L2): the float32 noise floor of 2 replicas with room, as docs/fit.md says (its
+#: matrix shows what each cell measured).
 TOLERANCE = {"loss": 1e-6, "weights": 2e-6}
 
 #: The column order of the page, and each mode's heading.
