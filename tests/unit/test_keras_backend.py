@@ -6,6 +6,8 @@ Keras reads ``KERAS_BACKEND`` when it is imported; under ``jax`` or ``torch`` it
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from helpers.clis import assert_user_error, run_python
@@ -52,6 +54,8 @@ def test_tensorflow_or_no_backend_is_accepted(environ):
     errors.check_keras_backend(environ)
 
 
-def test_a_backend_named_in_the_environment_is_refused_by_name():
+def test_a_backend_named_in_the_environment_is_refused_by_name(monkeypatch):
+    # Keras not yet imported (another test of this worker may have imported it): the environment decides.
+    monkeypatch.delitem(sys.modules, "keras", raising=False)
     with pytest.raises(UserError, match=r"Received: KERAS_BACKEND='jax'\. Expected KERAS_BACKEND=tensorflow"):
         errors.check_keras_backend({"KERAS_BACKEND": "jax"})
