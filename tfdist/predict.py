@@ -2,10 +2,8 @@
 
     python -m tfdist.predict --model_dir runs/mirrored --image cat.png --output cat_mask.png
 
-Reads ``model_dir/export/model.keras`` and the image size from
-``model_dir/params.yaml``; the image is resized to the model's size, and the
-overlay is written at the image's own size (mask upsampled by nearest
-neighbour). ``--mask_output`` also writes the raw class indices as a PNG.
+Reads ``model_dir/export/model.keras``; the overlay is written at the image's own size, and ``--mask_output``
+also writes the raw class indices as a PNG. The inference is ``segmentation.predict``'s; this module is its flags.
 """
 
 from __future__ import annotations
@@ -18,6 +16,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from absl import flags  # noqa: E402
 
 from tfdist.errors import UserError, run_main  # noqa: E402
+from tfdist.segmentation.predict import predict_file  # noqa: E402
 
 FLAGS = flags.FLAGS
 
@@ -35,8 +34,6 @@ OUTPUT_SUFFIXES = {"output": (".png", ".jpg", ".jpeg"), "mask_output": (".png",)
 
 def check_output(name: str, path: str) -> None:
     """Refuse an output path that cannot be written as an image, before anything starts (a UserError)."""
-    import os
-
     suffixes = OUTPUT_SUFFIXES[name]
     parent = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
@@ -51,47 +48,6 @@ def check_output(name: str, path: str) -> None:
                     f"{' or '.join(suffixes)} in an existing directory.")
 
 
-def read_image(path: str):
-    """An RGB uint8 array, or a UserError naming the file."""
-    import numpy as np
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        with Image.open(path) as im:
-            return np.asarray(im.convert("RGB"))
-    except (OSError, UnidentifiedImageError) as e:
-        raise UserError(f"Cannot read image {path}: {type(e).__name__}: {e}. Expected a PNG or JPEG file.") from None
-
-
-def load_exported_model(model_dir: str):
-    """The run's exported Keras model, or a UserError saying what is missing."""
-    from tfdist.rundir import RunDir
-
-    path = RunDir(model_dir).exported_model
-    if not path.is_file():
-        raise UserError(
-            f"Invalid --model_dir {model_dir}. Received a directory without export/model.keras. "
-            "Expected the model_dir of a finished `python -m tfdist.train` run."
-        )
-    import keras
-
-    import tfdist.models  # noqa: F401  (registers ReplicaBatchNorm for loading)
-
-    return keras.models.load_model(path)
-
-
-def predict_mask(model, image):
-    """Class indices ``[H, W]`` at the image's own size."""
-    import numpy as np
-    import tensorflow as tf
-
-    size = model.input_shape[1]
-    x = tf.image.resize(tf.cast(image[None], tf.float32) / 255.0, (size, size), method="bilinear")
-    classes = tf.argmax(model(x, training=False), axis=-1, output_type=tf.int32)[0]
-    full = tf.image.resize(classes[..., None], image.shape[:2], method="nearest")[..., 0]
-    return np.asarray(full, dtype=np.uint8)
-
-
 def main(argv: list[str]) -> int:
     for name in ("model_dir", "image", "output"):
         if not FLAGS[name].value:
@@ -100,16 +56,7 @@ def main(argv: list[str]) -> int:
     check_output("output", FLAGS.output)
     if FLAGS.mask_output:
         check_output("mask_output", FLAGS.mask_output)
-    from PIL import Image
-
-    from tfdist.visualize import overlay
-
-    image = read_image(FLAGS.image)
-    model = load_exported_model(FLAGS.model_dir)
-    mask = predict_mask(model, image)
-    Image.fromarray(overlay(image, mask)).save(FLAGS.output)
-    if FLAGS.mask_output:
-        Image.fromarray(mask).save(FLAGS.mask_output)
+    predict_file(FLAGS.model_dir, FLAGS.image, FLAGS.output, FLAGS.mask_output)
     print(f"wrote {FLAGS.output}")
     return 0
 

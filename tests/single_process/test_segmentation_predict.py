@@ -1,0 +1,21 @@
+"""``segmentation.predict``: the mask it computes from a model and an image."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tfdist.segmentation import predict
+
+
+def test_the_mask_is_the_models_argmax_at_the_images_own_size():
+    import keras
+
+    # 4x4 input, 2 classes: class 1 where the red channel is bright.
+    inputs = keras.Input((4, 4, 3))
+    model = keras.Model(inputs, keras.layers.Lambda(lambda x: keras.ops.stack([0.5 - x[..., 0], x[..., 0] - 0.5],
+                                                                              axis=-1))(inputs))
+    image = np.zeros((8, 6, 3), dtype=np.uint8)
+    image[:4, :, 0] = 255
+    mask = predict.predict_mask(model, image)
+    assert mask.shape == (8, 6) and mask.dtype == np.uint8
+    assert (mask[:4] == 1).all() and (mask[4:] == 0).all()
