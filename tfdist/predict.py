@@ -21,11 +21,13 @@ from tfdist.segmentation.predict import predict_file  # noqa: E402
 FLAGS = flags.FLAGS
 
 
-def define_flags() -> None:
-    flags.DEFINE_string("model_dir", None, "A tfdist run directory (with export/model.keras).")
-    flags.DEFINE_string("image", None, "The input image (PNG or JPEG).")
-    flags.DEFINE_string("output", None, "Where to write the overlay PNG.")
-    flags.DEFINE_string("mask_output", None, "Optional: where to write the class-index mask PNG.")
+def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
+    """Define this CLI's flags; called by ``entry`` so that importing the module defines none."""
+    flags.DEFINE_string("model_dir", None, "A tfdist run directory (with export/model.keras).", flag_values=flag_values)
+    flags.DEFINE_string("image", None, "The input image (PNG or JPEG).", flag_values=flag_values)
+    flags.DEFINE_string("output", None, "Where to write the overlay PNG.", flag_values=flag_values)
+    flags.DEFINE_string("mask_output", None, "Optional: where to write the class-index mask PNG.",
+                        flag_values=flag_values)
 
 
 #: What ``--output`` (an overlay: PNG or JPEG) and ``--mask_output`` (class indices: lossless PNG) may end with.

@@ -61,7 +61,7 @@ def machine() -> dict:
 def run_benchmark(*, quick: bool, steps: int = 0, repeats: int = 0, only: Sequence[str] = (), scaling: bool = True,
                   accuracy: bool | None = None, preemption: bool | None = None,
                   log: Callable[[str], None] = print) -> dict:
-    """Measure every row; returns the JSON-ready results (see ``tfdist.bench.__main__``).
+    """Measure every row; returns the JSON-ready results (see ``tfdist.bench.cli``).
 
     Args:
       quick: fewer steps and one repeat (the defaults of ``steps``, ``repeats`` and the scaling rows); time to

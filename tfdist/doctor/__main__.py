@@ -1,4 +1,4 @@
-"""``python -m tfdist.doctor``."""
+"""``python -m tfdist.doctor``: runs the CLI of ``tfdist.doctor.cli``."""
 
 from tfdist.doctor.cli import entry
 
