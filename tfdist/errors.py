@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable, NoReturn, Sequence
+from typing import Any, Callable, Mapping, NoReturn, Sequence
 
 #: A run that finished.
 DONE_EXIT_CODE = 0
@@ -170,7 +170,30 @@ def require_finite(*names: str, flag_values=None) -> None:
                                  flag_values=flag_values or flags.FLAGS)
 
 
-def run_main(main: Callable[[list[str]], int | None], define_flags: Callable[[], None] | None = None) -> None:
+def rename_flags(argv: Sequence[str], renamed: Mapping[str, str]) -> tuple[list[str], list[str]]:
+    """``argv`` with each old flag name of ``renamed`` (old -> new) spelled as its new name; the old names given.
+
+    ``--old``, ``--old=V``, ``--noold`` (a bool) and the one-dash forms are renamed up to ``--``;
+    what follows ``--`` belongs to another command and is left as it is.
+    """
+    out, given = list(argv[:1]), []
+    for i, arg in enumerate(argv[1:], start=1):
+        if arg == "--":
+            out += argv[i:]
+            break
+        dashes = "--" if arg.startswith("--") else "-" if arg.startswith("-") else ""
+        name, eq, value = arg[len(dashes):].partition("=")
+        negated = name.startswith("no") and name[2:] in renamed and not eq
+        old = name[2:] if negated else name
+        if dashes and old in renamed:
+            given.append(old)
+            arg = f"{dashes}{'no' if negated else ''}{renamed[old]}{eq}{value}"
+        out.append(arg)
+    return out, given
+
+
+def run_main(main: Callable[[list[str]], int | None], define_flags: Callable[[], None] | None = None,
+             renamed: Mapping[str, str] | None = None) -> None:
     """Run an absl ``main``: ``UserError`` ends it with status 2, ``RunFailed`` with its own, one line each.
 
     A ``RunFailed`` ends the process at once after its line (``os._exit``), so
@@ -179,6 +202,9 @@ def run_main(main: Callable[[list[str]], int | None], define_flags: Callable[[],
 
     ``define_flags`` (if given) defines the CLI's flags first; CLIs define
     them only when they run, so that several can be imported in one process.
+    ``renamed`` (old -> new flag name) keeps old flags working: each old name
+    given is one ``note:`` line on stderr once ``main`` has returned (a user
+    error stays the only line).
 
     TensorFlow's start-up lines are kept off stderr from here on (``quiet``;
     opt-out ``TFDIST_TF_LOGS=1``), so the error line stays the only one. A Keras backend
@@ -195,10 +221,14 @@ def run_main(main: Callable[[list[str]], int | None], define_flags: Callable[[],
     quiet.install()
     if define_flags is not None:
         define_flags()
+    sys.argv[:], old_names = rename_flags(sys.argv, renamed or {})
 
     def guarded(argv: list[str]) -> int | None:
         try:
-            return main(argv)
+            status = main(argv)
+            for old in old_names:
+                sys.stderr.write(f"note: --{old} is deprecated; use --{renamed[old]} (the same flag, renamed)\n")
+            return status
         except UserError as e:
             quiet.drain()
             fail(str(e))

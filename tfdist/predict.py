@@ -1,6 +1,6 @@
 """``python -m tfdist.predict``: a trained run's predicted mask for one image, as a coloured overlay.
 
-    python -m tfdist.predict --model_dir runs/mirrored --image cat.png --output cat_mask.png
+    python -m tfdist.predict --model_dir runs/mirrored --input_image cat.png --overlay_output cat_mask.png
 
 Reads ``model_dir/export/model.keras``; the overlay is written at the image's own size, and ``--mask_output``
 also writes the raw class indices as a PNG. The inference is ``segmentation.predict``'s; this module is its flags.
@@ -20,18 +20,21 @@ from tfdist.segmentation.predict import predict_file  # noqa: E402
 
 FLAGS = flags.FLAGS
 
+#: Renamed flags (old -> new): the old name still works, with a note (each flag has one meaning across the CLIs).
+RENAMED = {"image": "input_image", "output": "overlay_output"}
+
 
 def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
     """Define this CLI's flags; called by ``entry`` so that importing the module defines none."""
     flags.DEFINE_string("model_dir", None, "A tfdist run directory (with export/model.keras).", flag_values=flag_values)
-    flags.DEFINE_string("image", None, "The input image (PNG or JPEG).", flag_values=flag_values)
-    flags.DEFINE_string("output", None, "Where to write the overlay PNG.", flag_values=flag_values)
+    flags.DEFINE_string("input_image", None, "The input image (PNG or JPEG).", flag_values=flag_values)
+    flags.DEFINE_string("overlay_output", None, "Where to write the overlay (PNG or JPEG).", flag_values=flag_values)
     flags.DEFINE_string("mask_output", None, "Optional: where to write the class-index mask PNG.",
                         flag_values=flag_values)
 
 
-#: What ``--output`` (an overlay: PNG or JPEG) and ``--mask_output`` (class indices: lossless PNG) may end with.
-OUTPUT_SUFFIXES = {"output": (".png", ".jpg", ".jpeg"), "mask_output": (".png",)}
+#: What ``--overlay_output`` (PNG or JPEG) and ``--mask_output`` (class indices: lossless PNG) may end with.
+OUTPUT_SUFFIXES = {"overlay_output": (".png", ".jpg", ".jpeg"), "mask_output": (".png",)}
 
 
 def check_output(name: str, path: str) -> None:
@@ -51,21 +54,21 @@ def check_output(name: str, path: str) -> None:
 
 
 def main(argv: list[str]) -> int:
-    for name in ("model_dir", "image", "output"):
+    for name in ("model_dir", "input_image", "overlay_output"):
         if not FLAGS[name].value:
             raise UserError(f"Missing `--{name}`. "
-                            "Received: nothing. Expected --model_dir D --image X.png --output Y.png.")
-    check_output("output", FLAGS.output)
+                            "Received: nothing. Expected --model_dir D --input_image X.png --overlay_output Y.png.")
+    check_output("overlay_output", FLAGS.overlay_output)
     if FLAGS.mask_output:
         check_output("mask_output", FLAGS.mask_output)
-    predict_file(FLAGS.model_dir, FLAGS.image, FLAGS.output, FLAGS.mask_output)
-    print(f"wrote {FLAGS.output}")
+    predict_file(FLAGS.model_dir, FLAGS.input_image, FLAGS.overlay_output, FLAGS.mask_output)
+    print(f"wrote {FLAGS.overlay_output}")
     return 0
 
 
 def entry() -> None:
     """Console-script entry point (``tfdist-predict``)."""
-    run_main(main, define_flags)
+    run_main(main, define_flags, renamed=RENAMED)
 
 
 if __name__ == "__main__":

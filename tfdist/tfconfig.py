@@ -1,6 +1,6 @@
 """``python -m tfdist.tfconfig``: the TF_CONFIG of a task, the command of every task, or manifests.
 
-``--task worker:1`` prints that task's TF_CONFIG (``--export``: as a shell line),
+``--task worker:1`` prints that task's TF_CONFIG (``--export_tf_config``: as a shell line),
 ``--commands`` each task's command (arguments after ``--`` go to every
 ``tfdist.train``), ``--cluster slurm`` this Slurm task's TF_CONFIG, and ``--emit
 kubernetes|tfjob|jobset|trainjob|volcano`` manifests. ``--strategy`` checks that the cluster has the
@@ -43,7 +43,8 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
         flag_values=flag_values,
     )
     flags.DEFINE_string("task", None, "This task, as type:index, e.g. worker:1.", flag_values=flag_values)
-    flags.DEFINE_bool("export", False, "Print `export TF_CONFIG='...'` instead of the JSON.", flag_values=flag_values)
+    flags.DEFINE_bool("export_tf_config", False, "Print `export TF_CONFIG='...'` instead of the JSON.",
+                      flag_values=flag_values)
     flags.DEFINE_bool(
         "commands",
         False,
@@ -89,6 +90,9 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
     )
     flags.DEFINE_string("output", None, "Write to this file instead of stdout.", flag_values=flag_values)
 
+
+#: Renamed flags (old -> new): the old name still works, with a note (each flag has one meaning across the CLIs).
+RENAMED = {"export": "export_tf_config"}
 
 #: Flags that mean something only with --emit.
 _EMIT_FLAGS = ("image", "name", "namespace", "cpu", "memory", "gpus", "volume", "doctor")
@@ -182,7 +186,7 @@ def _output_mode() -> str:
     if FLAGS.emit is not None and FLAGS.emit not in EMITS:
         raise UserError("Invalid value for `--emit`. "
                         f"Received: emit={FLAGS.emit!r}. Expected one of: {', '.join(EMITS)}.")
-    chosen = [name for name, given in (("--export", FLAGS.export), ("--commands", FLAGS.commands),
+    chosen = [name for name, given in (("--export_tf_config", FLAGS.export_tf_config), ("--commands", FLAGS.commands),
                                        ("--emit", FLAGS.emit is not None)) if given]
     if len(chosen) > 1:
         raise UserError(
@@ -202,7 +206,7 @@ def _output_mode() -> str:
             f"Unexpected `{stray[0]}` with --emit={FLAGS.emit}. Received: {', '.join(stray)}. "
             f"Expected it with --emit {' or --emit '.join(deploy.FORMS)} only."
         )
-    return FLAGS.emit or ("commands" if FLAGS.commands else "export" if FLAGS.export else "json")
+    return FLAGS.emit or ("commands" if FLAGS.commands else "export" if FLAGS.export_tf_config else "json")
 
 
 def _tasks(mode: str) -> tuple[cluster.ClusterSpec, list[cluster.Task]]:
@@ -279,7 +283,7 @@ def main(argv: list[str]) -> int:
 
 def entry() -> None:
     """The ``tfdist-tfconfig`` console script."""
-    run_main(main, define_flags)
+    run_main(main, define_flags, renamed=RENAMED)
 
 
 if __name__ == "__main__":
