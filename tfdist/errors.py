@@ -80,6 +80,35 @@ class Preempted(RunFailed):
     exit_code = PREEMPTED_EXIT_CODE
 
 
+class PreemptedExit(SystemExit):
+    """The end of a preempted ``tfdist.fit`` or Keras ``fit`` across workers: the step reached is saved.
+
+    A ``SystemExit`` with status 42: uncaught in a script, the process ends with that status and a scheduler
+    (or ``tfdist.launch``) runs the same command again, which resumes; in a notebook the kernel lives on.
+    """
+
+    def __init__(self, message: str):
+        super().__init__(PREEMPTED_EXIT_CODE)
+        self.message = " ".join(str(message).split())
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def end_process(status: int) -> NoReturn:
+    """End this process at once with ``status``, after flushing stdio: the one hard exit of tfdist.
+
+    For a process that must not run Python's teardown: a CLI whose run failed, a task stuck in a collective
+    whose peer is gone (the watchdog), a serving task whose gRPC server cannot be stopped, a script's
+    uncaught ``UserError``. TensorFlow's teardown would wait on, or abort with, the collectives of peers.
+    """
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(status)
+
+
 def short(value: Any, limit: int = 80) -> str:
     """``repr`` of a received value, cut so that an error stays one readable line."""
     text = repr(value)
@@ -173,7 +202,7 @@ def require_finite(*names: str, flag_values=None) -> None:
 def run_main(main: Callable[[list[str]], int | None], define_flags: Callable[[], None] | None = None) -> None:
     """Run an absl ``main``: ``UserError`` ends it with status 2, ``RunFailed`` with its own, one line each.
 
-    A ``RunFailed`` ends the process at once after its line (``os._exit``), so
+    A ``RunFailed`` ends the process at once after its line (``end_process``), so
     that the line is the last one and TensorFlow's teardown cannot wait on a
     lost peer.
 
@@ -209,7 +238,6 @@ def run_main(main: Callable[[list[str]], int | None], define_flags: Callable[[],
             try:
                 fail(str(e), e.exit_code)
             finally:
-                sys.stdout.flush()
-                os._exit(e.exit_code)
+                end_process(e.exit_code)
 
     app.run(guarded, flags_parser=absl_flags_parser)
