@@ -11,6 +11,7 @@ the statuses from ``EXIT_CODES`` here, never as literals of their own.
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 from pathlib import Path
@@ -85,6 +86,7 @@ class PreemptedExit(SystemExit):
 
     A ``SystemExit`` with status 42: uncaught in a script, the process ends with that status and a scheduler
     (or ``tfdist.launch``) runs the same command again, which resumes; in a notebook the kernel lives on.
+    Raise it with ``preempted_exit``.
     """
 
     def __init__(self, message: str):
@@ -93,6 +95,18 @@ class PreemptedExit(SystemExit):
 
     def __str__(self) -> str:
         return self.message
+
+
+def preempted_exit(message: str) -> PreemptedExit:
+    """The ``PreemptedExit`` to raise; when the interpreter then exits, it ends with 42 before its teardown.
+
+    Once Python finalizes, its signal handlers are back to the default: a launcher stopping the other tasks
+    would turn the 42 of a task that saved its step into a death by signal (143), and TensorFlow's teardown
+    can wait on peers. An ``atexit`` hook, the first to run, ends the process there; a notebook's kernel,
+    which does not exit, is left running.
+    """
+    atexit.register(end_process, PREEMPTED_EXIT_CODE)
+    return PreemptedExit(message)
 
 
 def end_process(status: int) -> NoReturn:

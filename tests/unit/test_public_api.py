@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import inspect
 import re
 from pathlib import Path
@@ -22,11 +23,17 @@ def test_all_names_the_public_calls_and_each_has_its_real_signature():
 
 
 def test_each_argument_docs_fit_names_is_in_fits_signature():
-    """Every ``name=`` docs/fit.md passes to ``tfdist.fit(...)`` is a parameter of it."""
+    """The keywords of docs/fit.md's ``tfdist.fit(...)`` calls and the arguments its list names are parameters."""
     text = (DOCS / "fit.md").read_text()
-    calls = re.findall(r"tfdist\.fit\(([^)]*(?:\([^)]*\)[^)]*)*)\)", text)
-    named = {name for call in calls for name in re.findall(r"\b([a-z_]+)=", call)}
-    assert named, "docs/fit.md shows no call of tfdist.fit with named arguments"
+    named = set()
+    for block in re.findall(r"```python\n(.*?)```", text, re.DOTALL):
+        for node in ast.walk(ast.parse(block)):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "fit" \
+                    and getattr(node.func.value, "id", "") == "tfdist":
+                named |= {keyword.arg for keyword in node.keywords}
+    listed = re.search(r"^- `x`/`y`:(.*?)^- ", text, re.DOTALL | re.MULTILINE).group(1)
+    named |= set(re.findall(r"`([a-z_]+)`", listed.split("takes it.")[-1]))  # after the input forms
+    assert {"batch_size", "validation_data", "progress_timeout"} <= named, named
     assert named <= set(inspect.signature(tfdist.fit).parameters), named - set(inspect.signature(tfdist.fit).parameters)
 
 

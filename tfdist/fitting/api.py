@@ -19,7 +19,7 @@ import tempfile
 
 from tfdist import config as config_lib
 from tfdist import strategies
-from tfdist.errors import Preempted, PreemptedExit, UserError, check_keras_backend, short
+from tfdist.errors import Preempted, preempted_exit, UserError, check_keras_backend, short
 from tfdist.fitting.args import check_fit_args, check_run_args
 from tfdist.rundir import RunDir
 from tfdist.runtime import session as session_lib
@@ -147,7 +147,7 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy=
         sys.stdout.flush()
         sys.stderr.write(f"error: {e}\n")
         sys.stderr.flush()
-        raise PreemptedExit(str(e)) from None
+        raise preempted_exit(str(e)) from None
     finally:
         if temporary:
             shutil.rmtree(model_dir, ignore_errors=True)

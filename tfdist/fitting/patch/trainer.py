@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import inspect
 
-from tfdist.errors import PreemptedExit, UserError
+from tfdist.errors import UserError, preempted_exit
 from tfdist import _compat
 
 #: The line of ``reduce_per_replica`` that fails on scalar logs across workers.
@@ -157,7 +157,7 @@ def _wrapped_fit(original, multi_worker):
             with one_device_loss, chief_only_files(callbacks, strategy), PreemptionVote(self, strategy, callbacks):
                 history = original(self, *args, **kwargs)
         except Stopped as e:
-            raise PreemptedExit(str(e)) from None
+            raise preempted_exit(str(e)) from None
         wait_for_every_worker()
         return history
 
