@@ -11,6 +11,7 @@ the statuses from ``EXIT_CODES`` here, never as literals of their own.
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 from pathlib import Path
@@ -78,6 +79,48 @@ class Preempted(RunFailed):
     """The run was asked to stop (SIGTERM) and saved the step it reached; run it again to resume (exit 42)."""
 
     exit_code = PREEMPTED_EXIT_CODE
+
+
+class PreemptedExit(SystemExit):
+    """The end of a preempted ``tfdist.fit`` or Keras ``fit`` across workers: the step reached is saved.
+
+    A ``SystemExit`` with status 42: uncaught in a script, the process ends with that status and a scheduler
+    (or ``tfdist.launch``) runs the same command again, which resumes; in a notebook the kernel lives on.
+    Raise it with ``preempted_exit``.
+    """
+
+    def __init__(self, message: str):
+        super().__init__(PREEMPTED_EXIT_CODE)
+        self.message = " ".join(str(message).split())
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def preempted_exit(message: str) -> PreemptedExit:
+    """The ``PreemptedExit`` to raise; when the interpreter then exits, it ends with 42 before its teardown.
+
+    Once Python finalizes, its signal handlers are back to the default: a launcher stopping the other tasks
+    would turn the 42 of a task that saved its step into a death by signal (143), and TensorFlow's teardown
+    can wait on peers. An ``atexit`` hook, the first to run, ends the process there; a notebook's kernel,
+    which does not exit, is left running.
+    """
+    atexit.register(end_process, PREEMPTED_EXIT_CODE)
+    return PreemptedExit(message)
+
+
+def end_process(status: int) -> NoReturn:
+    """End this process at once with ``status``, after flushing stdio: the one hard exit of tfdist.
+
+    For a process that must not run Python's teardown: a CLI whose run failed, a task stuck in a collective
+    whose peer is gone (the watchdog), a serving task whose gRPC server cannot be stopped, a script's
+    uncaught ``UserError``. TensorFlow's teardown would wait on, or abort with, the collectives of peers.
+    """
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(status)
 
 
 def short(value: Any, limit: int = 80) -> str:
@@ -196,7 +239,7 @@ def run_main(main: Callable[[list[str]], int | None], define_flags: Callable[[],
              renamed: Mapping[str, str] | None = None) -> None:
     """Run an absl ``main``: ``UserError`` ends it with status 2, ``RunFailed`` with its own, one line each.
 
-    A ``RunFailed`` ends the process at once after its line (``os._exit``), so
+    A ``RunFailed`` ends the process at once after its line (``end_process``), so
     that the line is the last one and TensorFlow's teardown cannot wait on a
     lost peer.
 
@@ -239,7 +282,6 @@ def run_main(main: Callable[[list[str]], int | None], define_flags: Callable[[],
             try:
                 fail(str(e), e.exit_code)
             finally:
-                sys.stdout.flush()
-                os._exit(e.exit_code)
+                end_process(e.exit_code)
 
     app.run(guarded, flags_parser=absl_flags_parser)

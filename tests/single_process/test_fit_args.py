@@ -225,3 +225,28 @@ def test_after_setup_fit_accepts_the_set_ups_own_cluster_and_task(never_set_up, 
     monkeypatch.setattr(session, "current", lambda: session.Session(runtime=runtime, placement=placement, strategy=None))
     with pytest.raises(AssertionError, match="the process was set up"):
         tfdist.fit(model_fn, X, Y, batch_size=4, epochs=1, verbose=0, cluster="c.yaml", task="worker:0")
+
+
+def test_after_setup_fit_takes_the_strategy_setup_returned(never_set_up, monkeypatch):
+    """``tfdist.fit(..., strategy=tfdist.setup(...))``: the returned Strategy stands for the session's name."""
+    from tfdist import config as config_lib
+    from tfdist.runtime import session
+
+    import tensorflow as tf
+
+    returned = tf.distribute.get_strategy()  # any Strategy object stands in for the one setup returned
+    runtime = config_lib.runtime_config("tfdist.setup", strategy="mirrored")
+    placement = types.SimpleNamespace(role="train", is_chief=True)
+    monkeypatch.setattr(session, "current",
+                        lambda: session.Session(runtime=runtime, placement=placement, strategy=returned))
+    with pytest.raises(AssertionError, match="the process was set up"):
+        tfdist.fit(model_fn, X, Y, batch_size=4, epochs=1, verbose=0, strategy=returned)
+
+
+def test_fit_refuses_a_strategy_object_that_setup_did_not_return(never_set_up):
+    import tensorflow as tf
+
+    with pytest.raises(UserError, match=r"^Invalid `strategy` for tfdist.fit. Received: _DefaultDistributionStrategy "
+                                        r".*which tfdist.setup did not return. Expected a strategy name \(one of "
+                                        r"one_device, mirrored.*\) or the Strategy that tfdist.setup returned.$"):
+        tfdist.fit(model_fn, X, Y, batch_size=4, epochs=1, verbose=0, strategy=tf.distribute.get_strategy())

@@ -39,3 +39,22 @@ def test_a_signal_before_the_loop_ends_at_once_and_inside_it_is_remembered():
         signal.signal(signal.SIGTERM, before)
         signal.signal(signal.SIGUSR1, signal.SIG_DFL)
 
+
+
+PREEMPTED_SCRIPT = """
+import atexit
+from tfdist.errors import preempted_exit
+atexit.register(print, "python's teardown ran")
+try:
+    raise preempted_exit("Preempted at step 3 of 9: local received SIGTERM.")
+except SystemExit as e:  # what a notebook's kernel does: it catches it and lives on
+    print(f"caught {type(e).__name__} {e.code}: {e}", flush=True)
+raise preempted_exit("Preempted at step 3 of 9: local received SIGTERM.")
+"""
+
+
+def test_a_preempted_exit_is_caught_as_a_system_exit_and_uncaught_ends_with_42_before_the_teardown(python):
+    proc = python(PREEMPTED_SCRIPT, timeout=60)
+    assert proc.returncode == 42, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines() == ["caught PreemptedExit 42: Preempted at step 3 of 9: local received SIGTERM."]
+    assert proc.stderr == ""

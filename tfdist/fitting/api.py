@@ -13,20 +13,20 @@ outputs; only the steps are Keras' own (``fitting.steps``,
 from __future__ import annotations
 
 import dataclasses
-import os
 import shutil
 import sys
 import tempfile
 
 from tfdist import config as config_lib
-from tfdist.errors import Preempted, UserError
+from tfdist import strategies
+from tfdist.errors import Preempted, preempted_exit, UserError, check_keras_backend, short
 from tfdist.fitting.args import check_fit_args, check_run_args
 from tfdist.rundir import RunDir
 from tfdist.runtime import session as session_lib
 from tfdist.runtime.lifecycle import training_task
 
 
-def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy: str | None = None,
+def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy=None,
         validation_data=None, steps_per_epoch: int | None = None, validation_steps: int | None = None,
         shuffle: bool = True, initial_epoch: int = 0, callbacks=None, verbose: int = 1, sample_weight=None,
         class_weight: dict | None = None, model_dir=None,
@@ -45,9 +45,10 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy:
       batch_size: the global batch: examples per step over all replicas and workers (required for numpy and
         a ``dataset_fn``; a Dataset's own batches are global batches).
       epochs: the epoch to train to (Keras' meaning, with ``initial_epoch``).
-      strategy: one of ``tfdist.strategies.NAMES``; default: the one ``tfdist.setup`` set this process up for,
-        else ``one_device``. After ``tfdist.setup``, ``strategy``, ``cpu_devices``, ``cluster`` and ``task`` are the
-        session's (the process is set up once).
+      strategy: one of ``tfdist.strategies.NAMES``, or the ``tf.distribute.Strategy`` that ``tfdist.setup``
+        returned; default: the one ``tfdist.setup`` set this process up for, else ``one_device``. After
+        ``tfdist.setup``, ``strategy``, ``cpu_devices``, ``cluster`` and ``task`` are the session's (the process is
+        set up once).
       validation_data: ``(x_val, y_val)``, ``(x_val, y_val, sample_weight_val)`` or a Dataset of global
         batches, evaluated after each epoch.
       steps_per_epoch: steps per epoch, a positive int (default: the whole of numpy data, or a finite Dataset).
@@ -77,10 +78,12 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy:
       UserError: bad arguments (before the process is set up), a model without a loss, a metric or a loss
         reduction that does not add up, a model's own steps where they cannot run exactly, a cluster that
         does not fit the strategy, TensorFlow started before the set-up (``session.TOO_LATE``).
-
-    A preemption (SIGTERM or SIGUSR1) does not return: the step reached is saved in ``model_dir`` and the
-    process ends with status 42 and an ``error: Preempted at step N ...`` line; the same call resumes there.
+      PreemptedExit: a preemption (SIGTERM or SIGUSR1): the step reached is saved in ``model_dir`` after an
+        ``error: Preempted at step N ...`` line; uncaught, the process ends with status 42, and the same call
+        resumes there.
     """
+    check_keras_backend()
+    strategy = _strategy_name(strategy)
     check_fit_args(model_fn, x, y, batch_size=batch_size, epochs=epochs, initial_epoch=initial_epoch,
                    steps_per_epoch=steps_per_epoch, validation_data=validation_data,
                    validation_steps=validation_steps, sample_weight=sample_weight, class_weight=class_weight)
@@ -144,7 +147,20 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy:
         sys.stdout.flush()
         sys.stderr.write(f"error: {e}\n")
         sys.stderr.flush()
-        os._exit(e.exit_code)
+        raise preempted_exit(str(e)) from None
     finally:
         if temporary:
             shutil.rmtree(model_dir, ignore_errors=True)
+
+
+def _strategy_name(strategy):
+    """``fit``'s ``strategy`` as a name: the Strategy ``tfdist.setup`` returned stands for its session's."""
+    if not (hasattr(strategy, "scope") and hasattr(strategy, "num_replicas_in_sync")):
+        return strategy  # a name, or a value that check_run_args refuses
+    session = session_lib.current()
+    if session is not None and strategy is session.strategy:
+        return session.runtime.strategy
+    raise UserError(f"Invalid `strategy` for tfdist.fit. Received: {type(strategy).__name__} {short(strategy, 60)}, "
+                    "which tfdist.setup did not return. Expected a strategy name (one of "
+                    f"{', '.join(strategies.NAMES)}) or the Strategy that tfdist.setup returned.")
+

@@ -12,12 +12,10 @@ and the schedulers' signals: docs/internals.md (Fault tolerance).
 
 from __future__ import annotations
 
-import os
 import signal
-import sys
 import threading
 
-from tfdist.errors import PREEMPTED_EXIT_CODE, Preempted
+from tfdist.errors import PREEMPTED_EXIT_CODE, Preempted, end_process
 
 #: The signals that mean "preempted": TERM from Kubernetes, launchers and ``scancel``; USR1 from ``sbatch --signal``.
 SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
@@ -29,10 +27,12 @@ def signal_name(signum: int) -> str:
 
 
 def exit_preempted(signum, frame) -> None:
-    """After a preemption: a second signal ends the process at once, with the preempted status."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(PREEMPTED_EXIT_CODE)
+    """After a preempted end: a further signal ends the process at once, with the preempted status.
+
+    A launcher stopping the other tasks sends one too; handled by default, it would turn the status 42 of a
+    task that saved its step into a death by signal (143) while its teardown runs.
+    """
+    end_process(PREEMPTED_EXIT_CODE)
 
 
 class Preemption:

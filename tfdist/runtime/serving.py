@@ -25,7 +25,7 @@ from typing import NoReturn
 from tfdist.cluster.address import split_address
 from tfdist.cluster.peers import POLL_SECONDS, PeerWatch, grpc_bind_errors
 from tfdist.cluster.task import Task
-from tfdist.errors import DONE_EXIT_CODE, EXIT_CODES, PEER_LOST_EXIT_CODE, PREEMPTED_EXIT_CODE
+from tfdist.errors import DONE_EXIT_CODE, EXIT_CODES, PEER_LOST_EXIT_CODE, PREEMPTED_EXIT_CODE, end_process
 from tfdist.runtime.preemption import SIGNALS, signal_name
 from tfdist.strategies import set_grpc_fail_fast
 from tfdist.runtime.placement import Placement
@@ -38,9 +38,7 @@ def _exit_now(status: int) -> NoReturn:
     stopped: destroying it aborts the process ("Clean shutdown is not
     currently implemented").
     """
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)
+    end_process(status)
 
 
 def status_path(task: Task) -> str:
@@ -99,7 +97,7 @@ def serve(task: Task, *, connect_timeout: float, verbose: bool = True, heartbeat
     worker ends at once with status 42 (the chief reschedules its steps on
     the others, as after a lost worker); a ps task keeps serving, since the
     chief's checkpoint reads the variables it holds, and ends with the
-    chief's status. The process ends with ``os._exit`` because TensorFlow's
+    chief's status. The process ends with ``errors.end_process`` because TensorFlow's
     gRPC server aborts when destroyed.
 
     While it serves, the task keeps a heartbeat in ``heartbeats`` (the run

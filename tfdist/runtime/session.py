@@ -130,40 +130,23 @@ def setup_keras(config) -> None:
         tf.config.experimental.enable_op_determinism()
 
 
-def setup(strategy: str = "one_device", *, cpu_devices: int = 0, cluster: str | None = None,
-          task: str | None = None, connect_timeout: float = 120.0, communication: str = "auto",
-          bytes_per_pack: int = 0, collective_timeout: float = 0.0, verbose: bool = True):
-    """Set this process up for ``strategy`` and return the ``tf.distribute.Strategy`` (``tfdist.setup``).
+def setup(runtime, *, verbose: bool = True):
+    """Set this process up for ``runtime`` (a ``RuntimeConfig``) once and return its strategy (``tfdist.setup``).
 
-    Args:
-      strategy: one of ``tfdist.strategies.NAMES``.
-      cpu_devices: logical CPUs for ``mirrored``/``central_storage`` without GPUs (0: 2).
-      cluster, task: a cluster spec file (or ``"slurm"``) and this task (``"worker:1"``); default TF_CONFIG.
-      connect_timeout: seconds to wait for the cluster's peers.
-      communication, bytes_per_pack, collective_timeout: ``multi_worker_mirrored``'s all-reduce options.
-      verbose: a serving task (ps, or a worker under ``parameter_server``) prints what it does.
-
-    Returns:
-      The strategy. Called again with the same arguments, the same strategy.
+    Called again with the same ``runtime``, the same strategy. Under ``parameter_server`` a ps or worker task
+    serves the chief from here and never returns.
 
     Raises:
-      UserError: a bad argument or cluster, a second set-up with other arguments, an evaluator task,
-        or TensorFlow already started in a way the strategy cannot use.
+      UserError: a bad cluster, a second set-up with other arguments, an evaluator task, or TensorFlow
+        already started in a way the strategy cannot use.
     """
     global _current
-    runtime = config_lib.runtime_config(
-        "tfdist.setup", strategy=strategy, cpu_devices=cpu_devices, cluster=config_lib.path_text(cluster),
-        task="" if task is None else task,
-        connect_timeout=connect_timeout, communication=communication, bytes_per_pack=bytes_per_pack,
-        collective_timeout=collective_timeout)
     config = config_lib.validate(config_lib.Config(runtime=runtime))
-    if not isinstance(verbose, (bool, int)):
-        raise UserError(f"Invalid value for `verbose` of tfdist.setup. Received: verbose={verbose!r}. Expected a bool.")
     if _current is not None:
         if _current.runtime == runtime:
             return _current.strategy
         raise UserError(f"Invalid second tfdist.setup: this process is already set up for "
-                        f"strategy={_current.runtime.strategy!r}. Received: strategy={strategy!r} with other "
+                        f"strategy={_current.runtime.strategy!r}. Received: strategy={runtime.strategy!r} with other "
                         "arguments. Expected one set-up per process, as TensorFlow fixes it when it starts.")
     placement = place(config)
     if placement.role == "evaluate":
@@ -172,7 +155,7 @@ def setup(strategy: str = "one_device", *, cpu_devices: int = 0, cluster: str | 
     if placement.task is not None:
         peers.check_port_free(placement.task)
     if placement.role == "serve":
-        serve(placement.task, connect_timeout=connect_timeout, verbose=verbose)
+        serve(placement.task, connect_timeout=runtime.connect_timeout, verbose=verbose)
     strategy_obj = setup_tensorflow(config, placement, keras_setup=False)
     _current = Session(runtime=runtime, placement=placement, strategy=strategy_obj)
     return strategy_obj

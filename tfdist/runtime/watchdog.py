@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from tfdist.errors import PEER_LOST_EXIT_CODE
+from tfdist.errors import PEER_LOST_EXIT_CODE, end_process
 
 #: Longest seconds between two heartbeats (shorter for a short ``--progress_timeout``).
 MAX_INTERVAL = 2.0
@@ -246,9 +246,7 @@ class Watchdog:
 
         quiet.drain()
         sys.stderr.write(f"error: {line}\n")
-        sys.stderr.flush()
-        sys.stdout.flush()
-        os._exit(PEER_LOST_EXIT_CODE)
+        end_process(PEER_LOST_EXIT_CODE)
 
 
 def _doing(record: dict, most_fed: int | None) -> str:

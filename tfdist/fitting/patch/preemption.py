@@ -5,20 +5,18 @@ others must stop at the same step or wait forever in the next all-reduce. The
 signal sets this worker's vote, a variable each step adds to its logs, which
 are averaged over every worker already (``trainer``): every worker reads the
 same vote after the same step, without a collective of its own. Each then saves
-through ``BackupAndRestore`` and the process exits 42 after ``fit`` has cleaned
-up; the same command resumes from the start of that epoch (Keras' own resume).
+through ``BackupAndRestore``, and ``fit`` raises ``errors.PreemptedExit`` (status 42) after
+its callbacks have cleaned up; the same command resumes from the start of that epoch (Keras' own resume).
 See docs/internals.md (Fault tolerance).
 """
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import threading
 import weakref
 
-from tfdist.errors import PREEMPTED_EXIT_CODE
 from tfdist.runtime.preemption import SIGNALS, exit_preempted, signal_name
 from tfdist import _compat
 
@@ -26,22 +24,10 @@ from tfdist import _compat
 VOTE = "_tfdist_preemption_vote"
 
 class Stopped(BaseException):
-    """Every worker stopped at the same step and saved it: ``fit`` ends the process with status 42 (``leave``).
+    """Every worker stopped at the same step and saved it: ``fit`` then raises ``errors.PreemptedExit`` (42).
 
     A ``BaseException``, so that a user's ``except Exception`` around ``fit`` does not swallow it.
     """
-
-
-def leave() -> None:
-    """End the process at once with status 42, once ``fit``'s callbacks have cleaned up.
-
-    At once: while an interpreter shuts down, its signal handlers are back to
-    the default, so a launcher's SIGTERM in those seconds would end the
-    process as killed by a signal (143) instead of preempted.
-    """
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(PREEMPTED_EXIT_CODE)
 
 
 _votes: "weakref.WeakKeyDictionary[object, object]" = weakref.WeakKeyDictionary()
@@ -130,8 +116,9 @@ class PreemptionVote:
             saved = f"saved the step reached ({self._steps} steps of this fit) to {where}"
         else:
             saved = "nothing was saved: fit has no keras.callbacks.BackupAndRestore callback"
-        sys.stderr.write(f"tfdist: preempted: {why}; {saved}. Run the same command again to resume.\n")
-        raise Stopped()
+        message = f"preempted: {why}; {saved}. Run the same command again to resume."
+        sys.stderr.write(f"tfdist: {message}\n")
+        raise Stopped(message)
 
 
 def _is_backup(callback) -> bool:

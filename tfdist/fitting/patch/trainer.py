@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import inspect
 
-from tfdist.errors import UserError
+from tfdist.errors import UserError, preempted_exit
 from tfdist import _compat
 
 #: The line of ``reduce_per_replica`` that fails on scalar logs across workers.
@@ -134,7 +134,7 @@ def _wrapped_fit(original, multi_worker):
         from tfdist.fitting.patch.callbacks import chief_only_files
         from tfdist.fitting.patch.executions import refuse_in_one_process
         from tfdist.fitting.patch.finish import wait_for_every_worker
-        from tfdist.fitting.patch.preemption import PreemptionVote, Stopped, leave
+        from tfdist.fitting.patch.preemption import PreemptionVote, Stopped
         from tfdist.fitting.patch.xla import refuse_on_cpu
 
         strategy = self.distribute_strategy
@@ -156,8 +156,8 @@ def _wrapped_fit(original, multi_worker):
             # The step that sees one device's loss first: the vote wraps whatever train_step the model has.
             with one_device_loss, chief_only_files(callbacks, strategy), PreemptionVote(self, strategy, callbacks):
                 history = original(self, *args, **kwargs)
-        except Stopped:
-            leave()
+        except Stopped as e:
+            raise preempted_exit(str(e)) from None
         wait_for_every_worker()
         return history
 

@@ -3,16 +3,15 @@
 A refusal of Keras' own ``fit`` across workers (``xla``, ``strategy_once``,
 ``parameter_server``) is raised inside the user's script, which has no
 ``errors.run_main`` around it; uncaught, Python would print a traceback and
-end with status 1. The process ends at once (``os._exit``), so that
+end with status 1. The process ends at once (``errors.end_process``), so that
 TensorFlow's teardown cannot wait on, or abort with, the collectives of peers.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 
-from tfdist.errors import USAGE_EXIT_CODE, UserError
+from tfdist.errors import USAGE_EXIT_CODE, UserError, end_process
 
 
 def install() -> None:
@@ -26,8 +25,7 @@ def install() -> None:
             return previous(kind, value, traceback)
         sys.stdout.flush()
         sys.stderr.write(f"error: {' '.join(str(value).split())}\n")
-        sys.stderr.flush()
-        os._exit(USAGE_EXIT_CODE)
+        end_process(USAGE_EXIT_CODE)
 
     excepthook.tfdist_user_errors = True
     sys.excepthook = excepthook
