@@ -52,7 +52,11 @@ def current() -> Session | None:
 
 def place(config, *, in_process: bool = False) -> Placement:
     """This process's ``Placement``: its task (``--cluster/--task``, TF_CONFIG or Slurm), checked against the
-    strategy, with TF_CONFIG exported for TensorFlow's resolvers.
+    strategy; ``Task.local()`` when there is no cluster.
+
+    The answer is also written to ``os.environ["TF_CONFIG"]`` (the training cluster, for a training or
+    serving task): TensorFlow's ``TFConfigClusterResolver``, which ``MultiWorkerMirroredStrategy`` and
+    ``ParameterServerStrategy`` make when given no resolver, and Keras' multi-worker code read it there.
 
     ``in_process``: the cluster is made and coordinated by this process (no task of its own).
     """
@@ -69,7 +73,7 @@ def place(config, *, in_process: bool = False) -> Placement:
             )
         return Placement(strategy=rt.strategy, traits=traits)
     traits.check_cluster(task.spec)
-    if traits.role(task.type) != "evaluate":
+    if traits.role(task) != "evaluate":
         # TensorFlow's resolvers read TF_CONFIG; the evaluator is not part of the cluster that trains.
         os.environ["TF_CONFIG"] = task.tf_config_json(training=True)
     public = network.public_addresses(task.spec)
@@ -94,7 +98,7 @@ def setup_tensorflow(config, placement: Placement, cluster_resolver=None, *, ker
     if traits.coordinator:
         strategies.set_grpc_fail_fast()
     cpu_devices = rt.cpu_devices or strategies.default_cpu_devices(traits)
-    inter_op = placement.num_tasks + 1 if task else 0
+    inter_op = 0 if task.is_local else placement.num_tasks + 1
     try:
         strategies.setup_host(cpu_devices=cpu_devices if traits.local_devices else 1, inter_op_threads=inter_op)
         # The peers meet (bounded by --connect_timeout) right before the strategy binds the gRPC port.
@@ -169,7 +173,7 @@ def setup(strategy: str = "one_device", *, cpu_devices: int = 0, cluster: str | 
     if placement.role == "evaluate":
         raise UserError(f"Invalid task for tfdist.setup: {placement.name}. Received: an evaluator task. Expected a "
                         "chief, worker or ps task (an evaluator runs `python -m tfdist.train`).")
-    if placement.task is not None:
+    if not placement.task.is_local:
         peers.check_port_free(placement.task)
     if placement.role == "serve":
         serve(placement.task, connect_timeout=connect_timeout, verbose=verbose)
