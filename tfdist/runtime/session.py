@@ -18,6 +18,8 @@ from typing import Any
 from tfdist import config as config_lib
 from tfdist import strategies
 from tfdist.cluster import network, peers, sources
+from tfdist.cluster.spec import ClusterSpec
+from tfdist.cluster.task import Task
 from tfdist.errors import UserError
 from tfdist.runtime.placement import Placement
 from tfdist.runtime.serving import serve
@@ -48,6 +50,24 @@ _current: Session | None = None
 def current() -> Session | None:
     """The session ``setup`` made in this process, or None."""
     return _current
+
+
+def placement_of(strategy) -> Placement:
+    """This process's ``Placement`` under ``strategy``, a ``MultiWorkerMirroredStrategy`` that Keras' own ``fit``
+    runs under: the session's when ``tfdist.setup`` made ``strategy``, else the task of its cluster resolver
+    (a strategy the script made itself, from TF_CONFIG or a resolver of its own).
+    """
+    if _current is not None and _current.strategy is strategy:
+        return _current.placement
+    name = "multi_worker_mirrored"
+    resolver = strategy.cluster_resolver
+    jobs = resolver.cluster_spec().as_dict()
+    if not jobs or resolver.task_type is None:
+        return Placement(strategy=name, traits=strategies.traits(name))
+    spec = ClusterSpec(tasks={job: list(addresses.values()) if isinstance(addresses, dict) else addresses
+                              for job, addresses in jobs.items()}, source="cluster_resolver")
+    task = Task(spec=spec, type=resolver.task_type, index=int(resolver.task_id))
+    return Placement(strategy=name, traits=strategies.traits(name), task=task)
 
 
 def place(config, *, in_process: bool = False) -> Placement:
