@@ -78,7 +78,7 @@ def place(config, *, in_process: bool = False) -> Placement:
     serving task): TensorFlow's ``TFConfigClusterResolver``, which ``MultiWorkerMirroredStrategy`` and
     ``ParameterServerStrategy`` make when given no resolver, and Keras' multi-worker code read it there.
 
-    ``in_process``: the cluster is made and coordinated by this process (no task of its own).
+    ``in_process``: the cluster is made and coordinated by this process, whose task is ``Task.local()``.
     """
     rt = config.runtime
     traits = strategies.traits(rt.strategy)
