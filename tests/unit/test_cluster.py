@@ -422,3 +422,20 @@ def test_task_commands_round_trip():
 def test_importing_cluster_does_not_import_tensorflow():
     code = "import sys, tfdist.cluster, tfdist.tfconfig; sys.exit('tensorflow' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], cwd=REPO, timeout=60).returncode == 0
+
+
+def test_keras_fit_asks_the_placement_of_its_strategy():
+    import types
+
+    from tfdist.runtime import session
+
+    def strategy(cluster, task_type, task_id):
+        spec = types.SimpleNamespace(as_dict=lambda: cluster)
+        resolver = types.SimpleNamespace(cluster_spec=lambda: spec, task_type=task_type, task_id=task_id)
+        return types.SimpleNamespace(cluster_resolver=resolver)
+
+    workers = {"worker": ["127.0.0.1:23456", "127.0.0.1:23457"]}
+    second = session.placement_of(strategy(workers, "worker", 1))
+    assert (second.name, second.task.slug, second.is_chief) == ("worker:1", "worker-1", False)
+    assert session.placement_of(strategy(workers, "worker", 0)).is_chief
+    assert session.placement_of(strategy({}, None, None)).task == Task.local()
