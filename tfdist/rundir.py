@@ -20,6 +20,7 @@ from pathlib import Path
 import yaml
 
 from tfdist import config as config_lib
+from tfdist.cluster.task import slug_of
 from tfdist.errors import UserError, file_in_the_way, unwritable_directory
 
 #: Settings that must not change between a run and its resumption.
@@ -110,7 +111,7 @@ class RunDir:
     def scratch(self, task: str) -> Path:
         """A fresh temporary directory for ``task``'s checkpoints (``"worker:1"``), emptied if it exists."""
         digest = hashlib.sha1(str(self.path.resolve()).encode()).hexdigest()[:12]
-        path = Path(tempfile.gettempdir()) / f"tfdist-worker-ckpt-{digest}-{task.replace(':', '-')}"
+        path = Path(tempfile.gettempdir()) / f"tfdist-worker-ckpt-{digest}-{slug_of(task)}"
         shutil.rmtree(path, ignore_errors=True)  # what a killed run of this task left
         path.mkdir(parents=True)
         return path

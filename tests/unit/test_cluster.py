@@ -89,6 +89,38 @@ def test_a_task_knows_its_place_and_its_training_cluster():
         Task(spec, "worker", 1)  # keyword-only, as every value of the house
 
 
+def test_a_task_has_one_display_name_and_one_file_name():
+    worker = Task(spec=spec_of("full"), type="worker", index=1)
+    assert (str(worker), worker.name, worker.slug) == ("worker:1", "worker:1", "worker-1")
+    assert f"{worker}" == "worker:1"
+    assert [cluster.task.slug_of(n) for n in ("worker:1", "chief:0", "local")] == ["worker-1", "chief-0", "local"]
+
+
+def test_the_local_task_is_one_process_alone():
+    local = Task.local()
+    assert (str(local), local.name, local.slug) == ("local", "local", "local")
+    assert local.is_local and local.is_leader and local.leader == local
+    assert local.peers() == [] and local.training_tasks() == [local] and local.spec.num_tasks == 1
+    assert Task.local() == local and hash(Task.local()) == hash(local)
+    assert not Task(spec=spec_of("single_worker_string"), type="worker", index=0).is_local  # one task, not alone
+
+
+def test_a_placement_alone_holds_the_local_task():
+    from tfdist import strategies
+    from tfdist.runtime.placement import Placement
+
+    for name in strategies.NAMES:
+        alone = Placement(strategy=name, traits=strategies.traits(name))
+        assert alone.task == Task.local()
+        assert (alone.name, alone.is_chief, alone.role, alone.num_workers, alone.num_tasks) == ("local", True, "train",
+                                                                                                 1, 1)
+        assert alone.peers() == [] and alone.training_tasks() == ["local"]
+    worker = Placement(strategy="multi_worker_mirrored", traits=strategies.traits("multi_worker_mirrored"),
+                       task=Task(spec=spec_of("workers_only"), type="worker", index=1))
+    assert (worker.name, worker.is_chief, worker.num_workers) == ("worker:1", False, 2)
+    assert worker.training_tasks() == ["worker:0", "worker:1"]
+
+
 def test_spec_is_immutable_hashable_and_compares_by_value():
     spec = spec_of("full")
     with pytest.raises(TypeError):
@@ -390,3 +422,20 @@ def test_task_commands_round_trip():
 def test_importing_cluster_does_not_import_tensorflow():
     code = "import sys, tfdist.cluster, tfdist.tfconfig; sys.exit('tensorflow' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], cwd=REPO, timeout=60).returncode == 0
+
+
+def test_keras_fit_asks_the_placement_of_its_strategy():
+    import types
+
+    from tfdist.runtime import session
+
+    def strategy(cluster, task_type, task_id):
+        spec = types.SimpleNamespace(as_dict=lambda: cluster)
+        resolver = types.SimpleNamespace(cluster_spec=lambda: spec, task_type=task_type, task_id=task_id)
+        return types.SimpleNamespace(cluster_resolver=resolver)
+
+    workers = {"worker": ["127.0.0.1:23456", "127.0.0.1:23457"]}
+    second = session.placement_of(strategy(workers, "worker", 1))
+    assert (second.name, second.task.slug, second.is_chief) == ("worker:1", "worker-1", False)
+    assert session.placement_of(strategy(workers, "worker", 0)).is_chief
+    assert session.placement_of(strategy({}, None, None)).task == Task.local()

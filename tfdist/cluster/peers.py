@@ -96,7 +96,7 @@ class PeerWatch:
 
 
 @contextlib.contextmanager
-def joining(task: Task | None, timeout: float, *, listen_meanwhile: bool = False):
+def joining(task: Task, timeout: float, *, listen_meanwhile: bool = False):
     """Wait, at most ``timeout`` seconds, until every peer is up; then run the block that forms the cluster.
 
     The peers of ``task`` in the training cluster meet before TensorFlow
@@ -110,7 +110,7 @@ def joining(task: Task | None, timeout: float, *, listen_meanwhile: bool = False
     1, with the stacks). A port gRPC cannot bind becomes a ``UserError``
     naming the address.
     """
-    if task is None or task.training_spec.num_tasks < 2:
+    if task.training_spec.num_tasks < 2:  # Task.local() among them
         yield
         return
     waiting = [PeerWatch.of(peer) for peer in task.peers()]

@@ -2,8 +2,9 @@
 
 A ``Task`` is the cluster, this process's task type and its index, checked
 once when it is made and immutable after: every module that needs to know
-"where am I in the cluster" takes a ``Task`` (or ``None`` for a single
-process with no cluster), never a ``(spec, type, index)`` triple. This
+"where am I in the cluster" takes a ``Task`` (``Task.local()`` for a process
+that runs alone), never a ``(spec, type, index)`` triple or None. A task's
+name (``worker:1``) and file name (``worker-1``) are made here only. This
 module does not import TensorFlow.
 """
 
@@ -20,6 +21,21 @@ from tfdist.errors import UserError, short
 
 _TASK_RE = re.compile(r"([^:\s]+):(-?[0-9]+)")
 
+#: The name of a process that runs alone, outside any cluster (``Task.local``).
+LOCAL = "local"
+
+#: The cluster of ``Task.local``: one chief of its own. No cluster read from a file or the environment equals
+#: it (their ports are 1..65535), so ``Task.is_local`` tells it apart.
+_LOCAL_SPEC = ClusterSpec(tasks={"chief": ("localhost:0",)}, source=LOCAL)
+
+
+def slug_of(name: str) -> str:
+    """The file-name form of a task's name: ``"worker:1"`` -> ``"worker-1"`` (``"local"`` stays ``"local"``).
+
+    Heartbeats, hold markers, weight dumps, scratch directories and tokens are named with it on disk.
+    """
+    return name.replace(":", "-")
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Task:
@@ -29,6 +45,8 @@ class Task:
         spec: the whole cluster, evaluator included.
         type: the task type, one of ``spec.task_types``.
         index: the index within that type.
+
+    ``str(task)`` is its ``name``.
 
     Raises:
         UserError: (when made) the task is not in ``spec``.
@@ -41,10 +59,31 @@ class Task:
     def __post_init__(self) -> None:
         check_task(self.spec, self.type, self.index)
 
+    @classmethod
+    def local(cls) -> Task:
+        """A process that runs alone (no cluster, or an in-process one it coordinates): the one task of its own.
+
+        It is named ``local``, leads (writes the outputs) and trains; it has no peers and no TF_CONFIG.
+        """
+        return cls(spec=_LOCAL_SPEC, type="chief", index=0)
+
+    @property
+    def is_local(self) -> bool:
+        """Whether this is ``Task.local()``: a process alone, not a task of a cluster."""
+        return self.spec == _LOCAL_SPEC
+
     @property
     def name(self) -> str:
-        """``type:index``, as ``--task`` takes it and as messages name the task."""
-        return f"{self.type}:{self.index}"
+        """``type:index`` (``local`` for ``Task.local()``), as ``--task`` takes it and as messages name the task."""
+        return LOCAL if self.is_local else f"{self.type}:{self.index}"
+
+    @property
+    def slug(self) -> str:
+        """The name as files on disk carry it: ``worker-1`` (``local``)."""
+        return slug_of(self.name)
+
+    def __str__(self) -> str:
+        return self.name
 
     @property
     def address(self) -> str:
@@ -67,10 +106,13 @@ class Task:
         task_type, index = self.spec.leader()
         return Task(spec=self.training_spec, type=task_type, index=index)
 
+    def training_tasks(self) -> list[Task]:
+        """Every task of the training cluster, this one included, in ``task_list`` order."""
+        return [Task(spec=self.training_spec, type=t, index=i) for t, i in self.training_spec.task_list()]
+
     def peers(self) -> list[Task]:
         """Every other task of the training cluster, in ``task_list`` order."""
-        return [Task(spec=self.training_spec, type=t, index=i)
-                for t, i in self.training_spec.task_list() if (t, i) != (self.type, self.index)]
+        return [task for task in self.training_tasks() if (task.type, task.index) != (self.type, self.index)]
 
     def tf_config(self, *, training: bool = False) -> dict[str, Any]:
         """This task's TF_CONFIG: ``{"cluster": ..., "task": {"type": ..., "index": ...}}``.

@@ -25,7 +25,7 @@ from tfdist.cluster.address import split_address
 from tfdist.doctor.agree import Observation, Report
 from tfdist.cluster.network import listen
 from tfdist.cluster.peers import check_port_free
-from tfdist.cluster.task import Task
+from tfdist.cluster.task import Task, slug_of
 
 #: The folder under ``--model_dir`` where each task writes its token.
 TOKEN_DIR = ".tfdist-doctor"
@@ -187,7 +187,7 @@ def clock_offset(task: Task, leader_address: str) -> tuple[float | None, float]:
 
 def token_path(model_dir: str, name: str) -> Path:
     """Where task ``name`` (``type:index``) writes its token under ``model_dir``."""
-    return Path(model_dir) / TOKEN_DIR / name.replace(":", "-")
+    return Path(model_dir) / TOKEN_DIR / slug_of(name)
 
 
 def _write_token(model_dir: str, name: str) -> tuple[str, str]:

@@ -16,6 +16,7 @@ import os
 import time
 from pathlib import Path
 
+from tfdist.cluster.task import slug_of
 from tfdist.errors import RunFailed
 
 #: The step after which each task holds; unset or empty: no hold.
@@ -30,7 +31,7 @@ POLL_SECONDS = 0.005
 
 def marker_name(task: str) -> str:
     """The marker file of ``task`` (``"worker:1"`` -> ``"worker-1.held"``)."""
-    return task.replace(":", "-") + ".held"
+    return slug_of(task) + ".held"
 
 
 def hold_for_signal(begin: int, end: int, preemption, first_step_at: float | None) -> None:

@@ -47,7 +47,7 @@ def training_task(config, placement: Placement, run_dir: RunDir, *, cluster_reso
       strategy: the strategy a ``tfdist.setup`` made already, or None to make it here.
     """
     rt = config.runtime
-    if placement.task is not None and strategy is None:
+    if not placement.task.is_local and strategy is None:
         peers.check_port_free(placement.task)
     if placement.role == "serve":
         serve(placement.task, connect_timeout=rt.connect_timeout, verbose=verbose, heartbeats=run_dir.heartbeats)

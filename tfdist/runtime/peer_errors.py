@@ -64,7 +64,7 @@ def peer_errors(placement: Placement, run_dir: RunDir):
         yield
     except Exception as e:
         task = placement.task
-        if task is None or task.spec.num_tasks < 2 or type(e).__name__ not in PEER_ERRORS:
+        if task.spec.num_tasks < 2 or type(e).__name__ not in PEER_ERRORS:
             raise
         import tensorflow as tf
 
@@ -95,6 +95,6 @@ def finish_together(placement: Placement, timeout: float) -> None:
     (see ``peer_errors``).
     """
     task = placement.task
-    if not placement.traits.ends_with_barrier or task is None or task.training_spec.num_tasks < 2:
+    if not placement.traits.ends_with_barrier or task.training_spec.num_tasks < 2:
         return
     _compat.wait_at_barrier("tfdist-finished", int(timeout * 1000))

@@ -1,7 +1,7 @@
 """Where this process stands, resolved once: its task in the cluster, the strategy's traits, its role.
 
-Every part of a run asks the ``Placement`` instead of re-deriving it: one
-local process is a placement with no task, so nothing below checks for None.
+Every part of a run asks the ``Placement`` instead of re-deriving it: a
+process alone holds ``Task.local()``, so its task is never None.
 """
 
 from __future__ import annotations
@@ -19,28 +19,28 @@ class Placement:
     Attributes:
       strategy: the strategy's registered name.
       traits: its ``strategies.Traits``.
-      task: this process's task in its cluster; None for one local process (or an in-process cluster, which
-        this process coordinates).
+      task: this process's task in its cluster; ``Task.local()`` for one process alone (or one that
+        coordinates an in-process cluster).
     """
 
     strategy: str
     traits: strategies.Traits
-    task: Task | None = None
+    task: Task = dataclasses.field(default_factory=Task.local)
 
     @property
     def name(self) -> str:
         """``"worker:1"``, or ``"local"`` outside a cluster."""
-        return self.task.name if self.task else "local"
+        return self.task.name
 
     @property
     def is_chief(self) -> bool:
         """Whether this task leads: it writes the outputs and runs the callbacks."""
-        return self.task is None or self.task.is_leader
+        return self.task.is_leader
 
     @property
     def role(self) -> str:
         """``train``, ``serve`` or ``evaluate`` (``Traits.role``)."""
-        return self.traits.role(self.task.type if self.task else None)
+        return self.traits.role(self.task)
 
     @property
     def coordinator(self) -> bool:
@@ -55,16 +55,12 @@ class Placement:
     @property
     def num_tasks(self) -> int:
         """Tasks of the cluster, this one included (1 outside a cluster)."""
-        return self.task.spec.num_tasks if self.task else 1
+        return self.task.spec.num_tasks
 
     def peers(self) -> list[Task]:
         """The other tasks of the training cluster (none outside a cluster)."""
-        return self.task.peers() if self.task else []
+        return self.task.peers()
 
     def training_tasks(self) -> list[str]:
         """The names of every task of the training cluster (``["local"]`` outside one): whose heartbeats to read."""
-        if self.task is None:
-            return ["local"]
-        return [f"{t}:{i}" for t, i in self.task.training_spec.task_list()]
-
-
+        return [task.name for task in self.task.training_tasks()]

@@ -58,7 +58,7 @@ def tell_servers(placement: Placement, status: int, timeout: float = 10.0) -> No
     Each write is a remote op in a thread of its own, bounded by ``timeout``
     in all: a lost or preempted worker does not hold the chief up.
     """
-    if placement.task is None or not placement.is_chief:
+    if not placement.is_chief:
         return
     import tensorflow as tf
 

@@ -18,6 +18,8 @@ from typing import Any
 from tfdist import config as config_lib
 from tfdist import strategies
 from tfdist.cluster import network, peers, sources
+from tfdist.cluster.spec import ClusterSpec
+from tfdist.cluster.task import Task
 from tfdist.errors import UserError
 from tfdist.runtime.placement import Placement
 from tfdist.runtime.serving import serve
@@ -50,11 +52,33 @@ def current() -> Session | None:
     return _current
 
 
+def placement_of(strategy) -> Placement:
+    """This process's ``Placement`` under ``strategy``, a ``MultiWorkerMirroredStrategy`` that Keras' own ``fit``
+    runs under: the session's when ``tfdist.setup`` made ``strategy``, else the task of its cluster resolver
+    (a strategy the script made itself, from TF_CONFIG or a resolver of its own).
+    """
+    if _current is not None and _current.strategy is strategy:
+        return _current.placement
+    name = "multi_worker_mirrored"
+    resolver = strategy.cluster_resolver
+    jobs = resolver.cluster_spec().as_dict()
+    if not jobs or resolver.task_type is None:
+        return Placement(strategy=name, traits=strategies.traits(name))
+    spec = ClusterSpec(tasks={job: list(addresses.values()) if isinstance(addresses, dict) else addresses
+                              for job, addresses in jobs.items()}, source="cluster_resolver")
+    task = Task(spec=spec, type=resolver.task_type, index=int(resolver.task_id))
+    return Placement(strategy=name, traits=strategies.traits(name), task=task)
+
+
 def place(config, *, in_process: bool = False) -> Placement:
     """This process's ``Placement``: its task (``--cluster/--task``, TF_CONFIG or Slurm), checked against the
-    strategy, with TF_CONFIG exported for TensorFlow's resolvers.
+    strategy; ``Task.local()`` when there is no cluster.
 
-    ``in_process``: the cluster is made and coordinated by this process (no task of its own).
+    The answer is also written to ``os.environ["TF_CONFIG"]`` (the training cluster, for a training or
+    serving task): TensorFlow's ``TFConfigClusterResolver``, which ``MultiWorkerMirroredStrategy`` and
+    ``ParameterServerStrategy`` make when given no resolver, and Keras' multi-worker code read it there.
+
+    ``in_process``: the cluster is made and coordinated by this process, whose task is ``Task.local()``.
     """
     rt = config.runtime
     traits = strategies.traits(rt.strategy)
@@ -69,7 +93,7 @@ def place(config, *, in_process: bool = False) -> Placement:
             )
         return Placement(strategy=rt.strategy, traits=traits)
     traits.check_cluster(task.spec)
-    if traits.role(task.type) != "evaluate":
+    if traits.role(task) != "evaluate":
         # TensorFlow's resolvers read TF_CONFIG; the evaluator is not part of the cluster that trains.
         os.environ["TF_CONFIG"] = task.tf_config_json(training=True)
     public = network.public_addresses(task.spec)
@@ -94,7 +118,7 @@ def setup_tensorflow(config, placement: Placement, cluster_resolver=None, *, ker
     if traits.coordinator:
         strategies.set_grpc_fail_fast()
     cpu_devices = rt.cpu_devices or strategies.default_cpu_devices(traits)
-    inter_op = placement.num_tasks + 1 if task else 0
+    inter_op = 0 if task.is_local else placement.num_tasks + 1
     try:
         strategies.setup_host(cpu_devices=cpu_devices if traits.local_devices else 1, inter_op_threads=inter_op)
         # The peers meet (bounded by --connect_timeout) right before the strategy binds the gRPC port.
@@ -152,7 +176,7 @@ def setup(runtime, *, verbose: bool = True):
     if placement.role == "evaluate":
         raise UserError(f"Invalid task for tfdist.setup: {placement.name}. Received: an evaluator task. Expected a "
                         "chief, worker or ps task (an evaluator runs `python -m tfdist.train`).")
-    if placement.task is not None:
+    if not placement.task.is_local:
         peers.check_port_free(placement.task)
     if placement.role == "serve":
         serve(placement.task, connect_timeout=runtime.connect_timeout, verbose=verbose)

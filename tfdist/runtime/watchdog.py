@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from tfdist.cluster.task import slug_of
 from tfdist.errors import PEER_LOST_EXIT_CODE, end_process
 
 #: Longest seconds between two heartbeats (shorter for a short ``--progress_timeout``).
@@ -72,7 +73,7 @@ def stopped_tasks(directory: Path, tasks: list[str], *, now: float | None = None
 
 def heartbeat_name(task: str) -> str:
     """``worker:1`` -> ``worker-1.json``."""
-    return f"{task.replace(':', '-')}.json"
+    return f"{slug_of(task)}.json"
 
 
 class BatchCounter:

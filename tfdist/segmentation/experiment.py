@@ -18,6 +18,7 @@ from pathlib import Path
 from tfdist import config as config_lib
 from tfdist import strategies
 from tfdist.engine.controller import Hooks, Schedule
+from tfdist.cluster.task import Task
 from tfdist.rundir import RunDir
 from tfdist.runtime.lifecycle import training_task
 from tfdist.runtime.placement import Placement
@@ -40,12 +41,12 @@ def _evaluate(config, placement: Placement, verbose: bool) -> dict:
                                 eval_dataset=local_eval_dataset(config), verbose=verbose)
 
 
-def dump_weights(directory: str | Path, task: str, model) -> Path:
-    """Write ``model``'s weights to ``directory/<type>-<index>.npz`` for task ``"<type>:<index>"`` (``local.npz``)."""
+def dump_weights(directory: str | Path, task: Task, model) -> Path:
+    """Write ``model``'s weights to ``directory/<task.slug>.npz``: ``worker-1.npz``, ``local.npz``."""
     import numpy as np
 
     Path(directory).mkdir(parents=True, exist_ok=True)
-    path = Path(directory) / f"{task.replace(':', '-')}.npz"
+    path = Path(directory) / f"{task.slug}.npz"
     np.savez(path, *model.get_weights())
     return path
 
@@ -203,5 +204,5 @@ def run(config, *, verbose: bool = True, cluster_resolver=None, weights_dir: str
         }
         outputs.write_summary(summary)
         if weights_dir is not None:
-            dump_weights(weights_dir, placement.name, state.model)
+            dump_weights(weights_dir, placement.task, state.model)
     return summary

@@ -29,7 +29,7 @@ def default_cpu_devices(traits: Traits) -> int:
     return 2 if traits.local_devices and not has_gpu() else 1
 
 
-def replicas_in_sync(traits: Traits, *, cpu_devices: int, task: Task | None) -> int:
+def replicas_in_sync(traits: Traits, *, cpu_devices: int, task: Task) -> int:
     """The replicas of the strategy of ``traits``, known before TensorFlow starts (it lists GPUs and starts nothing).
 
     Local devices: the GPUs, else ``cpu_devices`` (or the default) logical CPUs; multi_worker_mirrored: its
@@ -40,7 +40,7 @@ def replicas_in_sync(traits: Traits, *, cpu_devices: int, task: Task | None) -> 
     gpus, t = len(tf.config.list_physical_devices("GPU")), traits
     if t.local_devices:
         return gpus or cpu_devices or default_cpu_devices(traits)
-    workers = sum(task.training_spec.count(k) for k in ("chief", "worker")) if task and not t.coordinator else 1
+    workers = sum(task.training_spec.count(k) for k in ("chief", "worker")) if not t.coordinator else 1
     return workers * max(1, gpus) if t.multi_process else 1
 
 

@@ -48,17 +48,17 @@ class Traits:
     ends_with_barrier: bool = False
     default_steps_per_loop: int = 1
 
-    def role(self, task_type: str | None) -> str:
-        """``"train"``, ``"serve"`` or ``"evaluate"``: what a task of ``task_type`` does (None: one process)."""
-        if task_type == "evaluator":
+    def role(self, task: Task) -> str:
+        """``"train"``, ``"serve"`` or ``"evaluate"``: what ``task`` does (``Task.local()`` trains)."""
+        if task.type == "evaluator":
             return "evaluate"
-        if self.coordinator and task_type in ("ps", "worker"):
+        if self.coordinator and task.type in ("ps", "worker"):
             return "serve"
         return "train"
 
-    def num_workers(self, task: Task | None) -> int:
-        """Tasks that compute steps: the workers, and the chief too unless it coordinates."""
-        if task is None:
+    def num_workers(self, task: Task) -> int:
+        """Tasks that compute steps: the workers, and the chief too unless it coordinates (1 alone)."""
+        if task.is_local:
             return 1
         return task.spec.count("worker") + (0 if self.coordinator else task.spec.count("chief"))
 

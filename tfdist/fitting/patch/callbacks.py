@@ -4,27 +4,20 @@ Every worker runs every callback, so what a callback computes stays the same on
 every worker; but ``ModelCheckpoint``, ``TensorBoard``, ``BackupAndRestore``
 and ``CSVLogger`` would write the same files from every worker. As TensorFlow's
 Keras 2 did (``distributed_file_utils``), a worker that is not the chief writes
-into a temporary directory of its own, removed when ``fit`` returns.
+into a temporary directory of its own, removed when ``fit`` returns. Who is
+the chief is the ``Placement``'s answer (``runtime.session.placement_of``).
 ``BackupAndRestore`` still restores from the real backup on every worker.
 """
 
 from __future__ import annotations
-from tfdist import _compat
 
 import contextlib
 import os
 import shutil
 import tempfile
 
-
-def is_chief(strategy) -> bool:
-    """Whether this worker writes the real files: TensorFlow's own answer (the chief, else worker 0)."""
-    return bool(strategy.extended.should_checkpoint)
-
-
-def _worker_name(strategy) -> str:
-    resolver = strategy.cluster_resolver
-    return f"{resolver.task_type}{resolver.task_id}"
+from tfdist import _compat
+from tfdist.runtime.placement import Placement
 
 
 def _inside(directory: str, path: str) -> str:
@@ -64,12 +57,12 @@ def _redirect(callback, directory: str) -> list[tuple[object, str, object]]:
 
 
 @contextlib.contextmanager
-def chief_only_files(callbacks, strategy):
+def chief_only_files(callbacks, placement: Placement):
     """While ``fit`` runs: on a worker that is not the chief, the callbacks write into a temporary directory."""
-    if is_chief(strategy):
+    if placement.is_chief:
         yield
         return
-    directory = tempfile.mkdtemp(prefix=f"tfdist-{_worker_name(strategy)}-")
+    directory = tempfile.mkdtemp(prefix=f"tfdist-{placement.task.slug}-")
     changed = []
     try:
         for callback in callbacks:

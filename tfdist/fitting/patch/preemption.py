@@ -17,6 +17,7 @@ import sys
 import threading
 import weakref
 
+from tfdist.runtime.placement import Placement
 from tfdist.runtime.preemption import SIGNALS, exit_preempted, signal_name
 from tfdist import _compat
 
@@ -38,13 +39,13 @@ class PreemptionVote:
 
     Args:
         model: the Keras model whose ``fit`` runs.
-        strategy: its ``MultiWorkerMirroredStrategy``.
+        placement: this worker under the model's ``MultiWorkerMirroredStrategy`` (who it is, whether it is chief).
         callbacks: ``fit``'s callbacks (a ``BackupAndRestore`` among them saves the step reached).
     """
 
-    def __init__(self, model, strategy, callbacks):
+    def __init__(self, model, placement: Placement, callbacks):
         self.model = model
-        self.strategy = strategy
+        self.placement = placement
         self.backups = [c for c in callbacks if _is_backup(c)]
         self.received: int | None = None
         self._previous: dict[int, object] = {}
@@ -103,16 +104,13 @@ class PreemptionVote:
 
     def _stop(self) -> None:
         """Every worker, after the same step: save it through ``BackupAndRestore``, then end with status 42."""
-        from tfdist.fitting.patch.callbacks import is_chief
-
-        resolver = self.strategy.cluster_resolver
-        me = f"{resolver.task_type}:{resolver.task_id}"
+        me = self.placement.name
         why = (f"{me} received {signal_name(self.received)}" if self.received is not None
                else f"another worker received SIGTERM or SIGUSR1 (this is {me})")
         for backup in self.backups:
             _compat.save_backup(backup)
         if self.backups:
-            where = self.backups[0].backup_dir if is_chief(self.strategy) else "a private copy (not the chief)"
+            where = self.backups[0].backup_dir if self.placement.is_chief else "a private copy (not the chief)"
             saved = f"saved the step reached ({self._steps} steps of this fit) to {where}"
         else:
             saved = "nothing was saved: fit has no keras.callbacks.BackupAndRestore callback"

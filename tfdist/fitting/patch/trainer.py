@@ -136,6 +136,7 @@ def _wrapped_fit(original, multi_worker):
         from tfdist.fitting.patch.finish import wait_for_every_worker
         from tfdist.fitting.patch.preemption import PreemptionVote, Stopped
         from tfdist.fitting.patch.xla import refuse_on_cpu
+        from tfdist.runtime.session import placement_of
 
         strategy = self.distribute_strategy
         arguments = signature.bind(self, *args, **kwargs).arguments
@@ -152,9 +153,10 @@ def _wrapped_fit(original, multi_worker):
             with one_device_loss:
                 return original(self, *args, **kwargs)
         callbacks = list(arguments.get("callbacks") or [])
+        placement = placement_of(strategy)
         try:
             # The step that sees one device's loss first: the vote wraps whatever train_step the model has.
-            with one_device_loss, chief_only_files(callbacks, strategy), PreemptionVote(self, strategy, callbacks):
+            with one_device_loss, chief_only_files(callbacks, placement), PreemptionVote(self, placement, callbacks):
                 history = original(self, *args, **kwargs)
         except Stopped as e:
             raise preempted_exit(str(e)) from None
