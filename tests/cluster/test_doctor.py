@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 import time
 
 import pytest
 
 from helpers import netns
-from helpers.cluster_runs import REPO, Processes, env, launcher, loopback_cluster
+from helpers.clis import REPO, child_env, python_argv
+from helpers.cluster_runs import Processes, launcher, loopback_cluster
 from unit.test_doctor import DOCTOR, doctor, problem_tasks
 
 
@@ -56,12 +56,12 @@ def test_probing_from_a_namespace_names_the_filtered_port_and_the_remote_listene
         cluster = tmp_path / "c.yaml"
         cluster.write_text(f"worker: [{hosts.address(0)}:{port}, {hosts.address(1)}:{port}, {nobody}:{port}, "
                            f"{hosts.address(1)}:{taken}]\n")
-        listener = procs.start("listener", hosts.command(1, [sys.executable, "-c", (
-            f"import socket, time; s = socket.create_server(('', {taken})); print('up', flush=True); time.sleep(60)")]))
+        listener = procs.start("listener", hosts.command(1, python_argv(
+            f"import socket, time; s = socket.create_server(('', {taken})); print('up', flush=True); time.sleep(60)")))
         listener.wait_for(lambda text: "up" in text, 30, "the listener in namespace 1")
         started = time.monotonic()
         result = subprocess.run(hosts.command(0, [*DOCTOR, f"--cluster={cluster}"]), capture_output=True, text=True,
-                                timeout=30, env=env(), cwd=REPO)
+                                timeout=30, env=child_env(), cwd=REPO)
         seconds = time.monotonic() - started
     assert result.returncode == 2, result.stdout + result.stderr
     assert seconds < 10

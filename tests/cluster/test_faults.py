@@ -25,17 +25,16 @@ import select
 import signal
 import socket
 import struct
-import subprocess
-import sys
 import time
 
 import pytest
 
 from helpers.cluster_runs import (
-    EXPERIMENT, SHARED_RUN, MWM, REPO, Processes, alive, assert_none_left, descendants, env, every_started_pid,
+    EXPERIMENT, SHARED_RUN, MWM, Processes, alive, assert_none_left, descendants, every_started_pid,
     latest_checkpoint_step, launched_multi_worker, launcher, loopback_cluster, max_difference, npz_weights,
     started_pids, train_command, train_steps_logged,
 )
+from helpers.clis import assert_user_error, run_cli
 from helpers.outputs import last_line
 
 #: How long a surviving worker may take to notice that its peer is gone (measured: 4 to 10 s).
@@ -101,10 +100,8 @@ def test_parameter_server_run_does_every_step_when_a_worker_is_killed(tmp_path):
 
 def commands(cluster, model_dir) -> list[str]:
     """The shell lines ``python -m tfdist.tfconfig --commands`` prints for every task (comments dropped)."""
-    result = subprocess.run(
-        [sys.executable, "-m", "tfdist.tfconfig", f"--cluster={cluster}", "--commands",
-         "--strategy=multi_worker_mirrored", "--", *EXPERIMENT, f"--model_dir={model_dir}"],
-        capture_output=True, text=True, timeout=60, cwd=REPO, env=env())
+    result = run_cli("tfdist.tfconfig", f"--cluster={cluster}", "--commands", "--strategy=multi_worker_mirrored", "--",
+                     *EXPERIMENT, f"--model_dir={model_dir}", timeout=60)
     assert result.returncode == 0, result.stderr
     lines = [line for line in result.stdout.splitlines() if line and not line.startswith("#")]
     assert [("--task worker:0" in lines[0]), ("--task worker:1" in lines[1])] == [True, True], lines
@@ -268,24 +265,11 @@ def test_a_run_killed_while_it_writes_a_checkpoint_resumes_from_the_previous_one
 # --------------------------------------------------------------------------- bad input
 
 
-def train_cli(*args, timeout=120):
-    return subprocess.run(train_command(*args), capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env())
-
-
-def assert_one_line_error(result, *needles):
-    assert result.returncode == 2, (result.returncode, result.stderr[-3000:])
-    assert "Traceback" not in result.stderr
-    line = last_line(result.stderr)
-    assert line.startswith("error: "), line
-    for needle in needles:
-        assert needle in line, line
-
-
 def test_a_task_missing_from_the_cluster_is_one_line(tmp_path):
     cluster = loopback_cluster(tmp_path / "cluster.yaml", worker=2)
-    result = train_cli(f"--cluster={cluster}", "--task=worker:2", "--strategy=multi_worker_mirrored",
-                       f"--model_dir={tmp_path / 'run'}")
-    assert_one_line_error(result, "task='worker:2'", "Expected an index in 0..1")
+    result = run_cli("tfdist.train", f"--cluster={cluster}", "--task=worker:2", "--strategy=multi_worker_mirrored",
+                     f"--model_dir={tmp_path / 'run'}", timeout=120)
+    assert_user_error(result, r"task='worker:2'.*Expected an index in 0\.\.1")
     assert not (tmp_path / "run").exists()
 
 
@@ -296,9 +280,9 @@ def test_an_address_in_use_is_named(tmp_path):
     with socket.socket() as held:
         held.bind((host, int(port)))
         held.listen()
-        result = train_cli(f"--cluster={cluster}", "--task=worker:0", "--strategy=multi_worker_mirrored",
-                           f"--model_dir={tmp_path / 'run'}")
-    assert_one_line_error(result, f"Address already in use: {address}, the address of worker:0")
+        result = run_cli("tfdist.train", f"--cluster={cluster}", "--task=worker:0", "--strategy=multi_worker_mirrored",
+                         f"--model_dir={tmp_path / 'run'}", timeout=120)
+    assert_user_error(result, re.escape(f"Address already in use: {address}, the address of worker:0"))
 
 
 def test_peers_that_never_answer_end_each_task_with_one_line_within_connect_timeout(tmp_path):

@@ -28,6 +28,7 @@ import time
 
 import pytest
 
+from helpers.clis import assert_user_error, cli_argv, run_cli
 from helpers.cluster_runs import (
     MWM, REPO, SHORT, Processes, alive, assert_none_left, descendants, every_started_pid, launcher,
     loopback_cluster, started_pids, train_command,
@@ -244,7 +245,7 @@ def test_without_local_every_host_must_be_loopback_and_every_port_free(tmp_path,
 def test_a_missing_command_is_a_user_error(tmp_path):
     cluster = loopback_cluster(tmp_path / "c.yaml", worker=1)
     with Processes(tmp_path) as procs:
-        proc = procs.start("launch", [sys.executable, "-m", "tfdist.launch", f"--cluster={cluster}", "--"])
+        proc = procs.start("launch", cli_argv("tfdist.launch", f"--cluster={cluster}", "--"))
         assert proc.wait(30) == 2
     assert proc.text().strip().splitlines()[-1].startswith("error: Missing COMMAND")
 
@@ -254,12 +255,10 @@ def test_a_missing_command_is_a_user_error(tmp_path):
 def test_a_timeout_that_is_not_a_finite_number_is_one_line_and_nothing_starts(tmp_path, flag):
     cluster = loopback_cluster(tmp_path / "c.yaml", worker=1)
     marker = tmp_path / "started"
-    result = subprocess.run([sys.executable, "-m", "tfdist.launch", f"--cluster={cluster}", "--local", flag, "--",
-                             "touch", str(marker)], capture_output=True, text=True, timeout=60, cwd=REPO)
-    assert result.returncode == 2, result.stdout + result.stderr
+    result = run_cli("tfdist.launch", f"--cluster={cluster}", "--local", flag, "--", "touch", str(marker), timeout=60)
     name = flag.split("=")[0]
-    assert result.stderr.splitlines() == [f"error: invalid command line: flag {flag}: {name} must be a finite "
-                                          "number of seconds"], result.stderr
+    assert_user_error(result, "^" + re.escape(f"error: invalid command line: flag {flag}: {name} must be a finite "
+                                              "number of seconds") + "$")
     assert not marker.exists()
 
 

@@ -15,13 +15,12 @@ and every variable on the ps task.
 """
 
 import json
-import sys
 import time
 
 import pytest
 
 from helpers import netns
-from helpers.cluster_runs import MWM, EXPERIMENT, SHARED_RUN, Processes, launched_multi_worker, max_difference, npz_weights
+from helpers.cluster_runs import MWM, EXPERIMENT, SHARED_RUN, Processes, launched_multi_worker, max_difference, npz_weights, train_command
 
 PORT = 2222  # the same on every host: each namespace has its own ports
 
@@ -45,8 +44,8 @@ def _run_on_hosts(tmp_path, types: list[str], flags: list[str], timeout: float =
         started = {}
         for i, (task_type, index) in enumerate(tasks):
             name = f"{task_type}:{index}"
-            started[name] = procs.start(name.replace(":", "-"), hosts.command(i, [
-                sys.executable, "-m", "tfdist.train", f"--cluster={cluster}", f"--task={name}", *flags]))
+            started[name] = procs.start(name.replace(":", "-"), hosts.command(
+                i, train_command(f"--cluster={cluster}", f"--task={name}", *flags)))
         deadline = time.monotonic() + timeout  # one bound for all: a task that failed may leave the others waiting
         statuses = {name: proc.wait(max(1.0, deadline - time.monotonic())) for name, proc in started.items()}
         texts = {name: proc.text() for name, proc in started.items()}

@@ -20,7 +20,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Callable
@@ -29,7 +28,7 @@ import numpy as np
 import psutil
 import pytest
 
-from helpers.clis import REPO
+from helpers.clis import REPO, child_env, cli_argv
 from tfdist.cluster.network import free_ports
 
 
@@ -53,14 +52,6 @@ def shared(name: str, make: Callable[[], object]):
     if name not in _SHARED:
         _SHARED[name] = make()
     return _SHARED[name]
-
-
-def env(**extra: str) -> dict[str, str]:
-    """The environment of a launched process: no inherited TF_CONFIG, this venv's ``python`` first on PATH."""
-    base = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
-    base["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{base.get('PATH', '')}"
-    base["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    return {**base, **extra}
 
 
 def worker_port_range(worker: str, workers: int, ephemeral_low: int) -> str:
@@ -189,7 +180,7 @@ class Processes:
 
     def start(self, name: str, args: list[str], **env_vars: str) -> Proc:
         """Start ``args``; temporary files (a worker's scratch checkpoints) go under the test's directory."""
-        proc = Proc(args, self.directory / f"{name}.log", env_vars=env(TMPDIR=str(self.directory), **env_vars))
+        proc = Proc(args, self.directory / f"{name}.log", env_vars=child_env({"TMPDIR": str(self.directory), **env_vars}))
         self.started.append(proc)
         return proc
 
@@ -207,14 +198,15 @@ class Processes:
 
 def launcher(cluster: Path, *command: str, local: bool = True, options: tuple[str, ...] = ()) -> list[str]:
     """argv of ``python -m tfdist.launch`` running ``command`` (a ``python -m tfdist.train`` by default)."""
-    head = [sys.executable, "-m", "tfdist.launch", f"--cluster={cluster}", "--grace_seconds=3", *options]
+    head = cli_argv("tfdist.launch", f"--cluster={cluster}", "--grace_seconds=3", *options)
     if local:
         head.append("--local")
     return [*head, "--", *command]
 
 
 def train_command(*flags: str) -> list[str]:
-    return [sys.executable, "-m", "tfdist.train", *flags]
+    """argv of ``python -m tfdist.train FLAGS``."""
+    return cli_argv("tfdist.train", *flags)
 
 
 def started_pids(text: str) -> dict[str, int]:

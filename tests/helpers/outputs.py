@@ -7,6 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
+from helpers.clis import run_python
+from helpers.cluster_runs import shared
+
 
 def last_line(text: str) -> str:
     """The last line of ``text`` that is not blank."""
@@ -16,6 +19,17 @@ def last_line(text: str) -> str:
 def tagged(text: str, tag: str) -> dict:
     """The JSON after ``TAG `` on the first line of ``text`` that starts so (a script's printed results)."""
     return json.loads(next(line for line in text.splitlines() if line.startswith(tag + " "))[len(tag) + 1:])
+
+
+def script_results(name: str, code_or_args, *, timeout: float = 900, tag: str = "RESULTS") -> dict:
+    """The ``TAG`` JSON a Python script prints (``run_python(code_or_args)``, which must exit 0), from its one run
+    per test session under ``name``."""
+    def make():
+        result = run_python(code_or_args, timeout=timeout)
+        assert result.returncode == 0, result.stderr[-3000:]
+        return tagged(result.stdout, tag)
+
+    return shared(name, make)
 
 
 def rows(path, split: str | None = None) -> list[dict]:

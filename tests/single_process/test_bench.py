@@ -1,19 +1,16 @@
 """The benchmark's real runs in one process: a small benchmark, the profiles, time to accuracy, a preemption."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-from helpers.clis import REPO
+from helpers.clis import run_cli, run_python
 
 
 def test_a_small_benchmark_writes_json_markdown_and_chart_with_versions_and_machine(tmp_path):
     out = tmp_path / "b.json"
-    result = subprocess.run(
-        [sys.executable, "-m", "tfdist.bench", "--only=one_device", "--steps=3", "--repeats=1",
-         "--noscaling", f"--output={out}"], capture_output=True, text=True, timeout=400, cwd=REPO)
+    result = run_cli("tfdist.bench", "--only=one_device", "--steps=3", "--repeats=1", "--noscaling", f"--output={out}",
+                     timeout=400)
     assert result.returncode == 0, result.stderr[-3000:]
     data = json.loads(out.read_text())
     assert [r["name"] for r in data["rows"]] == ["keras_fit", "one_device"]
@@ -33,8 +30,7 @@ def test_a_small_benchmark_writes_json_markdown_and_chart_with_versions_and_mach
 
 
 def test_the_train_step_profile_runs_and_prints_each_step_against_keras():
-    result = subprocess.run([sys.executable, "examples/profile_train_step.py", "--blocks=3", "--steps=1"],
-                            capture_output=True, text=True, timeout=400, cwd=REPO)
+    result = run_python(["examples/profile_train_step.py", "--blocks=3", "--steps=1"], timeout=400)
     assert result.returncode == 0, result.stderr[-3000:]
     lines = [line.split() for line in result.stdout.splitlines()]
     assert [line[0].rstrip(":") for line in lines] == ["tfdist", "tfdist_no_stats", "keras"]
@@ -42,8 +38,7 @@ def test_the_train_step_profile_runs_and_prints_each_step_against_keras():
 
 
 def test_the_fit_profile_times_both_fits_in_one_process_on_both_clocks():
-    result = subprocess.run([sys.executable, "-m", "tfdist.bench.fit_profile", "--rounds=2", "--steps=2"],
-                            capture_output=True, text=True, timeout=400, cwd=REPO)
+    result = run_cli("tfdist.bench.fit_profile", "--rounds=2", "--steps=2", timeout=400)
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.splitlines()
     assert [line.split(": ")[1] for line in lines[:4]] == ["keras_fit", "tfdist_fit", "tfdist_fit", "keras_fit"]

@@ -28,8 +28,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers.cluster_runs import shared
-from helpers.outputs import spread, tagged
+from helpers.outputs import script_results, spread
 
 STRATEGIES = ("one_device", "mirrored", "central_storage")
 
@@ -140,23 +139,18 @@ print("RESULTS " + json.dumps(out))
 '''
 
 
-def results(python) -> dict:
-    def make():
-        code = "from tfdist.strategies import setup_host\nsetup_host(cpu_devices=2)\n" + SCRIPT
-        result = python(code, timeout=900)
-        assert result.returncode == 0, result.stderr[-3000:]
-        return tagged(result.stdout, "RESULTS")
-
-    return shared("fit_custom_steps", make)
+def results() -> dict:
+    return script_results("fit_custom_steps",
+                          "from tfdist.strategies import setup_host\nsetup_host(cpu_devices=2)\n" + SCRIPT)
 
 
 @pytest.mark.xdist_group("fit_custom_steps")
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("model", ["lower", "compiled"])
-def test_own_steps_equal_keras_fit_on_one_device(python, model, strategy):
+def test_own_steps_equal_keras_fit_on_one_device(model, strategy):
     # Under central_storage a model's own metrics read as Keras' own CentralStorageStrategy reads them (its
     # weights equal one device's: tests/single_process/test_fit_features.py), so the reference is Keras' run there.
-    out = results(python)
+    out = results()
     reference = "central_storage" if strategy == "central_storage" else "one_device"
     keras_history, tfdist_history = out[f"{model} keras {reference}"], out[f"{model} tfdist {strategy}"]
     if (model, strategy) == ("compiled", "central_storage"):
@@ -170,8 +164,8 @@ def test_own_steps_equal_keras_fit_on_one_device(python, model, strategy):
 
 
 @pytest.mark.xdist_group("fit_custom_steps")
-def test_keras_own_mirrored_fit_unpatched_reports_a_fraction_of_the_loss_that_tfdist_fit_does_not(python):
-    out = results(python)
+def test_keras_own_mirrored_fit_unpatched_reports_a_fraction_of_the_loss_that_tfdist_fit_does_not():
+    out = results()
     keras_mirrored, one = out["compiled keras mirrored"], out["compiled keras one_device"]
     assert keras_mirrored["loss"][0] == pytest.approx(one["loss"][0] / 2, rel=1e-5)
     assert keras_mirrored["mae"] == pytest.approx(one["mae"], rel=1e-5)
@@ -179,15 +173,15 @@ def test_keras_own_mirrored_fit_unpatched_reports_a_fraction_of_the_loss_that_tf
 
 
 @pytest.mark.xdist_group("fit_custom_steps")
-def test_the_lower_level_model_trains_as_one_device_under_two_replicas(python):
+def test_the_lower_level_model_trains_as_one_device_under_two_replicas():
     # Its loss is the sum of per-example losses' gradients, all-reduced: 2 replicas take one device's step.
-    out = results(python)
+    out = results()
     assert spread(out["lower tfdist mirrored"], out["lower tfdist one_device"]) < 1e-5
 
 
 @pytest.mark.xdist_group("fit_custom_steps")
-def test_a_step_returning_other_logs_is_one_line(python):
-    message = results(python)["misnamed"]
+def test_a_step_returning_other_logs_is_one_line():
+    message = results()["misnamed"]
     assert message.startswith("Invalid train_step for tfdist.fit: it returns ['batch_loss'], and model.metrics "
                               "are named ['loss', 'mae']."), message
     assert "\n" not in message

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import pytest
 
-from helpers.cluster_runs import REPO, shared
-from helpers.outputs import spread, tagged
+from helpers.clis import REPO
+from helpers.outputs import script_results, spread
 
 SCRIPT = r"""
 import json, sys
@@ -106,19 +106,14 @@ WEIGHTED = [("sample_weight", "one_device"), ("sample_weight", "mirrored"), ("cl
             ("class_weight", "mirrored"), ("dataset_weights", "mirrored"), ("dataset_class_weight", "mirrored")]
 
 
-def results(python) -> dict:
-    def make():
-        result = python(["-c", SCRIPT, str(REPO / "examples")], timeout=900)
-        assert result.returncode == 0, result.stderr[-3000:]
-        return tagged(result.stdout, "RESULTS")
-
-    return shared("fit_weights_and_hooks", make)
+def results() -> dict:
+    return script_results("fit_weights_and_hooks", ["-c", SCRIPT, str(REPO / "examples")])
 
 
 @pytest.mark.xdist_group("fit_weights")
 @pytest.mark.parametrize("name,strategy", WEIGHTED)
-def test_weights_train_as_keras_fit(python, name, strategy):
-    out = results(python)
+def test_weights_train_as_keras_fit(name, strategy):
+    out = results()
     got, expected = out[f"{name} tfdist {strategy}"], out[f"{name} keras {strategy}"]
     assert spread(got, expected) < 1e-5, (got, expected)
     # The weights change the figures: the weighted and the plain runs differ (a dropped weight would not).
@@ -127,8 +122,8 @@ def test_weights_train_as_keras_fit(python, name, strategy):
 
 @pytest.mark.xdist_group("fit_weights")
 @pytest.mark.parametrize("name", ["hooks", "hooks_per_execution"])
-def test_batch_hooks_see_keras_calls(python, name):
-    calls = results(python)[name]
+def test_batch_hooks_see_keras_calls(name):
+    calls = results()[name]
     keras_calls, tfdist_calls = calls["keras"], calls["tfdist"]
     executions = 5 if name == "hooks" else 3  # 5 batches an epoch, 2 per execution: 3 executions
     assert len(keras_calls) == 2 * 2 * executions, keras_calls
@@ -141,8 +136,8 @@ def test_batch_hooks_see_keras_calls(python, name):
 
 
 @pytest.mark.xdist_group("fit_weights")
-def test_a_loss_reduction_that_does_not_add_up_is_one_line(python):
-    message = results(python)["summed"]
+def test_a_loss_reduction_that_does_not_add_up_is_one_line():
+    message = results()["summed"]
     assert message.startswith("Invalid loss reduction for tfdist.fit: 'sparse_categorical_crossentropy' reduces "
                               "with 'sum'."), message
     assert "\n" not in message

@@ -2,11 +2,8 @@
 
 import contextlib
 import json
-import os
 import re
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import keras
@@ -16,7 +13,7 @@ import tensorflow as tf
 import yaml
 from PIL import Image
 
-from helpers.clis import REPO
+from helpers.clis import assert_user_error, run_cli
 from tfdist.cluster.network import free_ports
 from tfdist.errors import DIVERGED_EXIT_CODE, USAGE_EXIT_CODE
 from helpers.outputs import checkpoint_values
@@ -31,13 +28,6 @@ TINY_FLAGS = [
 #: absl's "All log messages before absl::InitializeLog() are written to STDERR" and glog-style lines
 #: (``I0000 00:00:... file.cc:12] oneDNN custom operations are on ...``, cudart's "Could not find cuda drivers").
 TF_STARTUP_LINE = re.compile(r"^(WARNING: All log messages before absl::InitializeLog\(\)|[IWEF]\d{4} \d\d:\d\d:\d\d)")
-
-
-def train(*args, timeout=240):
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    env.pop("TF_CONFIG", None)
-    return subprocess.run([sys.executable, "-m", "tfdist.train", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=REPO)
 
 
 def weights(model_dir):
@@ -58,14 +48,14 @@ def expected_mask(model, image: np.ndarray) -> np.ndarray:
 
 
 def test_resume_in_a_new_process_equals_training_straight(tmp_path):
-    straight = train("--strategy=one_device", "--steps_per_epoch=10", "--epochs=1", f"--model_dir={tmp_path / 'a'}",
-                     *TINY_FLAGS)
+    straight = run_cli("tfdist.train", "--strategy=one_device", "--steps_per_epoch=10", "--epochs=1",
+                       f"--model_dir={tmp_path / 'a'}", *TINY_FLAGS)
     assert straight.returncode == 0, straight.stderr[-2000:]
     assert "final eval: mean_iou" in straight.stdout
     half = [f"--model_dir={tmp_path / 'b'}", "--strategy=one_device", "--steps_per_epoch=5", *TINY_FLAGS]
-    first = train(*half, "--epochs=1", "--noexport")  # the resumed run exports
+    first = run_cli("tfdist.train", *half, "--epochs=1", "--noexport")  # the resumed run exports
     assert first.returncode == 0, first.stderr[-2000:]
-    second = train(*half, "--epochs=2")
+    second = run_cli("tfdist.train", *half, "--epochs=2")
     assert second.returncode == 0, second.stderr[-2000:]
     assert "resuming from" in second.stdout and "at step 5" in second.stdout
     for x, y in zip(weights(tmp_path / "b"), weights(tmp_path / "a")):
@@ -98,9 +88,8 @@ def test_predict_writes_the_models_own_mask_at_the_images_size(tmp_path):
     image = tmp_path / "x.png"
     Image.fromarray(pixels).save(image)
     out, mask = tmp_path / "y.png", tmp_path / "m.png"
-    result = subprocess.run(
-        [sys.executable, "-m", "tfdist.predict", f"--model_dir={tmp_path / 'run'}", f"--image={image}",
-         f"--output={out}", f"--mask_output={mask}"], capture_output=True, text=True, timeout=120, cwd=REPO)
+    result = run_cli("tfdist.predict", f"--model_dir={tmp_path / 'run'}", f"--image={image}", f"--output={out}",
+                     f"--mask_output={mask}", timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     expected = expected_mask(keras.models.load_model(tmp_path / "run" / "export" / "model.keras"), pixels)
     assert expected.shape == (40, 50) and len(np.unique(expected)) >= 3
@@ -117,9 +106,9 @@ def test_a_diverging_run_stops_and_keeps_the_last_good_checkpoint(tmp_path, stra
     weights are finite, and every logged step before it had a finite loss.
     """
     model_dir = tmp_path / "nan"
-    result = train(f"--strategy={strategy}", "--cpu_devices=2", "--steps_per_epoch=6", "--epochs=1",
-                   "--learning_rate=1e12", "--checkpoint_every=1", f"--model_dir={model_dir}",
-                   *[f for f in TINY_FLAGS if not f.startswith("--learning_rate")])
+    result = run_cli("tfdist.train", f"--strategy={strategy}", "--cpu_devices=2", "--steps_per_epoch=6",
+                     "--epochs=1", "--learning_rate=1e12", "--checkpoint_every=1", f"--model_dir={model_dir}",
+                     *[f for f in TINY_FLAGS if not f.startswith("--learning_rate")])
     assert result.returncode == DIVERGED_EXIT_CODE == 3, (result.returncode, result.stderr[-2000:])
     assert "Traceback" not in result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
@@ -309,8 +298,8 @@ BAD_INPUT = [
 def finished_run(tmp_path_factory):
     """A run that finished (2 steps, exported): what each bad command is pointed at."""
     model_dir = tmp_path_factory.mktemp("finished") / "run"
-    result = train(f"--model_dir={model_dir}", "--strategy=one_device", "--steps_per_epoch=2", "--epochs=1",
-                   *TINY_FLAGS)
+    result = run_cli("tfdist.train", f"--model_dir={model_dir}", "--strategy=one_device", "--steps_per_epoch=2",
+                     "--epochs=1", *TINY_FLAGS)
     assert result.returncode == 0, result.stderr[-2000:]
     FINISHED[:] = [model_dir]
     return model_dir
@@ -339,13 +328,12 @@ def test_bad_input_exits_2_with_one_line_and_leaves_a_finished_run_alone(tmp_pat
     with contextlib.ExitStack() as stack:
         if callable(args):
             args, needle = args(tmp_path, stack)
-        result = train(f"--model_dir={finished_run}", *TINY_FLAGS, *args, timeout=120)
-    assert result.returncode == USAGE_EXIT_CODE == 2, (result.returncode, result.stderr[-2000:])
-    assert "Traceback" not in result.stderr and result.stdout == ""
-    lines = result.stderr.splitlines()
+        result = run_cli("tfdist.train", f"--model_dir={finished_run}", *TINY_FLAGS, *args, timeout=120)
+    assert USAGE_EXIT_CODE == 2
+    stderr = result.stderr
     if case in AFTER_TENSORFLOW_STARTS:
-        lines = [line for line in lines if not TF_STARTUP_LINE.match(line)]
-    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], result.stderr
+        stderr = "".join(line + "\n" for line in stderr.splitlines() if not TF_STARTUP_LINE.match(line))
+    assert_user_error((result.returncode, result.stdout, stderr), re.escape(needle))
     assert before == _contents(finished_run)
 
 
@@ -356,8 +344,8 @@ def test_a_public_address_in_the_cluster_spec_is_warned_about(tmp_path):
     """
     (port,) = free_ports(1)
     path = _cluster(tmp_path, {"worker": f"8.8.8.8:{port}"})
-    result = train(f"--cluster={path}", "--task=worker:0", "--strategy=one_device", "--steps_per_epoch=1",
-                   "--epochs=1", "--noexport", f"--model_dir={tmp_path / 'run'}", *TINY_FLAGS)
+    result = run_cli("tfdist.train", f"--cluster={path}", "--task=worker:0", "--strategy=one_device",
+                     "--steps_per_epoch=1", "--epochs=1", "--noexport", f"--model_dir={tmp_path / 'run'}", *TINY_FLAGS)
     assert result.returncode == 0, result.stderr[-2000:]
     warnings = [line for line in result.stderr.splitlines() if "may be reachable from outside" in line]
     assert len(warnings) == 1 and f"{path} has addresses that may be reachable from outside: 8.8.8.8:{port}." in \

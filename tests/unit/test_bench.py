@@ -5,12 +5,11 @@ paired ratios, in docs/benchmarks.md); this checks how it measures.
 """
 
 import json
-import subprocess
-import sys
+import re
 
 import pytest
 
-from helpers.clis import REPO
+from helpers.clis import REPO, assert_user_error, python_argv, run_cli
 
 from tfdist import bench
 from tfdist.bench import children
@@ -207,17 +206,14 @@ def test_a_bad_flag_is_one_line_and_status_2_before_anything_runs(tmp_path, case
         (tmp_path / f"{name}.json").write_text(value)
         (tmp_path / f"{name}.md").write_text(f"<!-- bench: {name}.json -->\nold\n<!-- /bench -->\n")
     before = sorted(p.name for p in tmp_path.iterdir())
-    result = subprocess.run([sys.executable, "-m", "tfdist.bench", "--quick", "--only=one_device",
-                             *(f.format(d=tmp_path) for f in flags)], capture_output=True, text=True, timeout=120,
-                            cwd=tmp_path)
-    assert result.returncode == 2, result.stdout + result.stderr[-2000:]
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith(expected.format(d=tmp_path)), result.stderr
-    assert sorted(p.name for p in tmp_path.iterdir()) == before and result.stdout == ""
+    result = run_cli("tfdist.bench", "--quick", "--only=one_device", *(f.format(d=tmp_path) for f in flags),
+                     timeout=120, cwd=tmp_path)
+    assert_user_error(result, "^" + re.escape(expected.format(d=tmp_path)))
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
 def _python(code: str):
-    return children._start([sys.executable, "-c", code], env={})
+    return children._start(python_argv(code), env={})
 
 
 def test_children_that_write_much_to_stderr_do_not_block():
@@ -268,7 +264,7 @@ def _profiler_cluster(tmp_path, function: str, times: int, processes: int, attem
             f"profiler_v2.{function}({str(tmp_path / 'crash')!r}, {times}); "
             "print('BENCH {\"name\": \"ok\"}')")
     logs = []
-    ran = children.run_cluster(lambda: [sys.executable, "-c", code], processes, timeout=60, attempts=attempts,
+    ran = children.run_cluster(lambda: python_argv(code), processes, timeout=60, attempts=attempts,
                                log=logs.append)
     return ran, logs
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import shlex
-import subprocess
-import sys
 
 import pytest
 
@@ -15,7 +13,7 @@ from tfdist.deploy.commands import task_commands
 from tfdist.cluster import ClusterSpec, Task
 from tfdist.strategies import check_strategy
 from tfdist.errors import UserError
-from helpers.clis import REPO
+from helpers.clis import REPO, run_python
 
 CLUSTERS = REPO / "configs" / "clusters"
 
@@ -421,7 +419,7 @@ def test_task_commands_round_trip():
 
 def test_importing_cluster_does_not_import_tensorflow():
     code = "import sys, tfdist.cluster, tfdist.tfconfig; sys.exit('tensorflow' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code], cwd=REPO, timeout=60).returncode == 0
+    assert run_python(code, timeout=60).returncode == 0
 
 
 def test_keras_fit_asks_the_placement_of_its_strategy():

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import re
 import socket
-import subprocess
-import sys
 import threading
 import time
 import types
 
 import pytest
 
-from helpers.cluster_runs import REPO, env
+from helpers.clis import assert_user_error, cli_argv, run_cli
 from tfdist.doctor import cli as doctor_cli
 from tfdist.doctor import agree
 from tfdist.doctor import meet
@@ -21,18 +19,17 @@ from tfdist.cluster.spec import parse_cluster_spec
 from tfdist.cluster.task import Task
 
 
-DOCTOR = [sys.executable, "-m", "tfdist.doctor"]
+DOCTOR = cli_argv("tfdist.doctor")
 
 
 #: A task's line in a problem list: ``worker:1 (host:port): ...``.
 PROBLEM = re.compile(r"^(\w+:\d+) \(")
 
 
-def doctor(*args: str, timeout: float = 60, **extra_env: str):
-    """``python -m tfdist.doctor ARGS`` in a fresh process without TF_CONFIG: (result, seconds)."""
+def doctor(*args: str, timeout: float = 60):
+    """``python -m tfdist.doctor ARGS`` in a fresh process without TF_CONFIG (``run_cli``): (result, seconds)."""
     started = time.monotonic()
-    result = subprocess.run([*DOCTOR, *args], capture_output=True, text=True, timeout=timeout, env=env(**extra_env),
-                            cwd=REPO)
+    result = run_cli("tfdist.doctor", *args, timeout=timeout)
     return result, time.monotonic() - started
 
 
@@ -190,8 +187,5 @@ def test_without_a_driver_no_gpu_and_without_its_uuids_a_uuid_counts(three_gpus,
 ])
 def test_bad_flags_are_one_line_and_status_2(args, expected):
     result, _ = doctor(*args, timeout=30)
-    assert result.returncode == 2, result.stdout + result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(expected), result.stderr
-    assert result.stdout == ""
+    assert_user_error(result, "^" + re.escape(expected))
 

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from helpers.clis import assert_user_error, run_python
+from helpers.clis import assert_user_error, run_cli, run_python
 from tfdist import errors
 from tfdist.errors import UserError
 
@@ -23,9 +23,8 @@ CLIS = ["tfdist.train", "tfdist.tfconfig", "tfdist.launch", "tfdist.predict", "t
 @pytest.mark.parametrize("backend", ["jax", "torch"])
 def test_every_cli_refuses_another_backend_in_one_line(tmp_path, backend):
     for module in CLIS:
-        proc = run_python(["-m", module, f"--model_dir={tmp_path / 'run'}"], env={"KERAS_BACKEND": backend},
-                          timeout=60)
-        assert_user_error(proc.returncode, proc.stdout, proc.stderr, EXPECTED.format(backend))
+        proc = run_cli(module, f"--model_dir={tmp_path / 'run'}", env={"KERAS_BACKEND": backend}, timeout=60)
+        assert_user_error(proc, EXPECTED.format(backend))
     assert not (tmp_path / "run").exists()
 
 

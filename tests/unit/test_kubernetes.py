@@ -35,8 +35,7 @@ from tfdist.deploy import kubernetes as k8s
 from tfdist.deploy import tfjob_entry
 from tfdist.errors import (DIVERGED_EXIT_CODE, PEER_LOST_EXIT_CODE, PREEMPTED_EXIT_CODE, USAGE_EXIT_CODE,
                            UserError)
-from helpers.clis import REPO
-from helpers.clis import tfconfig
+from helpers.clis import REPO, assert_user_error, cli_argv, run_cli
 
 CLUSTERS = REPO / "configs" / "clusters"
 
@@ -70,9 +69,9 @@ def spec_file(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def emitted(spec_file) -> list[dict]:
     """The CLI's manifests for SPEC, as documents."""
-    proc = tfconfig("--cluster", str(spec_file), "--emit", "kubernetes", "--image", "registry.example.com/tfdist:0.1",
-                    "--name", "unet", "--namespace", "ml", "--gpus", "1", "--strategy", "parameter_server",
-                    "--", "--epochs", "2", "--model_dir", "/runs/unet")
+    proc = run_cli("tfdist.tfconfig", "--cluster", str(spec_file), "--emit", "kubernetes", "--image",
+                   "registry.example.com/tfdist:0.1", "--name", "unet", "--namespace", "ml", "--gpus", "1",
+                   "--strategy", "parameter_server", "--", "--epochs", "2", "--model_dir", "/runs/unet")
     assert proc.returncode == 0, proc.stderr
     return list(yaml.safe_load_all(proc.stdout))
 
@@ -170,7 +169,7 @@ def test_tfjob_maps_preempted_to_a_status_the_operator_retries():
 
 def run_wrapper(*child: str, **popen) -> subprocess.Popen:
     """The TFJob container's command with ``child`` in place of ``python -m tfdist.train``."""
-    return subprocess.Popen([sys.executable, "-m", "tfdist.deploy.tfjob_entry", *child], cwd=REPO, **popen)
+    return subprocess.Popen(cli_argv("tfdist.deploy.tfjob_entry", *child), cwd=REPO, **popen)
 
 
 @pytest.mark.parametrize("status, expected", [(0, 0), (USAGE_EXIT_CODE, 2), (DIVERGED_EXIT_CODE, 3),
@@ -183,7 +182,7 @@ def test_tfjob_wrapper_passes_statuses_on_and_turns_42_into_138(status, expected
 def test_tfjob_wrapper_without_a_command_or_with_a_missing_one_is_one_line():
     proc = run_wrapper(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 2 and out == "" and err.startswith("error: Missing command") and err.count("\n") == 1
+    assert_user_error((proc.returncode, out, err), r"^error: Missing command")
     proc = run_wrapper("no-such-command-tfdist", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 127 and err.startswith("error: Cannot start 'no-such-command-tfdist'")
@@ -224,15 +223,15 @@ def test_tfjob_wrapper_passes_the_preemption_signal_to_tfdist(tmp_path, signum):
 
 def test_tfjob_wrapper_runs_the_real_train_cli():
     """A user error of tfdist.train (status 2, one line) comes out of the wrapper unchanged: permanent to the operator."""
-    proc = run_wrapper(sys.executable, "-m", "tfdist.train", "--strategy", "one_device", "--ps_shards", "2",
+    proc = run_wrapper(*cli_argv("tfdist.train", "--strategy", "one_device", "--ps_shards", "2"),
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out, err = proc.communicate(timeout=60)
-    assert proc.returncode == USAGE_EXIT_CODE and out == "" and err.startswith("error: ") and "Traceback" not in err
+    assert_user_error((proc.returncode, out, err))
 
 
 def test_tfjob_has_the_specs_replicas(spec_file):
-    proc = tfconfig("--cluster", str(spec_file), "--emit", "tfjob", "--image", "img:1", "--name", "unet",
-                    "--cpu", "500m", "--memory", "1.5Gi", "--", "--epochs", "2")
+    proc = run_cli("tfdist.tfconfig", "--cluster", str(spec_file), "--emit", "tfjob", "--image", "img:1", "--name",
+                   "unet", "--cpu", "500m", "--memory", "1.5Gi", "--", "--epochs", "2")
     assert proc.returncode == 0, proc.stderr
     (document,) = yaml.safe_load_all(proc.stdout)
     job = load_model(document)
@@ -263,7 +262,8 @@ def test_output_file_defaults_and_every_example_cluster(tmp_path):
     for example in sorted(CLUSTERS.glob("*.yaml")):
         for emit in k8s.EMITS:
             out = tmp_path / f"{example.stem}-{emit}.yaml"
-            proc = tfconfig("--cluster", str(example), "--emit", emit, "--image", "img", "--output", str(out))
+            proc = run_cli("tfdist.tfconfig", "--cluster", str(example), "--emit", emit, "--image", "img", "--output",
+                           str(out))
             assert proc.returncode == 0 and proc.stdout == "", proc.stderr
             documents = list(yaml.safe_load_all(out.read_text()))
             assert "&id" not in out.read_text()  # labels written out, not as YAML aliases

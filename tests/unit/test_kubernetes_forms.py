@@ -15,8 +15,7 @@ restarts happen only on a real cluster (docs/kubernetes.md).
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+import re
 from pathlib import Path
 
 import jsonschema
@@ -24,12 +23,11 @@ import kubernetes.client
 import pytest
 import yaml
 
-from helpers.clis import tfconfig
+from helpers.clis import REPO, assert_user_error, run_cli, start_cli
 from tfdist.cluster import kubernetes as pod_source
 from tfdist.cluster import sources
 from tfdist.errors import UserError
 
-REPO = Path(__file__).resolve().parents[2]
 SCHEMAS = Path(__file__).resolve().parent / "k8s_schemas"
 NAME = "unet"
 
@@ -85,11 +83,10 @@ def spec_files(tmp_path_factory) -> dict[str, Path]:
 def emitted(spec_files) -> dict[tuple[str, str], list[dict]]:
     """The CLI's documents for every form and strategy (the processes run side by side)."""
     runs = {
-        (form, strategy): subprocess.Popen(
-            [sys.executable, "-m", "tfdist.tfconfig", "--cluster", str(spec_files[strategy]), "--emit", form,
-             "--image", "registry.example.com/tfdist:0.1", "--name", NAME, "--namespace", "ml", "--gpus", "1",
-             "--volume", "unet-runs", "--strategy", strategy, "--", "--epochs", "2"],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        (form, strategy): start_cli(
+            "tfdist.tfconfig", "--cluster", str(spec_files[strategy]), "--emit", form,
+            "--image", "registry.example.com/tfdist:0.1", "--name", NAME, "--namespace", "ml", "--gpus", "1",
+            "--volume", "unet-runs", "--strategy", strategy, "--", "--epochs", "2")
         for form in FORMS for strategy in SPECS
     }
     documents = {}
@@ -131,9 +128,8 @@ def expected(tmp_path_factory) -> dict[tuple[str, str], dict[tuple[str, int], di
         path.write_text(yaml.safe_dump(json.loads(text)))
         for task_type, addresses in json.loads(text).items():
             for i in range(len(addresses)):
-                runs[(text, task_type, i)] = subprocess.Popen(
-                    [sys.executable, "-m", "tfdist.tfconfig", "--cluster", str(path), "--task", f"{task_type}:{i}"],
-                    cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                runs[(text, task_type, i)] = start_cli("tfdist.tfconfig", "--cluster", str(path), "--task",
+                                                       f"{task_type}:{i}")
     printed: dict = {}
     for (text, task_type, i), proc in runs.items():
         out, err = proc.communicate(timeout=120)
@@ -271,8 +267,8 @@ def test_every_form_carries_the_grace_period_the_command_and_the_volume(emitted,
 
 @pytest.mark.parametrize("form", FORMS)
 def test_doctor_manifests_run_the_doctor_in_the_same_pods(spec_files, validators, expected, form):
-    proc = tfconfig("--cluster", str(spec_files["parameter_server"]), "--emit", form, "--image", "img:1", "--name", NAME,
-                    "--volume", "unet-runs", "--doctor", "--", "--epochs", "2")
+    proc = run_cli("tfdist.tfconfig", "--cluster", str(spec_files["parameter_server"]), "--emit", form, "--image",
+                   "img:1", "--name", NAME, "--volume", "unet-runs", "--doctor", "--", "--epochs", "2")
     assert proc.returncode == 0, proc.stderr
     documents = list(yaml.safe_load_all(proc.stdout))
     for document in documents:
@@ -352,25 +348,25 @@ def test_volcano_gang_and_policies(emitted):
 ])
 def test_bad_emitter_inputs_are_one_line_and_status_2(spec_files, form, args, match):
     flags, _, extra = " ".join(args).partition("-- ")
-    proc = tfconfig("--cluster", str(spec_files["parameter_server"]), "--emit", form, "--image", "img:1",
-                    *flags.split(), *(["--", *extra.split()] if extra else []))
-    assert proc.returncode == 2
-    assert proc.stderr.count("\n") == 1 and match in proc.stderr, proc.stderr
+    proc = run_cli("tfdist.tfconfig", "--cluster", str(spec_files["parameter_server"]), "--emit", form, "--image",
+                   "img:1", *flags.split(), *(["--", *extra.split()] if extra else []))
+    assert_user_error(proc, re.escape(match))
 
 
 def test_jobset_host_names_have_the_job_index_in_their_length(spec_files):
     """``<name>-worker-0-1`` is 2 characters longer than Volcano's ``<name>-worker-1``: a 53-character name fits one."""
     common = ("--cluster", str(spec_files["parameter_server"]), "--image", "img:1", "--volume", "runs", "--name", "a" * 53)
-    assert tfconfig(*common, "--emit", "volcano").returncode == 0
+    assert run_cli("tfdist.tfconfig", *common, "--emit", "volcano").returncode == 0
     for form in ("jobset", "trainjob"):
-        proc = tfconfig(*common, "--emit", form)
-        assert proc.returncode == 2 and "'" + "a" * 53 + "-worker-0-0' is 64 characters" in proc.stderr, proc.stderr
+        proc = run_cli("tfdist.tfconfig", *common, "--emit", form)
+        assert_user_error(proc, re.escape("'" + "a" * 53 + "-worker-0-0' is 64 characters"))
 
 
 @pytest.mark.parametrize("flag", (("--volume", "runs"), ("--doctor",)))
 def test_volume_and_doctor_with_a_form_that_takes_neither_are_refused(spec_files, flag):
-    proc = tfconfig("--cluster", str(spec_files["parameter_server"]), "--emit", "kubernetes", "--image", "img:1", *flag)
-    assert proc.returncode == 2 and f"Unexpected `{flag[0]}`" in proc.stderr, proc.stderr
+    proc = run_cli("tfdist.tfconfig", "--cluster", str(spec_files["parameter_server"]), "--emit", "kubernetes",
+                   "--image", "img:1", *flag)
+    assert_user_error(proc, re.escape(f"Unexpected `{flag[0]}`"))
 
 
 def test_the_train_config_takes_the_pods_cluster_without_a_task():
@@ -419,10 +415,12 @@ def test_a_pod_whose_environment_does_not_add_up_is_a_user_error(change, match):
 
 def test_the_cli_prints_a_pods_tf_config_and_refuses_a_bad_one_in_one_line():
     base = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
-    ok = tfconfig("--cluster", "kubernetes", env={**base, **POD})
+    ok = run_cli("tfdist.tfconfig", "--cluster", "kubernetes", env={**base, **POD}, inherit=False)
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["task"] == {"type": "worker", "index": 1}
-    bad = tfconfig("--cluster", "kubernetes", env={**base, **POD, "JOB_COMPLETION_INDEX": "7"})
-    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "out of range" in bad.stderr, bad.stderr
-    flags = tfconfig("--cluster", "kubernetes", "--task", "worker:0", env={**base, **POD})
-    assert flags.returncode == 2 and "Unexpected `--task` with --cluster=kubernetes" in flags.stderr
+    bad = run_cli("tfdist.tfconfig", "--cluster", "kubernetes", env={**base, **POD, "JOB_COMPLETION_INDEX": "7"},
+                  inherit=False)
+    assert_user_error(bad, "out of range")
+    flags = run_cli("tfdist.tfconfig", "--cluster", "kubernetes", "--task", "worker:0", env={**base, **POD},
+                    inherit=False)
+    assert_user_error(flags, re.escape("Unexpected `--task` with --cluster=kubernetes"))

@@ -7,6 +7,7 @@ import json
 import pytest
 from absl import flags
 
+from helpers.clis import python_argv, run_cli
 from helpers.cluster_runs import (
     ephemeral_low, worker_port_range,
 )
@@ -92,18 +93,10 @@ print("trained")
                          ids=["default", "show_startup_noise", "opt_out"])
 def test_the_launcher_drops_tensorflows_start_up_lines_from_its_tasks_unless_asked(tmp_path, flags_, env, noise_shown):
     """Issue 32: a script under tfdist.launch on a CPU-only machine printed ``failed call to cuInit`` once per task."""
-    import os
-    import subprocess
-    import sys
-
-    from helpers.clis import REPO
-
     spec = tmp_path / "cluster.yaml"
     spec.write_text("worker: [127.0.0.1:2222, 127.0.0.1:2223]\n")
-    full_env = {k: v for k, v in os.environ.items() if k not in ("TFDIST_TF_LOGS", "TF_CPP_MIN_LOG_LEVEL")}
-    proc = subprocess.run([sys.executable, "-m", "tfdist.launch", f"--cluster={spec}", "--local", *flags_, "--",
-                           sys.executable, "-c", NOISY_TASK], capture_output=True, text=True, timeout=60,
-                          env={**full_env, **env}, cwd=REPO)
+    proc = run_cli("tfdist.launch", f"--cluster={spec}", "--local", *flags_, "--", *python_argv(NOISY_TASK),
+                   env={"TF_CPP_MIN_LOG_LEVEL": None, **env}, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("] trained\n") == 2
     assert proc.stderr.count("] a warning of the task's own\n") == 2

@@ -1,12 +1,8 @@
 """``--ps_shards`` above one is one line, before TensorFlow starts."""
 
-import subprocess
-import sys
-
 import yaml
 
-from helpers.clis import assert_user_error
-from helpers.clis import REPO
+from helpers.clis import assert_user_error, run_cli
 
 
 def test_ps_shards_above_one_is_one_line_before_tensorflow_starts(tmp_path):
@@ -17,14 +13,10 @@ def test_ps_shards_above_one_is_one_line_before_tensorflow_starts(tmp_path):
     spec.write_text(yaml.safe_dump({"chief": "127.0.0.1:1", "worker": ["127.0.0.1:2"],
                                     "ps": ["127.0.0.1:3", "127.0.0.1:4"]}))
     model_dir = tmp_path / "run"
-    proc = subprocess.run(
-        [sys.executable, "-m", "tfdist.train", "--strategy", "parameter_server", "--ps_shards", "2",
-         "--cluster", str(spec), "--task", "chief:0", "--connect_timeout", "5", "--model_dir", str(model_dir)],
-        cwd=REPO, capture_output=True, text=True, timeout=60,
-    )
-    line = assert_user_error(proc.returncode, proc.stdout, proc.stderr,
-                             r"^error: Invalid value for `--ps_shards`: variable partitioning does not work with "
-                             r"Keras 3 .*Received: ps_shards=2\. Expected 0 or 1")
+    proc = run_cli("tfdist.train", "--strategy", "parameter_server", "--ps_shards", "2", "--cluster", str(spec),
+                   "--task", "chief:0", "--connect_timeout", "5", "--model_dir", str(model_dir), timeout=60)
+    line = assert_user_error(proc, r"^error: Invalid value for `--ps_shards`: variable partitioning does not work "
+                                   r"with Keras 3 .*Received: ps_shards=2\. Expected 0 or 1")
     assert "ShardedVariable" in line
     assert not model_dir.exists()
 

@@ -1,25 +1,13 @@
 """The start-up line filter: which lines are noise, how the forwarder passes the rest on, the opt-out, one-line errors before TensorFlow."""
 
 import os
-import subprocess
-import sys
 import time
 
 import psutil
 import pytest
 
-from helpers.clis import REPO
+from helpers.clis import assert_user_error, run_cli, run_python
 from tfdist import quiet
-from tfdist.errors import USAGE_EXIT_CODE
-
-
-def cli(module, *args, env=None, timeout=180):
-    full_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}
-    full_env.pop("TF_CONFIG", None)
-    if not (env or {}).get(quiet.OPT_OUT_ENV):
-        full_env.pop(quiet.OPT_OUT_ENV, None)
-    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=timeout,
-                          env=full_env, cwd=REPO)
 
 
 def noise(text: str) -> list[str]:
@@ -80,9 +68,7 @@ def test_opt_out(env, out):
 def _installed(body: str, env=None, **popen):
     """Run ``body`` in a fresh Python after ``quiet.install()`` (no TensorFlow), bounded."""
     code = "import os, sys\nfrom tfdist import quiet\nassert quiet.install()\n" + body
-    full_env = {k: v for k, v in os.environ.items() if k not in ("TFDIST_TF_LOGS", "TF_CPP_MIN_LOG_LEVEL")}
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60, env={**full_env, **(env or {})},
-                          cwd=REPO, **popen)
+    return run_python(code, timeout=60, env={"TF_CPP_MIN_LOG_LEVEL": None, **(env or {})}, text=False, **popen)
 
 
 def test_descriptor_2_is_filtered_and_python_lines_bypass_it_even_with_os_exit():
@@ -155,8 +141,7 @@ def test_what_c_plus_plus_writes_right_before_abort_still_reaches_stderr():
 def test_the_opt_out_installs_nothing():
     code = "import os\nfrom tfdist import quiet\nassert not quiet.install()\n" + \
         f"os.write(2, {(SEEN_HERE[0] + chr(10)).encode()!r})\n"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60, cwd=REPO,
-                          env={**os.environ, "TFDIST_TF_LOGS": "1"})
+    proc = run_python(code, timeout=60, env={"TFDIST_TF_LOGS": "1"}, text=False)
     assert proc.returncode == 0 and proc.stderr.decode().splitlines() == [SEEN_HERE[0]]
 
 
@@ -164,9 +149,9 @@ def test_predict_with_a_bad_image_is_one_line(tmp_path):
     """tfdist.predict goes through the same run_main: its user error stays one line."""
     bad = tmp_path / "x.png"
     bad.write_text("not an image")
-    result = cli("tfdist.predict", "--model_dir", str(tmp_path), "--image", str(bad), "--output",
-                 str(tmp_path / "y.png"), timeout=60)
-    assert result.returncode == USAGE_EXIT_CODE and len(result.stderr.splitlines()) == 1, result.stderr
+    result = run_cli("tfdist.predict", "--model_dir", str(tmp_path), "--image", str(bad), "--output",
+                     str(tmp_path / "y.png"), timeout=60)
+    assert_user_error(result)
 
 
 def test_the_forwarder_is_no_child_of_the_cli_and_ends_with_it():

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.clis import assert_user_error
+from helpers.clis import assert_user_error, run_cli, start_cli
 from tfdist import cluster, config
 from tfdist.cluster import slurm
 from tfdist.errors import (DIVERGED_EXIT_CODE, DONE_EXIT_CODE, PEER_LOST_EXIT_CODE, PREEMPTED_EXIT_CODE,
@@ -314,12 +314,9 @@ def test_tfconfig_prints_every_tasks_tf_config(bin_dir):
     step, slurm_tasks = Step("node[1-2]", ("node1", "node2"), "2,1", (2, 1)), "worker=2,ps=1"
     procs = []
     for rank in range(step.num_tasks):
-        env = {**os.environ, **step.environ(rank, bin_dir), "TF_CPP_MIN_LOG_LEVEL": "3"}
+        env = {**step.environ(rank, bin_dir), "TF_CPP_MIN_LOG_LEVEL": "3"}
         args = ["--cluster", "slurm", "--slurm_tasks", slurm_tasks] + (["--export"] if rank == 0 else [])
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "tfdist.tfconfig", *args], cwd=REPO, env=env,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        ))
+        procs.append(start_cli("tfdist.tfconfig", *args, env=env))
     printed = []
     for rank, proc in enumerate(procs):
         out, err = proc.communicate(timeout=180)
@@ -566,7 +563,6 @@ def test_sbatch_script_still_ends_with_42_when_the_requeue_is_refused(tmp_path):
     ids=["outside_slurm", "task", "bad_slurm_tasks", "commands", "emit"],
 )
 def test_tfconfig_slurm_errors_are_one_line_before_tensorflow(args, match):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
-    proc = subprocess.run([sys.executable, "-m", "tfdist.tfconfig", "--cluster", "slurm", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=60)
-    assert_user_error(proc.returncode, proc.stdout, proc.stderr, match)  # one line: TensorFlow never started
+    outside = {k: None for k in os.environ if k.startswith("SLURM")}
+    proc = run_cli("tfdist.tfconfig", "--cluster", "slurm", *args, env=outside, timeout=60)
+    assert_user_error(proc, match)  # one line: TensorFlow never started

@@ -12,7 +12,6 @@ import json
 import re
 import shlex
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,8 +19,7 @@ import pytest
 
 from tfdist import cluster, strategies
 from tfdist.errors import UserError
-from helpers.clis import REPO
-from helpers.clis import assert_user_error, tfconfig
+from helpers.clis import REPO, assert_user_error, cli_argv, run_cli, run_python, start_cli
 
 CLUSTERS = REPO / "configs" / "clusters"
 GOOD_YAML = "chief: 127.0.0.1:2222\nworker: [127.0.0.1:2223, 127.0.0.1:2224]\nps: [127.0.0.1:2225]\n"
@@ -125,10 +123,7 @@ def cli_results(tmp_path_factory):
     procs = {}
     for case, bad in MALFORMED.items():
         path = write_case(tmp, bad)
-        procs[case] = subprocess.Popen(
-            [sys.executable, "-m", "tfdist.tfconfig", "--cluster", str(path), "--task", bad.task],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )
+        procs[case] = start_cli("tfdist.tfconfig", "--cluster", str(path), "--task", bad.task)
     results = {}
     for case, proc in procs.items():
         out, err = proc.communicate(timeout=120)
@@ -138,8 +133,7 @@ def cli_results(tmp_path_factory):
 
 @pytest.mark.parametrize("case", sorted(MALFORMED))
 def test_cli_rejects(case, cli_results):
-    line = assert_user_error(*cli_results[case], match=MALFORMED[case].match)
-    assert line.startswith("error: ")
+    assert_user_error(cli_results[case], match=MALFORMED[case].match)
 
 
 @dataclass(frozen=True)
@@ -191,9 +185,7 @@ def test_the_nearest_valid_input_of_a_malformed_case_is_accepted(tmp_path):
         (tmp_path / case).mkdir()
         path = tmp_path / case / near.name
         path.write_text(near.content)
-        procs[case] = subprocess.Popen(
-            [sys.executable, "-m", "tfdist.tfconfig", "--cluster", str(path), "--task", near.task],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        procs[case] = start_cli("tfdist.tfconfig", "--cluster", str(path), "--task", near.task)
     for case, proc in procs.items():
         out, err = proc.communicate(timeout=120)
         near = NEAR_MISSES[case]
@@ -208,7 +200,7 @@ def test_the_nearest_valid_input_of_a_malformed_case_is_accepted(tmp_path):
 def test_json_output_is_tf_config():
     path = CLUSTERS / "example.yaml"
     spec = cluster.load_cluster_spec(path)
-    out = tfconfig("--cluster", str(path), "--task", "worker:1", check=True).stdout
+    out = run_cli("tfdist.tfconfig", "--cluster", str(path), "--task", "worker:1", check=True).stdout
     assert out.count("\n") == 1 and " " not in out.strip()  # compact, one line
     assert json.loads(out) == cluster.Task(spec=spec, type="worker", index=1).tf_config()
     assert json.loads(out) == {
@@ -225,7 +217,8 @@ def test_json_output_is_tf_config():
 def test_json_file_and_strategy_check(tmp_path):
     path = tmp_path / "c.json"
     path.write_text(json.dumps({"worker": ["[::1]:2222", "[::1]:2223"]}))
-    out = tfconfig("--cluster", str(path), "--task", "worker:0", "--strategy", "multi_worker_mirrored", check=True)
+    out = run_cli("tfdist.tfconfig", "--cluster", str(path), "--task", "worker:0", "--strategy",
+                  "multi_worker_mirrored", check=True)
     assert json.loads(out.stdout)["cluster"] == {"worker": ["[::1]:2222", "[::1]:2223"]}
 
 
@@ -233,13 +226,13 @@ def test_export_evaluates_in_bash(tmp_path):
     path = tmp_path / "my cluster's.yaml"  # a space and a quote in the path
     path.write_text(GOOD_YAML)
     spec = cluster.load_cluster_spec(path)
-    cmd = [sys.executable, "-m", "tfdist.tfconfig", "--cluster", str(path), "--task", "ps:0", "--export"]
+    cmd = cli_argv("tfdist.tfconfig", "--cluster", str(path), "--task", "ps:0", "--export")
     script = f'eval "$({shlex.join(cmd)})"; printf %s "$TF_CONFIG"'
     proc = subprocess.run(["bash", "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == cluster.Task(spec=spec, type="ps", index=0).tf_config()
     assert proc.stdout == cluster.Task(spec=spec, type="ps", index=0).tf_config_json()
-    exported = tfconfig("--cluster", str(path), "--task", "ps:0", "--export", check=True).stdout
+    exported = run_cli("tfdist.tfconfig", "--cluster", str(path), "--task", "ps:0", "--export", check=True).stdout
     assert exported.startswith("export TF_CONFIG='")
 
 
@@ -261,7 +254,8 @@ def test_commands_name_every_task_and_round_trip(tmp_path):
     path.write_text((CLUSTERS / "example.yaml").read_text())
     spec = cluster.load_cluster_spec(path)
     extra = ["--epochs", "2", "--model_dir", "runs/it's here", "--data_dir", "$HOME;rm -rf /"]  # quoted, as tfdist.train takes it
-    out = tfconfig("--cluster", str(path), "--commands", "--strategy", "parameter_server", "--", *extra, check=True)
+    out = run_cli("tfdist.tfconfig", "--cluster", str(path), "--commands", "--strategy", "parameter_server", "--",
+                  *extra, check=True)
     pairs = parse_commands(out.stdout)
     assert [task for task, _, _ in pairs] == [f"{t}:{i}" for t, i in spec.task_list()]
     for (task, host, argv), address in zip(pairs, spec.addresses()):
@@ -275,7 +269,8 @@ def test_commands_name_every_task_and_round_trip(tmp_path):
 def test_commands_for_one_task_and_ipv6_host(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("worker: ['[::1]:2222', '[::1]:2223']\n")
-    pairs = parse_commands(tfconfig("--cluster", str(path), "--commands", "--task", "worker:1", check=True).stdout)
+    pairs = parse_commands(run_cli("tfdist.tfconfig", "--cluster", str(path), "--commands", "--task", "worker:1",
+                                   check=True).stdout)
     assert pairs == [("worker:1", "::1", ["python", "-m", "tfdist.train", "--cluster", str(path), "--task", "worker:1"])]
 
 
@@ -355,8 +350,7 @@ EMIT_PS = ("--cluster", str(CLUSTERS / "local_ps.yaml"), "--emit", "kubernetes")
          "image_uppercase", "image_url", "image_empty_tag"],
 )
 def test_cli_flag_errors(args, match):
-    proc = tfconfig(*args)
-    assert_user_error(proc.returncode, proc.stdout, proc.stderr, match)
+    assert_user_error(run_cli("tfdist.tfconfig", *args), match)
 
 
 def test_console_entry_point_and_no_tensorflow():
@@ -366,6 +360,6 @@ def test_console_entry_point_and_no_tensorflow():
         "try:\n    tfconfig.entry()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
         "assert 'tensorflow' not in sys.modules, 'tfconfig imported tensorflow'\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    proc = run_python(code, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["task"] == {"type": "worker", "index": 1}

@@ -1,21 +1,18 @@
 """``tfdist.train --helpfull`` lists every config field; ``tfdist.predict`` refuses bad flags with one line before TensorFlow starts."""
 
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from helpers.clis import REPO
+from helpers.clis import assert_user_error, run_cli
 
 
 def test_helpfull_lists_every_config_field():
     """docs/running.md: every config field is a flag of the same name, and ``--helpfull`` lists them."""
     from tfdist.config import FIELD_SECTION
 
-    result = subprocess.run([sys.executable, "-m", "tfdist.train", "--helpfull"], capture_output=True, text=True,
-                            timeout=60, cwd=REPO)
+    result = run_cli("tfdist.train", "--helpfull", timeout=60)
     listed = dict(re.findall(r"^\s+--(?:\[no\])?(\w+): (.*)$", result.stdout, flags=re.MULTILINE))
     assert FIELD_SECTION and {name: listed.get(name) for name in FIELD_SECTION} == {
         name: f"{section}.{name}" for name, section in FIELD_SECTION.items()
@@ -41,10 +38,7 @@ def test_predict_refuses_a_bad_output_or_image_with_one_line_before_tensorflow_s
     from PIL import Image
 
     Image.fromarray(np.zeros((8, 8, 3), dtype=np.uint8)).save(tmp_path / "x.png")
-    result = subprocess.run([sys.executable, "-m", "tfdist.predict", f"--model_dir={tmp_path / 'run'}",
-                             *flags(tmp_path)], capture_output=True, text=True, timeout=120, cwd=REPO)
-    assert result.returncode == 2, result.stderr[-2000:]
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], result.stderr
+    result = run_cli("tfdist.predict", f"--model_dir={tmp_path / 'run'}", *flags(tmp_path), timeout=120)
+    assert_user_error(result, re.escape(needle))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.png"]  # nothing written
 
