@@ -116,15 +116,15 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy=
         placement = session.placement
     else:
         placement = session_lib.place(config, in_process=cluster_resolver is not None)
-    if placement.role == "evaluate":
-        raise UserError(f"Invalid task for tfdist.fit: {placement.name}. Received: an evaluator task. Expected "
-                        "chief, worker or ps tasks (fit evaluates validation_data itself).")
+    if placement.role == "evaluate":  # before the run directory is written (session.start refuses it too)
+        raise UserError(f"Invalid task for tfdist.fit: {placement.name}. Received: an evaluator task. Expected a "
+                        f"chief, worker or ps task ({session_lib.EVALUATOR_ELSEWHERE['tfdist.fit']}).")
     run_dir = RunDir(model_dir)
     if placement.is_chief and not temporary:
         run_dir.write_fit_record(batch_size)
     try:
-        with training_task(config, placement, run_dir, cluster_resolver=cluster_resolver, verbose=bool(verbose),
-                           keras_setup=False, strategy=session.strategy if session is not None else None) as training:
+        with training_task(config, placement, run_dir, where="tfdist.fit", cluster_resolver=cluster_resolver,
+                           verbose=bool(verbose), keras_setup=False, session=session) as training:
             from tfdist.fitting.train import train_keras  # TensorFlow and Keras: once the process is set up
 
             if seed is not None:

@@ -1,10 +1,7 @@
 """A training task's life in its cluster, for every client (``tfdist.train``'s experiment and ``tfdist.fit``).
 
-``training_task`` is the context a client trains in: a serving task serves
-instead (and never returns); a training task sets up TensorFlow and the
-strategy, trains inside the ``with`` block under ``Preemption`` and
-``peer_errors``, finishes with its peers, and under a coordinator tells the
-serving tasks how the run ended.
+``training_task`` starts the task (``session.start``) and trains its ``with`` block under ``Preemption`` and
+``peer_errors``; it finishes with its peers and, under a coordinator, tells the serving tasks how the run ended.
 """
 
 from __future__ import annotations
@@ -13,14 +10,13 @@ import contextlib
 import dataclasses
 from typing import Any, Iterator
 
-from tfdist.cluster import peers
 from tfdist.errors import DONE_EXIT_CODE, USAGE_EXIT_CODE, RunFailed, UserError
 from tfdist.rundir import RunDir
 from tfdist.runtime.peer_errors import finish_together, peer_errors
 from tfdist.runtime.placement import Placement
 from tfdist.runtime.preemption import Preemption
-from tfdist.runtime.serving import serve, tell_servers
-from tfdist.runtime.session import setup_tensorflow
+from tfdist.runtime.serving import tell_servers
+from tfdist.runtime.session import start
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,29 +28,32 @@ class Training:
 
 
 @contextlib.contextmanager
-def training_task(config, placement: Placement, run_dir: RunDir, *, cluster_resolver=None, verbose: bool = True,
-                  keras_setup: bool = True, strategy=None) -> Iterator[Training]:
-    """Set this task up and yield its ``Training``; the block trains.
+def training_task(config, placement: Placement, run_dir: RunDir, *, where: str, cluster_resolver=None,
+                  verbose: bool = True, keras_setup: bool = True, session=None) -> Iterator[Training]:
+    """Start this task (``session.start``) unless ``session`` is given, and yield its ``Training``; the block trains.
 
     Args:
       config: the run's config (its ``runtime`` section: strategy, devices, timeouts).
       placement: this task.
       run_dir: the run directory (heartbeats of a serving task, the latest checkpoint of a lost-peer line).
+      where: the client, for messages (``tfdist.fit``, ``tfdist.train``).
       cluster_resolver: an in-process cluster this process coordinates, or None.
       verbose: a serving task prints what it does.
       keras_setup: set Keras' precision policy, seeds and determinism from ``config`` (False: leave them as
         the caller set them, as Keras' own ``fit`` does).
-      strategy: the strategy a ``tfdist.setup`` made already, or None to make it here.
+      session: the ``Session`` a ``tfdist.setup`` made already, or None to start one here.
     """
     rt = config.runtime
-    if not placement.task.is_local and strategy is None:
-        peers.check_port_free(placement.task)
-    if placement.role == "serve":
-        serve(placement.task, connect_timeout=rt.connect_timeout, verbose=verbose, heartbeats=run_dir.heartbeats)
+
+    def started():
+        return start(config, placement, where=where, cluster_resolver=cluster_resolver,
+                     heartbeats=run_dir.heartbeats, verbose=verbose, keras_setup=keras_setup)
+
+    if session is None and placement.role == "serve":
+        started()  # serves, with its own signal handling, and never returns
     with Preemption(placement.name) as preemption:
         try:
-            if strategy is None:
-                strategy = setup_tensorflow(config, placement, cluster_resolver, keras_setup=keras_setup)
+            strategy = (session or started()).strategy
             with peer_errors(placement, run_dir):
                 yield Training(strategy=strategy, preemption=preemption)
                 finish_together(placement, rt.connect_timeout)

@@ -1,12 +1,7 @@
-"""A process set up for one strategy: its task in the cluster, its host devices, its strategy, made once.
+"""A task's one start (``start``): placed, checked, then serving or set up with its strategy, once per process.
 
-TensorFlow fixes a process's logical devices and collectives when its runtime
-starts, so the set-up comes first. ``setup`` (``tfdist.setup``) does it for a
-user's script and returns the strategy; ``tfdist.fit`` and the UNet experiment
-set up the same way (``setup_tensorflow``) and then train under the session's
-strategy (``current``). The task comes from ``cluster``/``task``, TF_CONFIG or a
-Slurm step. Under ``parameter_server`` a ps or worker task serves the chief from
-inside ``setup`` and never returns, as TensorFlow's ``server.join()``.
+``tfdist.setup``, ``tfdist.fit`` and ``tfdist.train`` all start here, before any other TensorFlow op, since
+TensorFlow fixes a process's devices and collectives when it starts; ``current`` is the session made.
 """
 
 from __future__ import annotations
@@ -154,6 +149,46 @@ def setup_keras(config) -> None:
         tf.config.experimental.enable_op_determinism()
 
 
+#: Why an evaluator task cannot start where it is asked to (``start``'s ``where``).
+EVALUATOR_ELSEWHERE = {"tfdist.setup": "an evaluator runs `python -m tfdist.train`",
+                       "tfdist.fit": "fit evaluates validation_data itself"}
+
+
+def start(config, placement: Placement | None = None, *, where: str, cluster_resolver=None, heartbeats=None,
+          verbose: bool = True, keras_setup: bool = True) -> Session:
+    """Start this task, the one way every client does: place it, refuse an evaluator, check its port, then
+    serve (a ps task, or a worker under a coordinator: never returns) or set up TensorFlow and the strategy.
+
+    Args:
+      config: the run's config (its ``runtime`` section; ``train`` for ``keras_setup``).
+      placement: this process's ``Placement`` when the caller placed it already (to check its run first).
+      where: the client, for messages (``tfdist.setup``, ``tfdist.fit``, ``tfdist.train``).
+      cluster_resolver: an in-process cluster this process coordinates, or None.
+      heartbeats: where a serving task writes its heartbeats (a run directory's), or None.
+      verbose: a serving task prints what it does.
+      keras_setup: set Keras' precision, seeds and determinism from ``config`` (``setup_keras``).
+
+    Returns:
+      The ``Session``; ``setup`` keeps it as the process's (``current``), a run of ``fit`` or ``train`` does not
+      (one process may run several, as TensorFlow allows).
+
+    Raises:
+      UserError: an evaluator task, a taken port, a cluster that does not fit, or TensorFlow started in a way
+        the strategy cannot use.
+    """
+    if placement is None:
+        placement = place(config, in_process=cluster_resolver is not None)
+    if placement.role == "evaluate":
+        raise UserError(f"Invalid task for {where}: {placement.name}. Received: an evaluator task. Expected a "
+                        f"chief, worker or ps task ({EVALUATOR_ELSEWHERE.get(where, 'it does not train')}).")
+    if not placement.task.is_local:
+        peers.check_port_free(placement.task)
+    if placement.role == "serve":
+        serve(placement.task, connect_timeout=config.runtime.connect_timeout, verbose=verbose, heartbeats=heartbeats)
+    strategy = setup_tensorflow(config, placement, cluster_resolver, keras_setup=keras_setup)
+    return Session(runtime=config.runtime, placement=placement, strategy=strategy)
+
+
 def setup(runtime, *, verbose: bool = True):
     """Set this process up for ``runtime`` (a ``RuntimeConfig``) once and return its strategy (``tfdist.setup``).
 
@@ -172,14 +207,5 @@ def setup(runtime, *, verbose: bool = True):
         raise UserError(f"Invalid second tfdist.setup: this process is already set up for "
                         f"strategy={_current.runtime.strategy!r}. Received: strategy={runtime.strategy!r} with other "
                         "arguments. Expected one set-up per process, as TensorFlow fixes it when it starts.")
-    placement = place(config)
-    if placement.role == "evaluate":
-        raise UserError(f"Invalid task for tfdist.setup: {placement.name}. Received: an evaluator task. Expected a "
-                        "chief, worker or ps task (an evaluator runs `python -m tfdist.train`).")
-    if not placement.task.is_local:
-        peers.check_port_free(placement.task)
-    if placement.role == "serve":
-        serve(placement.task, connect_timeout=runtime.connect_timeout, verbose=verbose)
-    strategy_obj = setup_tensorflow(config, placement, keras_setup=False)
-    _current = Session(runtime=runtime, placement=placement, strategy=strategy_obj)
-    return strategy_obj
+    _current = start(config, where="tfdist.setup", verbose=verbose, keras_setup=False)
+    return _current.strategy

@@ -146,7 +146,8 @@ def run(config, *, verbose: bool = True, cluster_resolver=None, weights_dir: str
             return _evaluate(config, placement, verbose)
 
     train_cfg, runtime = config.train, config.runtime
-    with training_task(config, placement, run_dir, cluster_resolver=cluster_resolver, verbose=verbose) as training:
+    with training_task(config, placement, run_dir, where="tfdist.train", cluster_resolver=cluster_resolver,
+                       verbose=verbose) as training:
         strategy = training.strategy
         # Checked before TensorFlow started (_check_training); again with the replicas the strategy really has.
         check_global_batch(train_cfg.global_batch_size, strategy.num_replicas_in_sync)
