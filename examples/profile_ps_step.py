@@ -54,7 +54,7 @@ def main() -> None:
     import numpy as np
     import tensorflow as tf
 
-    from tfdist import config as config_lib
+    from tfdist.segmentation.config import build_config
     from tfdist.bench.rows import BASE
     from tfdist.deploy.in_process import in_process_cluster
     from tfdist.models import build_from_config
@@ -65,7 +65,7 @@ def main() -> None:
 
     tiny = {"image_size": 16, "base_filters": 4, "depth": 1, "global_batch_size": 4, "train_examples": 32}
     resolver = in_process_cluster(num_workers=args.workers, num_ps=1)
-    config = config_lib.build_config(overrides={
+    config = build_config(overrides={
         **BASE, **(tiny if args.tiny else {}), "strategy": "parameter_server", "epochs": 1,
         "steps_per_epoch": 1000, "model_dir": tempfile.gettempdir()})
     train_cfg, batch = config.train, config.train.global_batch_size

@@ -1,13 +1,7 @@
-"""The experiment configuration: a tree of frozen dataclasses, one precedence.
+"""A run's configuration: the one precedence (defaults -> YAML file -> flags -> validate), and the runtime section.
 
-Precedence, applied in this order and nowhere else (as in TF Model Garden's
-``ExperimentParser``): the defaults below, then a YAML experiment file
-(``--config``), then flags, then ``validate``; the result is frozen and written
-to ``params.yaml`` by the chief.
-
-The runtime part (strategy, cluster, precision) is kept apart from the data,
-model and training parts. Every field name is unique across the sections, so a
-flat flag ``--image_size`` names exactly one field (``data.image_size``).
+A configuration is a tree: a frozen dataclass of sections, each a frozen dataclass whose field names are unique
+across the tree, so that a flag ``--strategy`` names one field. An experiment brings its sections and ``validate``.
 """
 
 from __future__ import annotations
@@ -16,7 +10,7 @@ import dataclasses
 import math
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, TypeVar
 
 import yaml
 
@@ -25,27 +19,20 @@ from tfdist.cluster import sources
 from tfdist.cluster.spec import ENVIRONMENT_CLUSTERS
 from tfdist.errors import UserError, article
 
+Tree = TypeVar("Tree")
+
 #: The ``--strategy`` names: the strategy registry's.
 STRATEGIES = strategies.NAMES
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
-DATASETS = ("shapes", "oxford_iiit_pet", "folder")
-ENCODERS = ("unet", "mobilenetv2")
-#: The ``--norm`` names (tfdist/models/unet.py): batch (exact, all-reduced), group (exact, no collective),
-#: replica_batch (each replica its own statistics), none.
-NORMS = ("batch", "group", "replica_batch", "none")
-OPTIMIZERS = ("adam", "sgd")
-LR_SCALINGS = ("none", "linear")
-LR_DECAYS = ("cosine", "none")
 COMMUNICATIONS = ("auto", "ring", "nccl")
+#: The ``--norm`` names (tfdist/models/unet.py): batch (exact, all-reduced), group (exact, no collective),
+#: replica_batch (each replica its own statistics), none. Here, below both the UNet and its experiment's config,
+#: because importing ``tfdist.models`` starts Keras and the experiment checks ``--norm`` before that.
+NORMS = ("batch", "group", "replica_batch", "none")
 
 #: Logical CPU devices one process may be split into: more than any host's cores, and TensorFlow grows
 #: memory for each, so a larger ``--cpu_devices`` is a typo refused before TensorFlow starts.
 MAX_CPU_DEVICES = 1024
-
-#: Classes of each dataset when ``num_classes`` is left at 0.
-DATASET_NUM_CLASSES = {"shapes": 4, "oxford_iiit_pet": 3}
-#: Masks are 8-bit class indices; larger images than this do not fit a host's memory in a batch.
-MAX_NUM_CLASSES, MAX_IMAGE_SIZE = 256, 4096
 
 
 def _experiments_dir() -> Path:
@@ -89,81 +76,32 @@ class RuntimeConfig:
     ps_min_shard_bytes: int = 256 << 10
 
 
-@dataclasses.dataclass(frozen=True)
-class DataConfig:
-    """Which data, at which size, and how the input pipeline treats it."""
-
-    dataset: str = "shapes"
-    data_dir: str = ""
-    image_size: int = 32
-    num_classes: int = 0  # 0: the dataset's own (shapes 4, oxford_iiit_pet 3)
-    train_examples: int = 1024  # shapes only: size of the generated train split
-    eval_examples: int = 256  # shapes only: size of the generated eval split
-    augment: bool = True  # random horizontal flips on the train split
-    cache: bool = True
-    shuffle_buffer: int = 1024
+#: The least value of each number of ``RuntimeConfig``.
+RUNTIME_MINIMUMS = (("cpu_devices", 0), ("bytes_per_pack", 0), ("collective_timeout", 0), ("connect_timeout", 1),
+                    ("progress_timeout", 0), ("ps_shards", 0), ("ps_min_shard_bytes", 1))
 
 
 @dataclasses.dataclass(frozen=True)
-class ModelConfig:
-    """The UNet's shape."""
-
-    encoder: str = "unet"
-    base_filters: int = 16
-    depth: int = 3
-    batch_norm: bool = True  # False (--nobatch_norm): no normalization, as --norm none
-    norm: str = "batch"  # batch (synchronized, exact), group (exact, no collective), replica_batch (per replica), none
-    dropout: float = 0.0
-    encoder_weights: str = ""  # mobilenetv2 only: a local weights file; empty: random init
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainConfig:
-    """The optimisation: batch, schedule, optimizer, logging and checkpoints."""
-
-    global_batch_size: int = 16
-    epochs: int = 12
-    steps_per_epoch: int = 0  # 0: train_examples // global_batch_size
-    eval_steps: int = 0  # 0: the whole eval split
-    optimizer: str = "adam"
-    learning_rate: float = 2e-3
-    lr_scaling: str = "none"
-    reference_batch_size: int = 16  # lr_scaling=linear: lr * global_batch / reference
-    warmup_steps: int = 0
-    lr_decay: str = "cosine"  # cosine: decay to 0 over the run after warmup; none: constant
-    seed: int = 0
-    model_dir: str = ""  # empty: runs/<strategy>
-    steps_per_loop: int = 0  # 0: the strategy's default (1; strategies.PS_STEPS_PER_LOOP for parameter_server)
-    log_every: int = 16
-    checkpoint_every: int = 100
-    deterministic: bool = False  # enable TF op determinism; turns augmentation off
-    export: bool = True  # write export/ (model.keras, SavedModel) at the end; --noexport for throwaway runs
-    ema_momentum: float = 0.0  # > 0: keep Keras' moving average of the weights (use_ema) and export it
-
-
-@dataclasses.dataclass(frozen=True)
-class Config:
-    """The whole experiment."""
+class _RuntimeOnly:
+    """The tree of an API call's run arguments (``runtime_config``): the runtime section alone."""
 
     runtime: RuntimeConfig = dataclasses.field(default_factory=RuntimeConfig)
-    data: DataConfig = dataclasses.field(default_factory=DataConfig)
-    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
-    train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
 
 
-SECTIONS = {f.name: f.type for f in dataclasses.fields(Config)}
-_SECTION_CLASSES = {"runtime": RuntimeConfig, "data": DataConfig, "model": ModelConfig, "train": TrainConfig}
-
-#: Flat field name -> section name; field names are unique across sections.
-FIELD_SECTION = {
-    field.name: section for section, cls in _SECTION_CLASSES.items() for field in dataclasses.fields(cls)
-}
+def sections(tree) -> dict[str, type]:
+    """Section name -> its dataclass, in order, of a config tree (a tree class, or a tree)."""
+    default = tree() if isinstance(tree, type) else tree
+    return {f.name: type(getattr(default, f.name)) for f in dataclasses.fields(default)}
 
 
-def _coerce(section: str, name: str, value: Any, where: str) -> Any:
+def field_sections(tree) -> dict[str, str]:
+    """Flat field name -> its section, for a config tree: the flag ``--image_size`` names ``data.image_size``."""
+    return {field.name: section for section, cls in sections(tree).items() for field in dataclasses.fields(cls)}
+
+
+def _coerce(section: str, cls: type, name: str, value: Any, where: str) -> Any:
     """Check ``value`` against the field's declared type; ints are accepted for floats."""
-    default = getattr(_SECTION_CLASSES[section](), name)
-    kind = type(default)
+    kind = type(getattr(cls(), name))
     if kind is bool:
         ok = isinstance(value, bool)
     elif kind is int:
@@ -181,16 +119,17 @@ def _coerce(section: str, name: str, value: Any, where: str) -> Any:
     return value
 
 
-def override(config: Config, values: Mapping[str, Any], where: str = "flags") -> Config:
-    """Return ``config`` with flat ``field -> value`` overrides applied."""
+def override(config: Tree, values: Mapping[str, Any], where: str = "flags") -> Tree:
+    """Return ``config`` (a config tree) with flat ``field -> value`` overrides applied, each checked for its type."""
+    classes, owner = sections(config), field_sections(config)
     per_section: dict[str, dict[str, Any]] = {}
     for name, value in values.items():
-        section = FIELD_SECTION.get(name)
+        section = owner.get(name)
         if section is None:
             raise UserError(
-                f"Unknown setting in {where}. Received: {name!r}. Expected one of: {', '.join(sorted(FIELD_SECTION))}."
+                f"Unknown setting in {where}. Received: {name!r}. Expected one of: {', '.join(sorted(owner))}."
             )
-        per_section.setdefault(section, {})[name] = _coerce(section, name, value, where)
+        per_section.setdefault(section, {})[name] = _coerce(section, classes[section], name, value, where)
     return dataclasses.replace(
         config,
         **{s: dataclasses.replace(getattr(config, s), **v) for s, v in per_section.items()},
@@ -199,7 +138,7 @@ def override(config: Config, values: Mapping[str, Any], where: str = "flags") ->
 
 def runtime_config(where: str, **values: Any) -> RuntimeConfig:
     """The ``RuntimeConfig`` of an API call's arguments (``where``: ``tfdist.fit``), each checked for its type."""
-    return override(Config(), values, where=where).runtime
+    return override(_RuntimeOnly(), values, where=where).runtime
 
 
 def path_text(value: Any) -> Any:
@@ -240,8 +179,8 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def load_experiment(config: Config, name: str) -> Config:
-    """Apply a YAML experiment file: top-level sections, each a mapping of fields."""
+def load_experiment(config: Tree, name: str) -> Tree:
+    """Apply a YAML experiment file to ``config`` (a config tree): top-level sections, each a mapping of fields."""
     path = resolve_experiment_path(name)
     try:
         tree = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
@@ -254,25 +193,26 @@ def load_experiment(config: Config, name: str) -> Config:
         raise UserError(f"Cannot read experiment file {path}: {type(e).__name__}: {e}") from None
     if tree is None:
         return config
+    classes, owner = sections(config), field_sections(config)
     if not isinstance(tree, dict):
         raise UserError(
             f"Invalid experiment file {path}. Received a top level of type {type(tree).__name__}. "
-            f"Expected a mapping with sections {', '.join(SECTIONS)}."
+            f"Expected a mapping with sections {', '.join(classes)}."
         )
     flat: dict[str, Any] = {}
     for section, fields in tree.items():
-        if section not in SECTIONS:
+        if section not in classes:
             raise UserError(
                 f"Unknown section in experiment file {path}. "
-                f"Received: {section!r}. Expected one of: {', '.join(SECTIONS)}."
+                f"Received: {section!r}. Expected one of: {', '.join(classes)}."
             )
         if not isinstance(fields, dict):
             raise UserError(
                 f"Invalid section `{section}` in experiment file {path}. Received: {fields!r}. Expected a mapping."
             )
         for name, value in fields.items():
-            if FIELD_SECTION.get(name) != section:
-                known = [f.name for f in dataclasses.fields(_SECTION_CLASSES[section])]
+            if owner.get(name) != section:
+                known = [f.name for f in dataclasses.fields(classes[section])]
                 raise UserError(
                     f"Unknown key `{section}.{name}` in experiment file {path}. Expected one of: {', '.join(known)}."
                 )
@@ -280,10 +220,59 @@ def load_experiment(config: Config, name: str) -> Config:
     return override(config, flat, where=str(path))
 
 
-def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+def build(defaults: Tree, validate: Callable[[Tree], Tree], experiment: str | None = None,
+          overrides: Mapping[str, Any] | None = None) -> Tree:
+    """Defaults -> experiment file -> overrides -> ``validate``: the one precedence, for a config tree."""
+    config = defaults
+    if experiment:
+        config = load_experiment(config, experiment)
+    if overrides:
+        config = override(config, overrides)
+    return validate(config)
+
+
+def to_dict(config) -> dict[str, dict[str, Any]]:
+    """A config tree as nested plain dicts (the shape of ``params.yaml``)."""
+    return dataclasses.asdict(config)
+
+
+def to_yaml(config) -> str:
+    """A config tree as YAML that ``load_experiment`` reads back to the same tree."""
+    return yaml.safe_dump(to_dict(config), sort_keys=False)
+
+
+def check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    """Refuse a ``--name`` that is not one of ``choices``."""
     if value not in choices:
         raise UserError(f"Invalid value for `--{name}`. "
                         f"Received: {name}={value!r}. Expected one of: {', '.join(choices)}.")
+
+
+def check_at_least(name: str, value: float, low: float) -> None:
+    """Refuse a ``--name`` below ``low`` (or NaN)."""
+    if not value >= low:  # also catches NaN
+        raise UserError(f"Invalid value for `--{name}`. Received: {name}={value!r}. Expected a number >= {low}.")
+
+
+def check_magnitude(name: str, value: Any) -> None:
+    """An int fits TensorFlow's int64, and a float is finite (a timeout of 0 is the one that means "off")."""
+    expected = ("an integer below 2**63" if type(value) is int and not -(2**63) <= value < 2**63 else
+                "a finite number" if type(value) is float and not math.isfinite(value) else None)
+    if expected:
+        raise UserError(f"Invalid value for `--{name}`. Received: {name}={value!r}. Expected {expected}.")
+
+
+def check_magnitudes(section) -> None:
+    """``check_magnitude`` of every field of one section."""
+    for field in dataclasses.fields(section):
+        check_magnitude(field.name, getattr(section, field.name))
+
+
+def check_seed(seed: int) -> None:
+    """A seed that Keras' ``set_random_seed`` (and NumPy's) takes: 0..2**32-1."""
+    check_magnitude("seed", seed)
+    if not 0 <= seed < 2**32:
+        raise UserError(f"Invalid value for `--seed`. Received: seed={seed}. Expected an integer in 0..2**32-1.")
 
 
 def resolve_norm(norm: str, batch_norm: bool) -> str:
@@ -292,7 +281,7 @@ def resolve_norm(norm: str, batch_norm: bool) -> str:
     ``batch_norm=False`` (``--nobatch_norm``) means no normalization: it turns the default ``"batch"``
     into ``"none"``; with ``"group"`` or ``"replica_batch"`` the pair contradicts itself and is refused.
     """
-    _choice("norm", norm, NORMS)
+    check_choice("norm", norm, NORMS)
     if batch_norm:
         return norm
     if norm not in ("batch", "none"):
@@ -303,90 +292,22 @@ def resolve_norm(norm: str, batch_norm: bool) -> str:
     return "none"
 
 
-def _at_least(name: str, value: float, low: float) -> None:
-    if not value >= low:  # also catches NaN
-        raise UserError(f"Invalid value for `--{name}`. Received: {name}={value!r}. Expected a number >= {low}.")
-
-
-def _check_magnitudes(config: Config) -> None:
-    """Every int fits TensorFlow's int64, and every float is finite (a timeout of 0 is the one that means "off")."""
-    for name, section in FIELD_SECTION.items():
-        value = getattr(getattr(config, section), name)
-        expected = ("an integer below 2**63" if type(value) is int and not -(2**63) <= value < 2**63 else
-                    "a finite number" if type(value) is float and not math.isfinite(value) else None)
-        if expected:
-            raise UserError(f"Invalid value for `--{name}`. Received: {name}={value!r}. Expected {expected}.")
-
-
-def validate(config: Config) -> Config:
-    """Check every field and fill the values that derive from others; returns the final config."""
-    rt, data, model, train = config.runtime, config.data, config.model, config.train
-    _choice("strategy", rt.strategy, STRATEGIES)
-    _choice("precision", rt.precision, PRECISIONS)
-    _choice("communication", rt.communication, COMMUNICATIONS)
-    _choice("dataset", data.dataset, DATASETS)
-    _choice("encoder", model.encoder, ENCODERS)
-    norm = resolve_norm(model.norm, model.batch_norm)
-    model = dataclasses.replace(model, norm=norm, batch_norm=norm != "none")
-    _choice("optimizer", train.optimizer, OPTIMIZERS)
-    _choice("lr_scaling", train.lr_scaling, LR_SCALINGS)
-    _choice("lr_decay", train.lr_decay, LR_DECAYS)
-    for name, low in (
-        ("cpu_devices", 0), ("bytes_per_pack", 0), ("collective_timeout", 0), ("connect_timeout", 1),
-        ("progress_timeout", 0),
-        ("ps_shards", 0), ("ps_min_shard_bytes", 1), ("image_size", 8), ("num_classes", 0),
-        ("train_examples", 1), ("eval_examples", 1), ("shuffle_buffer", 1), ("base_filters", 1),
-        ("depth", 1), ("dropout", 0), ("global_batch_size", 1), ("epochs", 1), ("steps_per_epoch", 0),
-        ("eval_steps", 0), ("reference_batch_size", 1), ("warmup_steps", 0), ("steps_per_loop", 0),
-        ("log_every", 1), ("checkpoint_every", 1),
-    ):
-        _at_least(name, getattr(getattr(config, FIELD_SECTION[name]), name), low)
-    _check_magnitudes(config)
+def check_runtime(rt: RuntimeConfig) -> None:
+    """Every check of the runtime section but its cluster flags' (``check_cluster_flags``)."""
+    check_choice("strategy", rt.strategy, STRATEGIES)
+    check_choice("precision", rt.precision, PRECISIONS)
+    check_choice("communication", rt.communication, COMMUNICATIONS)
+    for name, low in RUNTIME_MINIMUMS:
+        check_at_least(name, getattr(rt, name), low)
+    check_magnitudes(rt)
     if rt.cpu_devices > MAX_CPU_DEVICES:
         raise UserError(f"Invalid value for `--cpu_devices`. Received: cpu_devices={rt.cpu_devices}. "
                         f"Expected an integer in 0..{MAX_CPU_DEVICES} (0: the strategy's default).")
-    if not 0 <= train.seed < 2**32:
-        raise UserError(f"Invalid value for `--seed`. Received: seed={train.seed}. Expected an integer in 0..2**32-1.")
     strategies.check_ps_shards(rt.ps_shards)
-    if not (0 <= model.dropout < 1):
-        raise UserError("Invalid value for `--dropout`. "
-                        f"Received: dropout={model.dropout!r}. Expected 0 <= dropout < 1.")
-    if not (train.learning_rate > 0 and math.isfinite(train.learning_rate)):
-        raise UserError(
-            "Invalid value for `--learning_rate`. "
-            f"Received: learning_rate={train.learning_rate!r}. Expected a finite number > 0."
-        )
-    if not (0 <= train.ema_momentum < 1):
-        raise UserError("Invalid value for `--ema_momentum`. "
-                        f"Received: ema_momentum={train.ema_momentum!r}. Expected 0 (no moving average) or "
-                        "0 < ema_momentum < 1.")
-    if data.dataset == "folder" and not data.data_dir:
-        raise UserError("Invalid value for `--data_dir`. "
-                        "Received: data_dir=''. Expected a directory with images/ and masks/ for dataset=folder.")
-    num_classes = data.num_classes or DATASET_NUM_CLASSES.get(data.dataset, 0)
-    if num_classes == 0:
-        raise UserError(f"Missing `--num_classes` for dataset={data.dataset!r}. "
-                        "Received: num_classes=0. Expected an integer >= 2.")
-    if num_classes < 2:
-        raise UserError("Invalid value for `--num_classes`. "
-                        f"Received: num_classes={num_classes}. Expected an integer >= 2.")
-    if num_classes > MAX_NUM_CLASSES or data.image_size > MAX_IMAGE_SIZE:
-        raise UserError(f"Invalid value for `--{'num_classes' if num_classes > MAX_NUM_CLASSES else 'image_size'}`. "
-                        f"Received: num_classes={num_classes}, image_size={data.image_size}. Expected num_classes <= "
-                        f"{MAX_NUM_CLASSES} (masks hold 8-bit class indices) and image_size <= {MAX_IMAGE_SIZE}.")
-    if data.dataset == "shapes" and num_classes < DATASET_NUM_CLASSES["shapes"]:
-        raise UserError(f"Invalid value for `--num_classes` for shapes. Received: num_classes={num_classes}. Expected "
-                        f"at least {DATASET_NUM_CLASSES['shapes']} (background and three shapes), or no --num_classes.")
-    if data.dataset == "oxford_iiit_pet" and num_classes != 3:
-        raise UserError("Invalid value for `--num_classes` for oxford_iiit_pet. "
-                        f"Received: num_classes={num_classes}. Expected 3 (pet, background, border).")
-    if model.encoder == "unet" and data.image_size % (2**model.depth):
-        raise UserError(
-            f"Invalid value for `--image_size`. Received: image_size={data.image_size} with depth={model.depth}. "
-            f"Expected a multiple of 2**depth={2**model.depth}."
-        )
-    if model.encoder_weights:
-        check_encoder_weights(model.encoder, model.encoder_weights)
+
+
+def check_cluster_flags(rt: RuntimeConfig) -> None:
+    """``--cluster``, ``--task`` and ``--slurm_tasks`` fit together."""
     sources.check_flags(rt.cluster, rt.task, rt.slurm_tasks)
     if rt.cluster and rt.cluster not in ENVIRONMENT_CLUSTERS and not rt.task:
         raise UserError(f"Missing `--task` for --cluster={rt.cluster}. "
@@ -394,50 +315,15 @@ def validate(config: Config) -> Config:
     if rt.task and not rt.cluster:
         raise UserError(f"Missing `--cluster` for --task={rt.task}. "
                         "Received: cluster=''. Expected a cluster spec file.")
-    data = dataclasses.replace(data, num_classes=num_classes, augment=data.augment and not train.deterministic)
-    model_dir = train.model_dir or str(Path("runs") / rt.strategy)
-    steps_per_loop = train.steps_per_loop or strategies.traits(rt.strategy).default_steps_per_loop
-    return dataclasses.replace(
-        config, data=data, model=model,
-        train=dataclasses.replace(train, model_dir=model_dir, steps_per_loop=steps_per_loop),
-    )
 
 
-#: The first bytes of the weights files Keras loads: HDF5 (``.h5``, ``.weights.h5``) and zip (``.keras``).
-WEIGHTS_SIGNATURES = {".h5": b"\x89HDF\r\n\x1a\n", ".keras": b"PK\x03\x04"}
+def steps_per_loop(rt: RuntimeConfig, given: int) -> int:
+    """``--steps_per_loop``: ``given``, or for 0 the strategy's default (1; more under ``parameter_server``)."""
+    return given or strategies.traits(rt.strategy).default_steps_per_loop
 
 
-def check_encoder_weights(encoder: str, path: str) -> None:
-    """Refuse ``--encoder_weights`` that Keras could not load: another encoder, or not a weights file."""
-    expected = "Expected a local MobileNetV2 weights file (.h5 or .keras) with --encoder=mobilenetv2."
-    if encoder != "mobilenetv2":
-        raise UserError(f"Unexpected `--encoder_weights` with encoder={encoder!r}. Received: encoder_weights={path!r}. "
-                        f"{expected}")
-    try:
-        head = Path(path).read_bytes()[:8]  # a directory or a missing file: OSError
-    except OSError as e:
-        raise UserError(f"Invalid value for `--encoder_weights`: {e.strerror or type(e).__name__}. "
-                        f"Received: encoder_weights={path!r}. {expected}") from None
-    if not head.startswith(WEIGHTS_SIGNATURES.get(Path(path).suffix.lower(), b"-")):
-        raise UserError(f"Invalid value for `--encoder_weights`: not an HDF5 or .keras file. "
-                        f"Received: encoder_weights={path!r}. {expected}")
-
-
-def build_config(experiment: str | None = None, overrides: Mapping[str, Any] | None = None) -> Config:
-    """Defaults -> experiment file -> overrides -> validate: the one precedence."""
-    config = Config()
-    if experiment:
-        config = load_experiment(config, experiment)
-    if overrides:
-        config = override(config, overrides)
-    return validate(config)
-
-
-def to_dict(config: Config) -> dict[str, dict[str, Any]]:
-    """The config as nested plain dicts (the shape of ``params.yaml``)."""
-    return dataclasses.asdict(config)
-
-
-def to_yaml(config: Config) -> str:
-    """The config as YAML that ``load_experiment`` reads back to the same config."""
-    return yaml.safe_dump(to_dict(config), sort_keys=False)
+def validate_runtime(rt: RuntimeConfig) -> RuntimeConfig:
+    """Check every field of the runtime section; returns it."""
+    check_runtime(rt)
+    check_cluster_flags(rt)
+    return rt

@@ -16,10 +16,10 @@ import hashlib
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any, Mapping
 
 import yaml
 
-from tfdist import config as config_lib
 from tfdist.cluster.task import slug_of
 from tfdist.errors import UserError, file_in_the_way, unwritable_directory
 
@@ -28,7 +28,8 @@ RESUME_KEYS = {
     # The checkpoint's optimizer slots and loss-scale variables are those of its optimizer and precision.
     "runtime": ("precision",),
     "data": ("dataset", "image_size", "num_classes"),
-    "model": tuple(f.name for f in dataclasses.fields(config_lib.ModelConfig)),
+    # Every field of the model section: the checkpoint's variables are those of its model.
+    "model": ("encoder", "base_filters", "depth", "batch_norm", "norm", "dropout", "encoder_weights"),
     # The data position of a resumed run is its step times the global batch (training.inputs), and the
     # learning-rate schedule is in steps: with another global batch both would be wrong.
     # ... and its moving averages (--ema_momentum) are optimizer variables too.
@@ -158,23 +159,27 @@ class RunDir:
                             f"Received: {str(old)[:60]!r}. {expected}")
         return old
 
-    def check_resume(self, config) -> None:
-        """Refuse a run directory that cannot be one (``check_place``), or whose model or data differ from ``config``.
+    def check_resume(self, params: Mapping[str, Mapping[str, Any]]) -> None:
+        """Refuse a run directory that cannot be one (``check_place``), or whose model or data differ from ``params``.
+
+        Args:
+            params: the new run's resolved config as nested dicts (the shape of ``params.yaml``).
 
         Raises:
             UserError: the path cannot be a run directory; ``params.yaml`` cannot be
                 read, or holds another value of a setting that must not change (``RESUME_KEYS``).
         """
+        model_dir = params["train"]["model_dir"]
         self.check_place()
-        self._check_written_by("tfdist.train", config.train.model_dir, "--model_dir")
+        self._check_written_by("tfdist.train", model_dir, "--model_dir")
         old = self._old_params()
-        new = config_lib.to_dict(config)
+        new = params
         for section, keys in RESUME_KEYS.items():
             for key in keys:
                 before = (old.get(section) or {}).get(key)
                 if before is not None and before != new[section][key]:
                     raise UserError(
-                        f"Invalid --model_dir {config.train.model_dir}: "
+                        f"Invalid --model_dir {model_dir}: "
                         f"it holds a run with {section}.{key}={before!r}. Received: {key}={new[section][key]!r}. "
                         "Expected the same value to resume, or a new --model_dir."
                     )

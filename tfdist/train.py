@@ -17,16 +17,16 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is impor
 
 from absl import flags  # noqa: E402
 
-from tfdist import config as config_lib  # noqa: E402
 from tfdist.errors import UserError, file_in_the_way, run_main, unwritable_directory  # noqa: E402
 from tfdist.segmentation.command import define_flags, given_fields  # noqa: E402
+from tfdist.segmentation.config import build_config  # noqa: E402
 
 FLAGS = flags.FLAGS
 
 
 def config_from_flags():
     """The resolved config: defaults -> --config file -> flags present on the command line."""
-    return config_lib.build_config(FLAGS.config, given_fields(FLAGS))
+    return build_config(FLAGS.config, given_fields(FLAGS))
 
 
 def check_dump_weights(path: str) -> None:

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tfdist.config import build_config
+from tfdist.segmentation.config import build_config
 from tfdist.data import load_split, make_dataset, num_examples, validate_data
 from tfdist.data.folder import list_pairs, split_pairs
 from tfdist.errors import UserError

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from tfdist.config import build_config
+from tfdist.segmentation.config import build_config
 from tfdist.data import make_dataset, num_examples
 from tfdist.data.oxford_iiit_pet import lock_path, prepare, trimap_to_classes
 from tfdist.errors import UserError

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfdist.config import build_config
+from tfdist.segmentation.config import build_config
 from tfdist.data import dataset_fn, load_split, make_dataset, num_examples
 from tfdist.errors import UserError
 

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from tfdist.config import build_config
+from tfdist.segmentation.config import build_config
 from tfdist.data.shapes import shapes_split, split_seed
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfdist import cluster as cluster_lib
-from tfdist import config as config_lib
+from tfdist.segmentation import config as experiment_config
 from tfdist.models import build_from_config
 from tfdist.segmentation import inputs
 from tfdist.engine.checkpoints import Checkpoints
@@ -35,7 +35,7 @@ def eval_loss(model, config) -> float:
 
 
 def test_the_evaluator_evaluates_every_kept_checkpoint_once_oldest_first(tmp_path):
-    config = config_lib.build_config(overrides={
+    config = experiment_config.build_config(overrides={
         "strategy": "multi_worker_mirrored", "image_size": 32, "train_examples": 16, "eval_examples": 16,
         "base_filters": 4, "depth": 2, "global_batch_size": 8, "model_dir": str(tmp_path / "run")})
     run_dir = RunDir(config.train.model_dir)

@@ -3,12 +3,12 @@
 import keras
 import pytest
 
-from tfdist import config as config_lib
+from tfdist.segmentation import config as experiment_config
 from tfdist.segmentation.optimizers import WarmupCosine, learning_rate_at, make_optimizer, peak_learning_rate
 
 
 def train_config(**overrides):
-    return config_lib.build_config(overrides=overrides).train
+    return experiment_config.build_config(overrides=overrides).train
 
 
 def test_learning_rate_applies_to_the_global_batch_as_given():

@@ -18,11 +18,11 @@ import json, os, sys
 os.environ["GRPC_FAIL_FAST"] = "use_caller"
 from tfdist.strategies import setup_host
 setup_host(inter_op_threads=4)
-from tfdist import config as config_lib
+from tfdist.segmentation import config as experiment_config
 from tfdist.deploy.in_process import in_process_cluster
 from tfdist.segmentation import run
 resolver = in_process_cluster(num_workers=2, num_ps=1)
-config = config_lib.build_config(overrides={
+config = experiment_config.build_config(overrides={
     "strategy": "parameter_server", "image_size": 32, "train_examples": 64, "eval_examples": 16,
     "base_filters": 4, "depth": 2, "global_batch_size": 8, "epochs": 2, "steps_per_epoch": 6,
     "optimizer": "sgd", "learning_rate": 0.05, "lr_decay": "none",
@@ -76,13 +76,13 @@ from tfdist.strategies import make_strategy, setup_host
 setup_host(inter_op_threads=4)
 import keras
 import tensorflow as tf
-from tfdist import config as config_lib
+from tfdist.segmentation import config as experiment_config
 from tfdist.deploy.in_process import in_process_cluster
 from tfdist.models import build_from_config
 from tfdist.engine.coordinator_loop import CoordinatorLoop
 from tfdist.segmentation.inputs import train_dataset_fn
 from tfdist.segmentation.steps import Steps
-config = config_lib.build_config(overrides={
+config = experiment_config.build_config(overrides={
     "strategy": "parameter_server", "image_size": 8, "train_examples": 16, "base_filters": 2, "depth": 1,
     "global_batch_size": 2, "optimizer": "sgd", "model_dir": sys.argv[1]})
 strategy = make_strategy("parameter_server", cluster_resolver=in_process_cluster(num_workers=2, num_ps=1))

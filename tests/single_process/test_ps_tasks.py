@@ -18,11 +18,11 @@ import json, os, sys
 os.environ["GRPC_FAIL_FAST"] = "use_caller"
 from tfdist.strategies import setup_host
 setup_host(inter_op_threads=5)  # num_workers + num_ps + 1: a cluster on 2 cores hangs with fewer (DESIGN.md)
-from tfdist import config as config_lib
+from tfdist.segmentation import config as experiment_config
 from tfdist.deploy.in_process import in_process_cluster
 from tfdist.segmentation import run
 resolver = in_process_cluster(num_workers=2, num_ps=2)
-config = config_lib.build_config(overrides={
+config = experiment_config.build_config(overrides={
     "strategy": "parameter_server", "ps_shards": 1, "image_size": 16, "train_examples": 16, "eval_examples": 4,
     "base_filters": 4, "depth": 1, "global_batch_size": 4, "epochs": 1, "steps_per_epoch": 6, "log_every": 3,
     "checkpoint_every": 6, "export": False, "model_dir": sys.argv[1]})

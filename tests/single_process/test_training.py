@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tfdist import config as config_lib
+from tfdist.segmentation import config as experiment_config
 from tfdist.segmentation import run
 from tfdist.visualize import PALETTE
 from helpers.outputs import checkpoint_values, exported_weights
@@ -25,7 +25,7 @@ TINY = {
 
 
 def tiny(tmp_path, name, **overrides):
-    return config_lib.build_config(overrides={**TINY, "model_dir": str(tmp_path / name), **overrides})
+    return experiment_config.build_config(overrides={**TINY, "model_dir": str(tmp_path / name), **overrides})
 
 
 def train_losses(model_dir):
@@ -93,7 +93,7 @@ def test_run_writes_every_output(one_device_run):
     assert set(written["eval"]) >= {"loss", "mean_iou", "pixel_accuracy"}
     assert written["steps"] == 4
     # params.yaml is the resolved config and reads back to the same one.
-    assert config_lib.build_config(str(model_dir / "params.yaml")).train.model_dir == str(model_dir)
+    assert experiment_config.build_config(str(model_dir / "params.yaml")).train.model_dir == str(model_dir)
 
 
 def read_event_tensors(log_dir) -> dict:
@@ -147,7 +147,7 @@ def test_exported_models_compute_what_the_trained_model_computes(one_device_run)
     from tfdist.models import build_from_config
 
     model_dir, summary = one_device_run
-    config = config_lib.build_config(str(model_dir / "params.yaml"))
+    config = experiment_config.build_config(str(model_dir / "params.yaml"))
     trained = build_from_config(config.model, config.data)
     latest = tf.train.latest_checkpoint(str(model_dir / "checkpoints"))
     assert latest.endswith(f"ckpt-{summary['steps']}")
@@ -190,7 +190,7 @@ def test_keras_fit_works_in_a_tfdist_strategy_scope():
     from tfdist.models import build_unet
     from tfdist.strategies import make_strategy
 
-    config = config_lib.build_config(overrides=TINY)
+    config = experiment_config.build_config(overrides=TINY)
     dataset = make_dataset(config.data, "train", global_batch_size=8, seed=0, training=True)
     for name in ("mirrored", "central_storage"):
         strategy = make_strategy(name, cpu_devices=2)
@@ -263,7 +263,7 @@ def test_mixed_float16_computes_in_float16_and_scales_the_loss_dynamically():
     from tfdist.segmentation.optimizers import make_optimizer
     from tfdist.segmentation.steps import Steps
 
-    config = config_lib.build_config(overrides={**TINY, "precision": "mixed_float16"})
+    config = experiment_config.build_config(overrides={**TINY, "precision": "mixed_float16"})
     keras.mixed_precision.set_dtype_policy("mixed_float16")
     try:
         model = build_from_config(config.model, config.data)
@@ -315,7 +315,7 @@ def test_jit_compile_is_used_where_xla_can_compile_and_refused_with_a_warning_el
     from tfdist.segmentation.optimizers import make_optimizer
     from tfdist.segmentation.steps import Steps
 
-    config = config_lib.build_config(overrides={**TINY, "strategy": name, "cpu_devices": 2, "jit_compile": True,
+    config = experiment_config.build_config(overrides={**TINY, "strategy": name, "cpu_devices": 2, "jit_compile": True,
                                                 "batch_norm": batch_norm, "deterministic": deterministic})
     strategy = make_strategy(name, cpu_devices=2)
     with op_determinism(deterministic):
@@ -415,7 +415,7 @@ def test_resuming_mid_run_equals_training_straight(tmp_path, strategy, precision
     """
     import tensorflow as tf
 
-    defaults = config_lib.TrainConfig()
+    defaults = experiment_config.TrainConfig()
     assert (defaults.optimizer, defaults.lr_decay) == ("adam", "cosine")
     overrides = dict(strategy=strategy, cpu_devices=2, precision=precision, optimizer=defaults.optimizer,
                      learning_rate=defaults.learning_rate, lr_decay=defaults.lr_decay, epochs=2, steps_per_epoch=2,

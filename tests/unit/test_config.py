@@ -7,46 +7,47 @@ import pytest
 
 from helpers.clis import assert_user_error, run_cli
 from tfdist import config as config_lib
+from tfdist.segmentation import config as experiment_config
 from tfdist import strategies
 from tfdist.errors import UserError
 
 
 def test_defaults_validate_and_fill_derived_fields():
-    config = config_lib.build_config()
+    config = experiment_config.build_config()
     assert config.runtime.strategy == "mirrored"
     assert config.data.num_classes == 4  # shapes' own classes
     assert config.train.model_dir == "runs/mirrored"
 
 
 def test_steps_per_loop_zero_picks_one_for_sync_and_a_chunk_for_parameter_server():
-    assert config_lib.build_config(overrides={"strategy": "mirrored"}).train.steps_per_loop == 1
-    ps = config_lib.build_config(overrides={"strategy": "parameter_server"})
+    assert experiment_config.build_config(overrides={"strategy": "mirrored"}).train.steps_per_loop == 1
+    ps = experiment_config.build_config(overrides={"strategy": "parameter_server"})
     assert ps.train.steps_per_loop == strategies.PS_STEPS_PER_LOOP > 1
-    assert config_lib.build_config(overrides={"strategy": "parameter_server", "steps_per_loop": 3}).train.steps_per_loop == 3
+    assert experiment_config.build_config(overrides={"strategy": "parameter_server", "steps_per_loop": 3}).train.steps_per_loop == 3
 
 
 def test_precedence_defaults_then_file_then_flags(tmp_path):
     path = tmp_path / "exp.yaml"
     path.write_text("data:\n  image_size: 32\n  train_examples: 64\ntrain:\n  epochs: 2\n")
-    config = config_lib.build_config(str(path), {"epochs": 5})
+    config = experiment_config.build_config(str(path), {"epochs": 5})
     assert config.data.image_size == 32  # from the file
     assert config.data.train_examples == 64
     assert config.train.epochs == 5  # the flag wins over the file
-    assert config.model.base_filters == config_lib.ModelConfig().base_filters  # default
+    assert config.model.base_filters == experiment_config.ModelConfig().base_filters  # default
 
 
 def test_yaml_round_trip(tmp_path):
-    config = config_lib.build_config(overrides={"strategy": "one_device", "learning_rate": 0.01})
+    config = experiment_config.build_config(overrides={"strategy": "one_device", "learning_rate": 0.01})
     path = tmp_path / "params.yaml"
     path.write_text(config_lib.to_yaml(config))
-    assert config_lib.build_config(str(path)) == config
+    assert experiment_config.build_config(str(path)) == config
 
 
 def test_experiments_in_repo_load():
     names = sorted(p.stem for p in config_lib.EXPERIMENTS_DIR.glob("*.yaml"))
     assert names, "configs/experiments/ must hold at least one experiment"
     for name in names:
-        config_lib.build_config(name)
+        experiment_config.build_config(name)
 
 
 @pytest.mark.parametrize(
@@ -68,12 +69,12 @@ def test_bad_experiment_files(tmp_path, text, match):
     path = tmp_path / "bad.yaml"
     path.write_text(text)
     with pytest.raises(UserError, match=match):
-        config_lib.build_config(str(path))
+        experiment_config.build_config(str(path))
 
 
 def test_unknown_experiment_name_lists_known_ones():
     with pytest.raises(UserError, match=r"--config.*'nope'.*Expected a YAML path or one of"):
-        config_lib.build_config("nope")
+        experiment_config.build_config("nope")
 
 
 @pytest.mark.parametrize(
@@ -117,24 +118,24 @@ def test_unknown_experiment_name_lists_known_ones():
 )
 def test_bad_values(overrides, match):
     with pytest.raises(UserError, match=match):
-        config_lib.build_config(overrides=overrides)
+        experiment_config.build_config(overrides=overrides)
 
 
 def test_encoder_weights_in_a_weights_file_and_the_largest_sizes_are_accepted(tmp_path):
     weights = tmp_path / "mobilenet.weights.h5"
-    weights.write_bytes(config_lib.WEIGHTS_SIGNATURES[".h5"] + b"rest")
-    config = config_lib.build_config(overrides={"encoder": "mobilenetv2", "encoder_weights": str(weights),
+    weights.write_bytes(experiment_config.WEIGHTS_SIGNATURES[".h5"] + b"rest")
+    config = experiment_config.build_config(overrides={"encoder": "mobilenetv2", "encoder_weights": str(weights),
                                                 "image_size": 4096, "num_classes": 256, "seed": 2**32 - 1})
     assert config.model.encoder_weights == str(weights) and config.data.num_classes == 256
 
 
 def test_deterministic_turns_augmentation_off():
-    assert config_lib.build_config(overrides={"deterministic": True}).data.augment is False
+    assert experiment_config.build_config(overrides={"deterministic": True}).data.augment is False
 
 
 def test_ps_shards_zero_and_one_keep_whole_variables():
     for ps_shards in (0, 1):
-        built = config_lib.build_config(overrides={"strategy": "parameter_server", "ps_shards": ps_shards})
+        built = experiment_config.build_config(overrides={"strategy": "parameter_server", "ps_shards": ps_shards})
         assert built.runtime.ps_shards == ps_shards
 
 
@@ -145,11 +146,11 @@ def test_ps_shards_zero_and_one_keep_whole_variables():
 )
 def test_norm_and_nobatch_norm_resolve_to_one_consistent_pair(tmp_path, overrides, norm):
     """--nobatch_norm is --norm none; the resolved config says the same in both fields and reads back the same."""
-    config = config_lib.build_config(overrides=overrides)
+    config = experiment_config.build_config(overrides=overrides)
     assert (config.model.norm, config.model.batch_norm) == (norm, norm != "none")
     path = tmp_path / "params.yaml"
     path.write_text(config_lib.to_yaml(config))
-    assert config_lib.build_config(str(path)) == config
+    assert experiment_config.build_config(str(path)) == config
 
 
 @pytest.mark.parametrize("flags, needle", [(["--norm=bogus"], "norm='bogus'"),
@@ -170,8 +171,8 @@ def test_a_shapes_split_past_the_hosts_memory_is_refused_before_anything_runs(na
     allocation of terabytes after ``params.yaml`` was written."""
     from tfdist import data as data_lib
 
-    config = config_lib.build_config(overrides={name: 10**12})
+    config = experiment_config.build_config(overrides={name: 10**12})
     with pytest.raises(UserError, match=rf"`--{name}`: its shapes split would take .* GiB, more than this host's "
                                         rf".*Received: {name}=1000000000000, image_size=32\. Expected at most \d+"):
         data_lib.validate_data(config.data)
-    data_lib.validate_data(config_lib.build_config().data)  # the default sizes pass
+    data_lib.validate_data(experiment_config.build_config().data)  # the default sizes pass

@@ -370,7 +370,7 @@ def test_volume_and_doctor_with_a_form_that_takes_neither_are_refused(spec_files
 
 
 def test_the_train_config_takes_the_pods_cluster_without_a_task():
-    from tfdist import config
+    from tfdist.segmentation import config
     assert config.build_config(overrides={"cluster": "kubernetes"}).runtime.cluster == "kubernetes"
     with pytest.raises(UserError, match="Unexpected `--task` with --cluster=kubernetes"):
         config.build_config(overrides={"cluster": "kubernetes", "task": "worker:0"})

@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 
 from helpers.clis import assert_user_error, run_cli, start_cli
-from tfdist import cluster, config
+from tfdist import cluster
+from tfdist.segmentation import config
 from tfdist.cluster import slurm
 from tfdist.errors import (DIVERGED_EXIT_CODE, DONE_EXIT_CODE, PEER_LOST_EXIT_CODE, PREEMPTED_EXIT_CODE,
                            USAGE_EXIT_CODE, UserError)

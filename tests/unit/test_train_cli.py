@@ -10,7 +10,7 @@ from helpers.clis import assert_user_error, run_cli
 
 def test_helpfull_lists_every_config_field():
     """docs/running.md: every config field is a flag of the same name, and ``--helpfull`` lists them."""
-    from tfdist.config import FIELD_SECTION
+    from tfdist.segmentation.config import FIELD_SECTION
 
     result = run_cli("tfdist.train", "--helpfull", timeout=60)
     listed = dict(re.findall(r"^\s+--(?:\[no\])?(\w+): (.*)$", result.stdout, flags=re.MULTILINE))

@@ -19,10 +19,10 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from tfdist import config as config_lib
 from tfdist.bench.rows import ChildJob, Measured, RowSpec
 from tfdist.deploy.in_process import in_process_cluster
 from tfdist.errors import UserError
+from tfdist.segmentation.config import build_config
 from tfdist.strategies import make_strategy, set_grpc_fail_fast, setup_host, traits
 
 Measurement = Callable[[RowSpec], tuple[Measured, float | None]]
@@ -153,7 +153,7 @@ def _measure_tfdist_fit(spec: RowSpec) -> tuple[Measured, None]:
 
 def _tfdist_config(spec: RowSpec, model_dir: str):
     """The row's tfdist experiment: ``spec.epochs`` epochs of its warm-up and timed steps."""
-    return config_lib.build_config(overrides={
+    return build_config(overrides={
         **spec.experiment(), "strategy": spec.strategy, "epochs": spec.epochs,
         "steps_per_epoch": spec.warmup + spec.steps, "model_dir": model_dir,
     })

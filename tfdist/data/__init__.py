@@ -1,13 +1,12 @@
 """Input data: the embedded shapes set, Oxford-IIIT Pet (TFDS), your own folder; one pipeline.
 
-``load_split`` gives the unbatched examples of a split, ``make_dataset`` the
-batches of one input pipeline, ``dataset_fn`` the same as a function of the
-distribution strategy's input context, and ``validate_data`` checks the user's
-data before anything is built; ``num_examples`` sizes an epoch.
+``load_split`` gives the unbatched examples of a split, ``make_dataset`` the batches of one input
+pipeline, ``dataset_fn`` the same as a function of the strategy's input context, ``num_examples``
+sizes an epoch, and ``validate_data`` checks the user's data before anything is built. Each reads
+``data``, the experiment's data section (its ``DataConfig``), by its fields.
 
-Importing this package does not import TensorFlow: the pipeline's names are
-loaded on first use, so that ``validate_data`` can refuse a bad dataset (one
-line, exit status 2) before TensorFlow starts and prints its start-up lines.
+Importing this package does not import TensorFlow (the pipeline's names load on first use), so that
+``validate_data`` can refuse a bad dataset (one line, exit status 2) before TensorFlow starts.
 """
 
 from __future__ import annotations
@@ -19,14 +18,13 @@ from tfdist.data.shapes import check_split_sizes, generate_shapes
 from tfdist.errors import UserError, file_in_the_way
 
 if TYPE_CHECKING:
-    from tfdist.config import DataConfig
     from tfdist.data.pipeline import dataset_fn, load_split, make_dataset, num_examples, resize_and_normalise
 
 #: The names of ``tfdist.data.pipeline`` (which imports TensorFlow), loaded when first used.
 _PIPELINE = ("dataset_fn", "load_split", "make_dataset", "num_examples", "resize_and_normalise")
 
 
-def validate_data(data: DataConfig) -> None:
+def validate_data(data) -> None:
     """Every check that can fail on the user's data, before any model or strategy is built (no TensorFlow).
 
     shapes' splits must fit the host's memory; oxford_iiit_pet is checked when it is

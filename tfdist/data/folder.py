@@ -21,7 +21,6 @@ from tfdist.errors import UserError
 if TYPE_CHECKING:
     import tensorflow as tf
 
-    from tfdist.config import DataConfig
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 MASK_SUFFIX = ".png"
@@ -136,7 +135,7 @@ def _check_mask(path: Path, num_classes: int) -> None:
         )
 
 
-def check_folder(data: DataConfig) -> list[tuple[Path, Path]]:
+def check_folder(data) -> list[tuple[Path, Path]]:
     """All the up-front checks: layout, pairing, every file decodable, mask values in range."""
     pairs = list_pairs(data.data_dir)
     for image, mask in pairs:
@@ -154,7 +153,7 @@ def _read(image_path, mask_path):
     return image, mask
 
 
-def folder_split(data: DataConfig, split: str) -> tf.data.Dataset:
+def folder_split(data, split: str) -> tf.data.Dataset:
     """The ``train`` or ``eval`` split as a ``tf.data.Dataset`` of unbatched raw ``(image, mask)``."""
     import tensorflow as tf
 

@@ -20,7 +20,6 @@ from tfdist.errors import UserError
 if TYPE_CHECKING:
     import tensorflow as tf
 
-    from tfdist.config import DataConfig
 
 NAME = "oxford_iiit_pet"
 NUM_CLASSES = 3
@@ -29,7 +28,7 @@ TFDS_SPLITS = {"train": "train", "eval": "test"}
 TRIMAP_PET, TRIMAP_BORDER = 1, 3
 
 
-def data_root(data: DataConfig) -> Path:
+def data_root(data) -> Path:
     """The TFDS data directory: ``data.data_dir``, else TFDS's default (``TFDS_DATA_DIR`` or ~/tensorflow_datasets)."""
     if data.data_dir:
         return Path(data.data_dir).expanduser()
@@ -95,7 +94,7 @@ def _pair(example):
     return example["image"], trimap_to_classes(example["segmentation_mask"])
 
 
-def pet_split(data: DataConfig, split: str) -> tf.data.Dataset:
+def pet_split(data, split: str) -> tf.data.Dataset:
     """The ``train`` or ``eval`` split as unbatched raw ``(image, mask)``, prepared first if needed."""
     import tensorflow as tf
     import tensorflow_datasets as tfds

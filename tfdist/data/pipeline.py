@@ -11,14 +11,11 @@ device. tf.data's auto-sharding is off (we shard ourselves). See docs/internals.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import tensorflow as tf
 
 from tfdist.errors import UserError
-
-if TYPE_CHECKING:
-    from tfdist.config import DataConfig
 
 SPLITS = ("train", "eval")
 
@@ -45,7 +42,7 @@ def resize_and_normalise(image: tf.Tensor, mask: tf.Tensor, image_size: int) -> 
     return image, tf.cast(mask, tf.int32)
 
 
-def _source(data: DataConfig, split: str, seed: int) -> tf.data.Dataset:
+def _source(data, split: str, seed: int) -> tf.data.Dataset:
     """The raw ``(uint8 image, uint8 mask)`` examples of ``data.dataset``, any size."""
     if data.dataset == "shapes":
         from tfdist.data.shapes import shapes_split
@@ -65,7 +62,7 @@ def _source(data: DataConfig, split: str, seed: int) -> tf.data.Dataset:
     )
 
 
-def load_split(data: DataConfig, split: str, seed: int) -> tf.data.Dataset:
+def load_split(data, split: str, seed: int) -> tf.data.Dataset:
     """Unbatched ``(image float32 [S, S, 3] in [0, 1], mask int32 [S, S, 1])`` of one split.
 
     ``split`` is ``"train"`` or ``"eval"``; ``seed`` only matters for shapes
@@ -80,7 +77,7 @@ def load_split(data: DataConfig, split: str, seed: int) -> tf.data.Dataset:
     )
 
 
-def num_examples(data: DataConfig, split: str) -> int:
+def num_examples(data, split: str) -> int:
     """The examples in one pass of ``split`` (to size epochs); shapes from the config, others counted."""
     _check_split(split)
     if data.dataset == "shapes":
@@ -132,7 +129,7 @@ def _options() -> tf.data.Options:
 
 
 def make_dataset(
-    data: DataConfig,
+    data,
     split: str,
     *,
     global_batch_size: int,
@@ -165,7 +162,7 @@ def make_dataset(
 
 
 def dataset_fn(
-    data: DataConfig, split: str, *, global_batch_size: int, seed: int, training: bool
+    data, split: str, *, global_batch_size: int, seed: int, training: bool
 ) -> Callable[..., tf.data.Dataset]:
     """``make_dataset`` as a function of the input context.
 

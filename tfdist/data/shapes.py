@@ -19,7 +19,6 @@ from tfdist.errors import UserError
 if TYPE_CHECKING:
     import tensorflow as tf
 
-    from tfdist.config import DataConfig
 
 NUM_CLASSES = 4
 BACKGROUND, CIRCLE, RECTANGLE, TRIANGLE = 0, 1, 2, 3
@@ -141,7 +140,7 @@ def generate_shapes(num_examples: int, image_size: int, seed: int) -> tuple[np.n
     return images, masks
 
 
-def check_split_sizes(data: DataConfig) -> None:
+def check_split_sizes(data) -> None:
     """Refuse a split that could not be generated in this host's memory, before anything is written.
 
     Each split is generated whole (``generate_shapes``: one byte per channel of every pixel, image and mask);
@@ -169,7 +168,7 @@ def split_seed(seed: int, split: str) -> int:
     return int(np.random.SeedSequence([seed, SPLIT_SEED_KEYS[split]]).generate_state(1)[0])
 
 
-def shapes_split(data: DataConfig, split: str, seed: int) -> tf.data.Dataset:
+def shapes_split(data, split: str, seed: int) -> tf.data.Dataset:
     """The ``train`` or ``eval`` split as a ``tf.data.Dataset`` of unbatched ``(image, mask)``.
 
     Sizes come from ``data.train_examples`` / ``data.eval_examples``; images are

@@ -17,7 +17,6 @@ import shutil
 import sys
 import tempfile
 
-from tfdist import config as config_lib
 from tfdist import strategies
 from tfdist.errors import Preempted, preempted_exit, UserError, check_keras_backend, short
 from tfdist.fitting.args import check_fit_args, check_run_args
@@ -110,12 +109,10 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy=
         strategy = runtime.strategy
     temporary = model_dir is None
     model_dir = tempfile.mkdtemp(prefix="tfdist-fit-") if temporary else str(model_dir)
-    config = config_lib.Config(runtime=runtime,
-                               train=config_lib.TrainConfig(seed=0 if seed is None else seed, model_dir=model_dir))
     if session is not None:
         placement = session.placement
     else:
-        placement = session_lib.place(config, in_process=cluster_resolver is not None)
+        placement = session_lib.place(runtime, in_process=cluster_resolver is not None)
     if placement.role == "evaluate":  # before the run directory is written (session.start refuses it too)
         raise UserError(f"Invalid task for tfdist.fit: {placement.name}. Received: an evaluator task. Expected a "
                         f"chief, worker or ps task ({session_lib.EVALUATOR_ELSEWHERE['tfdist.fit']}).")
@@ -123,7 +120,7 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy=
     if placement.is_chief and not temporary:
         run_dir.write_fit_record(batch_size)
     try:
-        with training_task(config, placement, run_dir, where="tfdist.fit", cluster_resolver=cluster_resolver,
+        with training_task(runtime, placement, run_dir, where="tfdist.fit", cluster_resolver=cluster_resolver,
                            verbose=bool(verbose), keras_setup=False, session=session) as training:
             from tfdist.fitting.train import train_keras  # TensorFlow and Keras: once the process is set up
 
@@ -135,7 +132,7 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy=
                 model_fn, x, y, runtime=runtime, placement=placement, run_dir=run_dir, training=training,
                 batch_size=batch_size, epochs=epochs, validation_data=validation_data,
                 steps_per_epoch=steps_per_epoch, validation_steps=validation_steps, shuffle=shuffle,
-                initial_epoch=initial_epoch, callbacks=callbacks, verbose=verbose, seed=config.train.seed,
+                initial_epoch=initial_epoch, callbacks=callbacks, verbose=verbose, seed=0 if seed is None else seed,
                 keep_checkpoints=not temporary, sample_weight=sample_weight, class_weight=class_weight,
             )
         return history

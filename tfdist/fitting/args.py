@@ -113,8 +113,9 @@ def check_run_args(*, strategy, cpu_devices, cluster, task, connect_timeout, pro
     if model_dir is not None and not isinstance(model_dir, (str, os.PathLike)):
         raise UserError(f"Invalid value for `model_dir`. Received: model_dir={model_dir!r}. Expected None or a "
                         "directory path.")
-    config_lib.validate(config_lib.Config(runtime=runtime, train=config_lib.TrainConfig(
-        seed=int(seed or 0), model_dir=os.fspath(model_dir) if model_dir is not None else "")))
+    config_lib.check_runtime(runtime)
+    config_lib.check_seed(int(seed or 0))
+    config_lib.check_cluster_flags(runtime)
     if model_dir is not None:
         RunDir(model_dir).check_place("model_dir")
     if not isinstance(shuffle, (bool, numbers.Integral)):

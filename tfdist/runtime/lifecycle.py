@@ -28,26 +28,27 @@ class Training:
 
 
 @contextlib.contextmanager
-def training_task(config, placement: Placement, run_dir: RunDir, *, where: str, cluster_resolver=None,
-                  verbose: bool = True, keras_setup: bool = True, session=None) -> Iterator[Training]:
+def training_task(runtime, placement: Placement, run_dir: RunDir, *, where: str, cluster_resolver=None,
+                  verbose: bool = True, keras_setup: bool = True, seed: int = 0, deterministic: bool = False,
+                  session=None) -> Iterator[Training]:
     """Start this task (``session.start``) unless ``session`` is given, and yield its ``Training``; the block trains.
 
     Args:
-      config: the run's config (its ``runtime`` section: strategy, devices, timeouts).
+      runtime: the run's ``RuntimeConfig`` (strategy, devices, timeouts).
       placement: this task.
       run_dir: the run directory (heartbeats of a serving task, the latest checkpoint of a lost-peer line).
       where: the client, for messages (``tfdist.fit``, ``tfdist.train``).
       cluster_resolver: an in-process cluster this process coordinates, or None.
       verbose: a serving task prints what it does.
-      keras_setup: set Keras' precision policy, seeds and determinism from ``config`` (False: leave them as
-        the caller set them, as Keras' own ``fit`` does).
+      keras_setup: set Keras' precision policy, ``seed`` and ``deterministic`` (False: leave them as the
+        caller set them, as Keras' own ``fit`` does).
+      seed, deterministic: the run's seed and op determinism, for ``keras_setup``.
       session: the ``Session`` a ``tfdist.setup`` made already, or None to start one here.
     """
-    rt = config.runtime
-
     def started():
-        return start(config, placement, where=where, cluster_resolver=cluster_resolver,
-                     heartbeats=run_dir.heartbeats, verbose=verbose, keras_setup=keras_setup)
+        return start(runtime, placement, where=where, cluster_resolver=cluster_resolver,
+                     heartbeats=run_dir.heartbeats, verbose=verbose, keras_setup=keras_setup, seed=seed,
+                     deterministic=deterministic)
 
     if session is None and placement.role == "serve":
         started()  # serves, with its own signal handling, and never returns
@@ -56,7 +57,7 @@ def training_task(config, placement: Placement, run_dir: RunDir, *, where: str, 
             strategy = (session or started()).strategy
             with peer_errors(placement, run_dir):
                 yield Training(strategy=strategy, preemption=preemption)
-                finish_together(placement, rt.connect_timeout)
+                finish_together(placement, runtime.connect_timeout)
         except (RunFailed, UserError) as e:
             if placement.coordinator:
                 tell_servers(placement, e.exit_code if isinstance(e, RunFailed) else USAGE_EXIT_CODE)

@@ -65,7 +65,7 @@ def placement_of(strategy) -> Placement:
     return Placement(strategy=name, traits=strategies.traits(name), task=task)
 
 
-def place(config, *, in_process: bool = False) -> Placement:
+def place(runtime, *, in_process: bool = False) -> Placement:
     """This process's ``Placement``: its task (``--cluster/--task``, TF_CONFIG or Slurm), checked against the
     strategy; ``Task.local()`` when there is no cluster.
 
@@ -73,9 +73,10 @@ def place(config, *, in_process: bool = False) -> Placement:
     serving task): TensorFlow's ``TFConfigClusterResolver``, which ``MultiWorkerMirroredStrategy`` and
     ``ParameterServerStrategy`` make when given no resolver, and Keras' multi-worker code read it there.
 
-    ``in_process``: the cluster is made and coordinated by this process, whose task is ``Task.local()``.
+    ``runtime``: the run's ``RuntimeConfig``. ``in_process``: the cluster is made and coordinated by this
+    process, whose task is ``Task.local()``.
     """
-    rt = config.runtime
+    rt = runtime
     traits = strategies.traits(rt.strategy)
     if in_process:
         return Placement(strategy=rt.strategy, traits=traits)
@@ -103,13 +104,15 @@ def place(config, *, in_process: bool = False) -> Placement:
     return Placement(strategy=rt.strategy, traits=traits, task=task)
 
 
-def setup_tensorflow(config, placement: Placement, cluster_resolver=None, *, keras_setup: bool = True):
-    """Devices, threads, then the strategy; then (``keras_setup``) precision, seeds and determinism.
+def setup_tensorflow(runtime, placement: Placement, cluster_resolver=None, *, keras_setup: bool = True,
+                     seed: int = 0, deterministic: bool = False):
+    """Devices, threads, then the strategy (``runtime``: a ``RuntimeConfig``); then (``keras_setup``) precision,
+    ``seed`` and ``deterministic`` (``setup_keras``).
 
     Raises:
         UserError: TensorFlow started before, in a way the strategy cannot use (``TOO_LATE``).
     """
-    rt, traits, task = config.runtime, placement.traits, placement.task
+    rt, traits, task = runtime, placement.traits, placement.task
     if traits.coordinator:
         strategies.set_grpc_fail_fast()
     cpu_devices = rt.cpu_devices or strategies.default_cpu_devices(traits)
@@ -134,18 +137,18 @@ def setup_tensorflow(config, placement: Placement, cluster_resolver=None, *, ker
         raise UserError(f"Invalid set-up order for strategy={rt.strategy!r}: TensorFlow had already started, and "
                         f"its collectives can only be configured before. Received: {e}. {TOO_LATE}") from None
     if keras_setup:
-        setup_keras(config)
+        setup_keras(rt.precision, seed=seed, deterministic=deterministic)
     return strategy
 
 
-def setup_keras(config) -> None:
+def setup_keras(precision: str, *, seed: int, deterministic: bool) -> None:
     """Precision policy, seeds and op determinism (after the strategy: collectives come first)."""
     import keras
     import tensorflow as tf
 
-    keras.mixed_precision.set_dtype_policy(config.runtime.precision)
-    keras.utils.set_random_seed(config.train.seed)
-    if config.train.deterministic:
+    keras.mixed_precision.set_dtype_policy(precision)
+    keras.utils.set_random_seed(seed)
+    if deterministic:
         tf.config.experimental.enable_op_determinism()
 
 
@@ -154,19 +157,20 @@ EVALUATOR_ELSEWHERE = {"tfdist.setup": "an evaluator runs `python -m tfdist.trai
                        "tfdist.fit": "fit evaluates validation_data itself"}
 
 
-def start(config, placement: Placement | None = None, *, where: str, cluster_resolver=None, heartbeats=None,
-          verbose: bool = True, keras_setup: bool = True) -> Session:
+def start(runtime, placement: Placement | None = None, *, where: str, cluster_resolver=None, heartbeats=None,
+          verbose: bool = True, keras_setup: bool = True, seed: int = 0, deterministic: bool = False) -> Session:
     """Start this task, the one way every client does: place it, refuse an evaluator, check its port, then
     serve (a ps task, or a worker under a coordinator: never returns) or set up TensorFlow and the strategy.
 
     Args:
-      config: the run's config (its ``runtime`` section; ``train`` for ``keras_setup``).
+      runtime: the run's ``RuntimeConfig`` (strategy, devices, cluster, timeouts).
       placement: this process's ``Placement`` when the caller placed it already (to check its run first).
       where: the client, for messages (``tfdist.setup``, ``tfdist.fit``, ``tfdist.train``).
       cluster_resolver: an in-process cluster this process coordinates, or None.
       heartbeats: where a serving task writes its heartbeats (a run directory's), or None.
       verbose: a serving task prints what it does.
-      keras_setup: set Keras' precision, seeds and determinism from ``config`` (``setup_keras``).
+      keras_setup: set Keras' precision (``runtime``'s), ``seed`` and ``deterministic`` (``setup_keras``).
+      seed, deterministic: the run's seed and op determinism, for ``keras_setup``.
 
     Returns:
       The ``Session``; ``setup`` keeps it as the process's (``current``), a run of ``fit`` or ``train`` does not
@@ -177,16 +181,17 @@ def start(config, placement: Placement | None = None, *, where: str, cluster_res
         the strategy cannot use.
     """
     if placement is None:
-        placement = place(config, in_process=cluster_resolver is not None)
+        placement = place(runtime, in_process=cluster_resolver is not None)
     if placement.role == "evaluate":
         raise UserError(f"Invalid task for {where}: {placement.name}. Received: an evaluator task. Expected a "
                         f"chief, worker or ps task ({EVALUATOR_ELSEWHERE.get(where, 'it does not train')}).")
     if not placement.task.is_local:
         peers.check_port_free(placement.task)
     if placement.role == "serve":
-        serve(placement.task, connect_timeout=config.runtime.connect_timeout, verbose=verbose, heartbeats=heartbeats)
-    strategy = setup_tensorflow(config, placement, cluster_resolver, keras_setup=keras_setup)
-    return Session(runtime=config.runtime, placement=placement, strategy=strategy)
+        serve(placement.task, connect_timeout=runtime.connect_timeout, verbose=verbose, heartbeats=heartbeats)
+    strategy = setup_tensorflow(runtime, placement, cluster_resolver, keras_setup=keras_setup, seed=seed,
+                                deterministic=deterministic)
+    return Session(runtime=runtime, placement=placement, strategy=strategy)
 
 
 def setup(runtime, *, verbose: bool = True):
@@ -200,12 +205,12 @@ def setup(runtime, *, verbose: bool = True):
         already started in a way the strategy cannot use.
     """
     global _current
-    config = config_lib.validate(config_lib.Config(runtime=runtime))
+    config_lib.validate_runtime(runtime)
     if _current is not None:
         if _current.runtime == runtime:
             return _current.strategy
         raise UserError(f"Invalid second tfdist.setup: this process is already set up for "
                         f"strategy={_current.runtime.strategy!r}. Received: strategy={runtime.strategy!r} with other "
                         "arguments. Expected one set-up per process, as TensorFlow fixes it when it starts.")
-    _current = start(config, where="tfdist.setup", verbose=verbose, keras_setup=False)
+    _current = start(runtime, where="tfdist.setup", verbose=verbose, keras_setup=False)
     return _current.strategy

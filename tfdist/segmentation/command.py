@@ -14,6 +14,7 @@ from typing import Sequence
 from absl import flags
 
 from tfdist import config as config_lib
+from tfdist.segmentation import config as experiment_config
 from tfdist.errors import UserError
 
 _DEFINE = {bool: flags.DEFINE_boolean, int: flags.DEFINE_integer, float: flags.DEFINE_float, str: flags.DEFINE_string}
@@ -29,7 +30,7 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     flags.DEFINE_string("dump_weights", None, "Every training task writes its final weights to "
                         "DIR/<type>-<index>.npz (local.npz without a cluster): to compare workers that write no "
                         "outputs. Not part of the config.", flag_values=flag_values)
-    for section in dataclasses.fields(config_lib.Config):
+    for section in dataclasses.fields(experiment_config.Config):
         defaults = section.default_factory()
         for field in dataclasses.fields(defaults):
             default = getattr(defaults, field.name)
@@ -38,7 +39,7 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
 
 def given_fields(flag_values: flags.FlagValues = flags.FLAGS) -> dict:
     """The config fields given on the command line, as flat ``field -> value`` overrides."""
-    return {name: flag_values[name].value for name in config_lib.FIELD_SECTION if flag_values[name].present}
+    return {name: flag_values[name].value for name in experiment_config.FIELD_SECTION if flag_values[name].present}
 
 
 def check_command(args: Sequence[str], *, strategy: str, where: str) -> None:
@@ -74,5 +75,5 @@ def check_command(args: Sequence[str], *, strategy: str, where: str) -> None:
     if values.config is None:  # a --config file is read on the task's own host; without one, every field is known
         given = given_fields(values)
         given.pop("encoder_weights", None)  # a file on the task's host
-        config_lib.validate(config_lib.override(config_lib.Config(), {**given, **({"strategy": strategy}
-                                                                                  if strategy else {})}))
+        given.update({"strategy": strategy} if strategy else {})
+        experiment_config.validate(config_lib.override(experiment_config.Config(), given))

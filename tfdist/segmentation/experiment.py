@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from tfdist import config as config_lib
+from tfdist.segmentation import config as experiment_config
 from tfdist import strategies
 from tfdist.engine.controller import Hooks, Schedule
 from tfdist.cluster.task import Task
@@ -35,7 +36,7 @@ def _evaluate(config, placement: Placement, verbose: bool) -> dict:
     from tfdist.segmentation.evaluator import evaluate_checkpoints
 
     strategies.setup_host(cpu_devices=1)
-    setup_keras(config)
+    setup_keras(config.runtime.precision, seed=config.train.seed, deterministic=config.train.deterministic)
     data_lib.validate_data(config.data)
     return evaluate_checkpoints(placement.task, config, model=build_from_config(config.model, config.data),
                                 eval_dataset=local_eval_dataset(config), verbose=verbose)
@@ -109,7 +110,7 @@ def run(config, *, verbose: bool = True, cluster_resolver=None, weights_dir: str
     """Train and evaluate ``config``; returns the summary (also written to ``summary.json``).
 
     Args:
-      config: a ``tfdist.config.Config``.
+      config: a ``tfdist.segmentation.config.Config``.
       verbose: print progress on the chief.
       cluster_resolver: a cluster for ``parameter_server`` or
         ``multi_worker_mirrored`` that this process coordinates, e.g. from
@@ -134,20 +135,20 @@ def run(config, *, verbose: bool = True, cluster_resolver=None, weights_dir: str
     from tfdist.segmentation.steps import Steps
 
     wall_start = time.perf_counter()
-    config = config_lib.validate(config)
-    placement = place(config, in_process=cluster_resolver is not None)
+    config = experiment_config.validate(config)
+    placement = place(config.runtime, in_process=cluster_resolver is not None)
     run_dir = RunDir(config.train.model_dir)
     run_dir.check_place()  # before the dataset's checks, which may start TensorFlow
     if placement.role == "train":
         _check_training(config, placement, in_process_cluster=cluster_resolver is not None)
-    run_dir.check_resume(config)
+    run_dir.check_resume(config_lib.to_dict(config))
     if placement.role == "evaluate":
         with Preemption(placement.name):  # nothing to save: a signal ends it at once, status 42
             return _evaluate(config, placement, verbose)
 
     train_cfg, runtime = config.train, config.runtime
-    with training_task(config, placement, run_dir, where="tfdist.train", cluster_resolver=cluster_resolver,
-                       verbose=verbose) as training:
+    with training_task(runtime, placement, run_dir, where="tfdist.train", cluster_resolver=cluster_resolver,
+                       verbose=verbose, seed=train_cfg.seed, deterministic=train_cfg.deterministic) as training:
         strategy = training.strategy
         # Checked before TensorFlow started (_check_training); again with the replicas the strategy really has.
         check_global_batch(train_cfg.global_batch_size, strategy.num_replicas_in_sync)
