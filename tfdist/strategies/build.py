@@ -91,7 +91,7 @@ def check_ps_shards(ps_shards: int) -> None:
     the Keras optimizer's update ("ShardedVariable doesn't support being used
     as a reference", on TF 2.21 + Keras 3.15). Without a partitioner
     the strategy still spreads whole variables over every ps task
-    (round-robin). Called by ``config.validate`` and ``make_strategy``.
+    (round-robin). Called by ``config.check_runtime`` and ``make_strategy``.
 
     Raises:
         UserError: ``ps_shards`` is not 0 or 1.
