@@ -292,17 +292,27 @@ def resolve_norm(norm: str, batch_norm: bool) -> str:
     return "none"
 
 
-def check_runtime(rt: RuntimeConfig) -> None:
-    """Every check of the runtime section but its cluster flags' (``check_cluster_flags``)."""
+def check_runtime_choices(rt: RuntimeConfig) -> None:
+    """The runtime section's names: ``--strategy``, ``--precision``, ``--communication``."""
     check_choice("strategy", rt.strategy, STRATEGIES)
     check_choice("precision", rt.precision, PRECISIONS)
     check_choice("communication", rt.communication, COMMUNICATIONS)
-    for name, low in RUNTIME_MINIMUMS:
-        check_at_least(name, getattr(rt, name), low)
-    check_magnitudes(rt)
+
+
+def check_cpu_devices(rt: RuntimeConfig) -> None:
+    """At most ``MAX_CPU_DEVICES`` logical CPUs."""
     if rt.cpu_devices > MAX_CPU_DEVICES:
         raise UserError(f"Invalid value for `--cpu_devices`. Received: cpu_devices={rt.cpu_devices}. "
                         f"Expected an integer in 0..{MAX_CPU_DEVICES} (0: the strategy's default).")
+
+
+def check_runtime(rt: RuntimeConfig) -> None:
+    """Every check of the runtime section but its cluster flags' (``check_cluster_flags``)."""
+    check_runtime_choices(rt)
+    for name, low in RUNTIME_MINIMUMS:
+        check_at_least(name, getattr(rt, name), low)
+    check_magnitudes(rt)
+    check_cpu_devices(rt)
     strategies.check_ps_shards(rt.ps_shards)
 
 

@@ -176,3 +176,24 @@ def test_a_shapes_split_past_the_hosts_memory_is_refused_before_anything_runs(na
                                         rf".*Received: {name}=1000000000000, image_size=32\. Expected at most \d+"):
         data_lib.validate_data(config.data)
     data_lib.validate_data(experiment_config.build_config().data)  # the default sizes pass
+
+
+def test_a_resumed_run_keeps_every_field_of_the_model_section():
+    """``rundir.RESUME_KEYS`` names the model section's fields itself (rundir is below the experiment's config)."""
+    import dataclasses
+
+    from tfdist.rundir import RESUME_KEYS
+
+    assert RESUME_KEYS["model"] == tuple(f.name for f in dataclasses.fields(experiment_config.ModelConfig))
+    for section, keys in RESUME_KEYS.items():
+        assert set(keys) <= {f.name for f in dataclasses.fields(experiment_config.SECTIONS[section])}
+
+
+def test_the_runtime_section_checks_alone_what_tfdist_setup_and_fit_take():
+    runtime = config_lib.runtime_config("tfdist.setup", strategy="mirrored", cpu_devices=2)
+    assert config_lib.validate_runtime(runtime) == runtime
+    with pytest.raises(UserError, match=r"^Invalid value for `runtime.cpu_devices` in tfdist.fit\. Received: "
+                                        r"cpu_devices='2'\. Expected an int\.$"):
+        config_lib.runtime_config("tfdist.fit", cpu_devices="2")
+    with pytest.raises(UserError, match=r"^Missing `--cluster` for --task=worker:0\."):
+        config_lib.validate_runtime(config_lib.runtime_config("tfdist.setup", task="worker:0"))

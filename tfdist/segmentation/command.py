@@ -75,5 +75,6 @@ def check_command(args: Sequence[str], *, strategy: str, where: str) -> None:
     if values.config is None:  # a --config file is read on the task's own host; without one, every field is known
         given = given_fields(values)
         given.pop("encoder_weights", None)  # a file on the task's host
-        given.update({"strategy": strategy} if strategy else {})
+        if strategy:
+            given["strategy"] = strategy
         experiment_config.validate(config_lib.override(experiment_config.Config(), given))

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from tfdist import config as config_lib
+from tfdist import strategies
 from tfdist.config import RuntimeConfig, check_at_least, check_choice
 from tfdist.errors import UserError
 
@@ -102,9 +103,13 @@ MINIMUMS = (("image_size", 8), ("num_classes", 0), ("train_examples", 1), ("eval
 
 
 def validate(config: Config) -> Config:
-    """Check every field and fill the values that derive from others; returns the final config."""
+    """Check every field and fill the values that derive from others; returns the final config.
+
+    The runtime section's checks (``tfdist.config``) and this experiment's run in one order: names, bounds,
+    magnitudes, then the checks of several fields, the cluster flags last.
+    """
     rt, data, model, train = config.runtime, config.data, config.model, config.train
-    config_lib.check_runtime(rt)
+    config_lib.check_runtime_choices(rt)
     check_choice("dataset", data.dataset, DATASETS)
     check_choice("encoder", model.encoder, ENCODERS)
     norm = config_lib.resolve_norm(model.norm, model.batch_norm)
@@ -112,11 +117,13 @@ def validate(config: Config) -> Config:
     check_choice("optimizer", train.optimizer, OPTIMIZERS)
     check_choice("lr_scaling", train.lr_scaling, LR_SCALINGS)
     check_choice("lr_decay", train.lr_decay, LR_DECAYS)
-    for name, low in MINIMUMS:
+    for name, low in config_lib.RUNTIME_MINIMUMS + MINIMUMS:
         check_at_least(name, getattr(getattr(config, FIELD_SECTION[name]), name), low)
-    for section in (data, model, train):
+    for section in (rt, data, model, train):
         config_lib.check_magnitudes(section)
+    config_lib.check_cpu_devices(rt)
     config_lib.check_seed(train.seed)
+    strategies.check_ps_shards(rt.ps_shards)
     if not (0 <= model.dropout < 1):
         raise UserError("Invalid value for `--dropout`. "
                         f"Received: dropout={model.dropout!r}. Expected 0 <= dropout < 1.")
