@@ -1,13 +1,4 @@
-"""A run directory (``--model_dir``): its layout, in one place, and whether a new run may resume it.
-
-Every file a run leaves is named here and nowhere else: ``params.yaml`` (``fit.yaml`` for ``tfdist.fit``),
-``metrics.jsonl``, ``evaluator.jsonl``, ``summary.json``, ``checkpoints/``,
-``tensorboard/<split>``, ``export/``, ``fit-inputs/`` and ``heartbeats/``.
-Workers other than the chief write their checkpoints into a scratch directory
-outside ``model_dir`` (``scratch``), named after the run and the task so that a
-killed worker's restart clears what it left. The layout, file by file: docs/internals.md
-(Running). No TensorFlow.
-"""
+"""A run directory (``--model_dir``): every path a run leaves, in one place, and whether a new run may resume it."""
 
 from __future__ import annotations
 

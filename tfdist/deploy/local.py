@@ -1,9 +1,4 @@
-"""Every task of a cluster spec as a process on this machine, and the policy that supervises them.
-
-Which failure stops the cluster, when every task starts again (``max_restarts``, new ports under ``local``),
-what a signal to the launcher does, and the exit status that comes out (``python -m tfdist.launch``'s).
-TensorFlow's gRPC server listens on every interface with no authentication.
-"""
+"""Every task of a cluster spec as a process on this machine, and the policy that supervises them."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""This host's devices for a strategy: GPUs, logical CPUs, the inter-op pool, and the replicas they make.
-
-Devices must be set up before TensorFlow initialises its runtime, and for
-multi-worker collectives before any other op: ``setup_host`` comes first.
-"""
+"""This host's devices for a strategy: GPUs, logical CPUs, the inter-op pool, and the replicas they make."""
 
 from __future__ import annotations
 
