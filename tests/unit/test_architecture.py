@@ -152,7 +152,7 @@ def _large_without_an_idea(rel: str, lines: int, allowed: dict[str, str]) -> str
     if lines <= LARGE or allowed.get(rel, "").strip():
         return ""
     return (f"{rel} has {lines} lines (over {LARGE}) and no statement of its one idea: split it by idea, or, "
-            "if it holds one idea, add it to LARGE_MODULES in tests/test_architecture.py with that idea in one line")
+            "if it holds one idea, add it to LARGE_MODULES in tests/unit/test_architecture.py with that idea in one line")
 
 
 @pytest.mark.parametrize("path", modules(), ids=lambda p: str(p.relative_to(REPO)))

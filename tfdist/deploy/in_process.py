@@ -11,7 +11,7 @@ def in_process_cluster(*, num_workers: int = 2, num_ps: int = 1):
     Returns a ``SimpleClusterResolver`` for a ``ParameterServerStrategy`` whose
     coordinator is this process. The servers live as long as the process.
     Inter-op threads are raised to ``num_workers + 1`` because on a machine with few cores
-    the cluster otherwise hangs (DESIGN.md).
+    the cluster otherwise hangs.
     """
     import tensorflow as tf
 

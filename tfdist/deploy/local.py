@@ -149,8 +149,8 @@ def launch(spec: cluster_lib.ClusterSpec, command: Sequence[str], *, local: bool
     TensorFlow's known start-up lines (``quiet.STARTUP_NOISE``) are dropped from the tasks' output unless
     ``show_startup_noise`` (or the environment's ``TFDIST_TF_LOGS=1``) asks for them.
 
-    Addresses, prefixes, exit status, stopping, signals and restarts:
-    docs/internals.md (Clusters). Call it from the main thread: only there can it
+    Addresses, prefixes, exit status, stopping, signals and restarts: docs/clusters.md. Call it from the
+    main thread: only there can it
     catch the signals that stop the cluster in order (elsewhere they keep
     their default action), and its tasks die with the thread that started
     them (``deploy.processes.die_with``).

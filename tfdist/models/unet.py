@@ -12,7 +12,7 @@ MAX_GROUPS = 8
 
 
 class _MeanMovingStatistics(keras.layers.BatchNormalization):
-    """Batch norm whose moving statistics are created with aggregation "mean" (DESIGN.md), momentum 0.9."""
+    """Batch norm whose moving statistics are created with aggregation "mean", momentum 0.9."""
 
     def __init__(self, momentum: float = 0.9, **kwargs):
         kwargs.pop("synchronized", None)

@@ -96,5 +96,5 @@ def local_compute_devices(cpu_devices: int) -> list[str]:
 
 
 def set_grpc_fail_fast() -> None:
-    """Let a coordinator survive a lost worker (GRPC_FAIL_FAST=use_caller), before TF starts (DESIGN.md)."""
+    """Let a coordinator survive a lost worker (GRPC_FAIL_FAST=use_caller), before TF starts."""
     os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
