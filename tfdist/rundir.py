@@ -20,8 +20,8 @@ RESUME_KEYS = {
     "runtime": ("precision",),
     "data": ("dataset", "image_size", "num_classes"),
     "model": tuple(f.name for f in dataclasses.fields(config_lib.ModelConfig)),
-    # The data position of a resumed run is its step times the global batch (segmentation.inputs, fitting.inputs), and the
-    # learning-rate schedule is in steps: with another global batch both would be wrong.
+    # The data position of a resumed run is its step times the global batch (segmentation.inputs,
+    # fitting.inputs), and the learning-rate schedule is in steps: with another global batch both would be wrong.
     # ... and its moving averages (--ema_momentum) are optimizer variables too.
     "train": ("global_batch_size", "optimizer", "ema_momentum"),
 }
