@@ -122,16 +122,7 @@ def test_ruff_passes():
 
 #: Names that do not exist, in module docstrings being rewritten on other branches: module -> those names. Each
 #: must still be there (a test says when one goes): remove it as its docstring is rewritten.
-PENDING: dict[str, tuple[str, ...]] = {
-    "tfdist/bench/accuracy.py": ("docs/internals.md",),
-    "tfdist/bench/cli.py": ("docs/internals.md",),
-    "tfdist/bench/measure.py": ("docs/internals.md",),
-    "tfdist/bench/preemption.py": ("docs/internals.md",),
-    "tfdist/bench/trace.py": ("docs/internals.md",),
-    "tfdist/engine/coordinator_loop.py": ("docs/internals.md", "DESIGN.md"),
-    "tfdist/segmentation/experiment.py": ("docs/internals.md", "DESIGN.md"),
-    "tfdist/segmentation/metrics.py": ("step.py",),
-}
+PENDING: dict[str, tuple[str, ...]] = {}
 #: Packages that setup.py maps onto a folder outside ``tfdist/`` (its ``package_dir``).
 MAPPED_PACKAGES = {"tfdist.experiments": REPO / "configs" / "experiments"}
 #: A path of the repository that a docstring names, e.g. docs/fit.md, configs/clusters/local_mwm.yaml.

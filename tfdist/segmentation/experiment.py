@@ -1,13 +1,5 @@
-"""``run(config)``: one experiment, config -> cluster task -> strategy -> data -> model -> loop -> outputs.
-
-The library behind ``python -m tfdist.train``, in a fixed order: everything the
-user gave is checked before anything is written or TensorFlow starts (a bad run
-never damages ``model_dir``); the task is placed (``runtime.session.place``) and
-its role picked: serve, evaluate (``segmentation.evaluator``) or train; devices
-and the strategy are set before any other op (DESIGN.md); model, optimizer and
-step counter are built in the strategy's scope, restored and trained
-(``runtime.run_loop``); the chief writes the outputs. ``weights_dir`` has every
-training task write its final weights (``--dump_weights``). docs/internals.md.
+"""The UNet experiment, ``tfdist.train``'s library side: ``run(config)`` checks everything the user gave before
+anything is written or TensorFlow starts, then starts the task and trains it.
 """
 
 from __future__ import annotations
