@@ -108,9 +108,7 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy=
         placement = session.placement
     else:
         placement = session_lib.place(config, in_process=cluster_resolver is not None)
-    if placement.role == "evaluate":  # before the run directory is written (session.start refuses it too)
-        raise UserError(f"Invalid task for tfdist.fit: {placement.name}. Received: an evaluator task. Expected a "
-                        f"chief, worker or ps task ({session_lib.EVALUATOR_ELSEWHERE['tfdist.fit']}).")
+    session_lib.refuse_evaluator(placement, "tfdist.fit")  # before the run directory is written
     run_dir = RunDir(model_dir)
     if placement.is_chief and not temporary:
         run_dir.write_fit_record(batch_size)
