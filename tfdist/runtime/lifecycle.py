@@ -25,10 +25,21 @@ from tfdist.runtime.session import setup_tensorflow
 
 @dataclasses.dataclass(frozen=True)
 class Training:
-    """What a training task trains with: the strategy, and this task's ``Preemption``."""
+    """What a training task trains with (``runtime.run_loop`` takes it).
 
+    Attributes:
+      placement: this task.
+      run_dir: the run directory (heartbeats).
+      strategy: the ``tf.distribute.Strategy``.
+      preemption: this task's ``Preemption``.
+      progress_timeout: ``--progress_timeout``, the watchdog's bound.
+    """
+
+    placement: Placement
+    run_dir: RunDir
     strategy: Any
     preemption: Preemption
+    progress_timeout: float
 
 
 @contextlib.contextmanager
@@ -56,7 +67,8 @@ def training_task(config, placement: Placement, run_dir: RunDir, *, cluster_reso
             if strategy is None:
                 strategy = setup_tensorflow(config, placement, cluster_resolver, keras_setup=keras_setup)
             with peer_errors(placement, run_dir):
-                yield Training(strategy=strategy, preemption=preemption)
+                yield Training(placement=placement, run_dir=run_dir, strategy=strategy, preemption=preemption,
+                               progress_timeout=rt.progress_timeout)
                 finish_together(placement, rt.connect_timeout)
         except (RunFailed, UserError) as e:
             if placement.coordinator:

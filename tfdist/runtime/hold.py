@@ -2,11 +2,12 @@
 
 A benchmark that preempts a run must signal it mid-run; a run that is faster
 than the parent's look at it would finish first. With ``TFDIST_HOLD_AT_STEP``
-set (``tfdist.bench.preemption`` sets it for the run it preempts; unset, the
-hold is off), each task ends the chunk that reaches that step, writes a
-marker file (JSON: task, step, when its first step ended) into
-``TFDIST_HOLD_DIR`` and waits, at most ``TFDIST_HOLD_SECONDS``, until its
-``Preemption`` has received a signal. The next chunk then carries its vote.
+set (``tfdist.bench.preemption`` sets it for the ``tfdist.train`` it preempts,
+whose main installs ``from_environment``'s hook; unset, there is none), each
+task ends the chunk that reaches that step, writes a marker file (JSON: task,
+step, when its first step ended) into ``TFDIST_HOLD_DIR`` and waits, at most
+``TFDIST_HOLD_SECONDS``, until its ``Preemption`` has received a signal. The
+next chunk then carries its vote.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import os
 import time
 from pathlib import Path
 
+from tfdist.engine.task import Hook
 from tfdist.errors import RunFailed
 
 #: The step after which each task holds; unset or empty: no hold.
@@ -62,3 +64,15 @@ def hold_for_signal(begin: int, end: int, preemption, first_step_at: float | Non
             raise RunFailed(f"{where} held after step {end} ({STEP_VARIABLE}={at}) for {seconds:g} s and "
                             "received no SIGTERM or SIGUSR1. Expected the process that set the hold to signal it.")
         time.sleep(POLL_SECONDS)
+
+
+class HoldForSignal(Hook):
+    """The hold as an engine hook: after each chunk's log row and checkpoint, ``hold_for_signal``."""
+
+    def chunk_done(self, step: int, end: int, controller) -> None:
+        hold_for_signal(step, end, controller.preemption, controller.first_step_at)
+
+
+def from_environment() -> tuple[Hook, ...]:
+    """The hold's hook when ``TFDIST_HOLD_AT_STEP`` asks for one; else none."""
+    return (HoldForSignal(),) if os.environ.get(STEP_VARIABLE, "") else ()
