@@ -1,13 +1,8 @@
-"""A hold for a measurement's signal: a task waits after a chosen step until it has received SIGTERM or SIGUSR1.
+"""A benchmark's hold: after a chosen step a task waits until it has received SIGTERM or SIGUSR1.
 
-A benchmark that preempts a run must signal it mid-run; a run that is faster
-than the parent's look at it would finish first. With ``TFDIST_HOLD_AT_STEP``
-set (``tfdist.bench.preemption`` sets it for the ``tfdist.train`` it preempts,
-whose main installs ``from_environment``'s hook; unset, there is none), each
-task ends the chunk that reaches that step, writes a marker file (JSON: task,
-step, when its first step ended) into ``TFDIST_HOLD_DIR`` and waits, at most
-``TFDIST_HOLD_SECONDS``, until its ``Preemption`` has received a signal. The
-next chunk then carries its vote.
+A benchmark that preempts a run must signal it mid-run, and a fast run would
+finish first. ``tfdist.bench.preemption`` sets ``TFDIST_HOLD_AT_STEP`` for the
+``tfdist.train`` it preempts, whose main installs ``from_environment``'s hook.
 """
 
 from __future__ import annotations
@@ -37,6 +32,10 @@ def marker_name(task: str) -> str:
 
 def hold_for_signal(begin: int, end: int, preemption, first_step_at: float | None) -> None:
     """If ``TFDIST_HOLD_AT_STEP`` lies in ``(begin, end]``: mark this task as held, wait for its signal.
+
+    The marker (JSON: task, step, when its first step ended) goes into
+    ``TFDIST_HOLD_DIR``; the wait lasts at most ``TFDIST_HOLD_SECONDS``. The
+    next chunk then carries the task's vote to stop.
 
     Args:
       begin, end: the chunk of steps just trained.
