@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any, Callable
+
 from tfdist.engine.task import Hook
 
 #: Keys of a train or eval result that are not Keras logs.
@@ -23,10 +26,11 @@ def keras_logs(train: dict | None, evaluated: dict | None) -> dict:
     return logs
 
 
+@dataclasses.dataclass(eq=False)
 class KerasCallbacks(Hook):
     """Calls ``history`` and the chief's ``callbacks`` as Keras' ``fit`` does, at each epoch's end and chunk.
 
-    Args:
+    Attributes:
       model: the model (its ``stop_training`` stops the run on every task).
       history: this task's ``keras.callbacks.History``.
       callbacks: the chief's ``keras.callbacks.CallbackList`` (empty elsewhere).
@@ -37,17 +41,15 @@ class KerasCallbacks(Hook):
       eval_reset: reset the model's own metrics before each eval pass too.
     """
 
-    def __init__(self, *, model, history, callbacks, reset, epoch_steps: int, total_steps: int,
-                 per_execution: int, batch_hooks: bool, eval_reset: bool):
-        self.model = model
-        self.history = history
-        self.callbacks = callbacks
-        self.reset = reset
-        self.epoch_steps = epoch_steps
-        self.total_steps = total_steps
-        self.per_execution = per_execution
-        self.batch_hooks = batch_hooks
-        self.eval_reset = eval_reset
+    model: Any
+    history: Any
+    callbacks: Any
+    reset: Callable[[], None]
+    epoch_steps: int
+    total_steps: int
+    per_execution: int
+    batch_hooks: bool
+    eval_reset: bool
 
     def epoch_end(self, step: int, train: dict | None, evaluated: dict | None) -> bool:
         epoch, logs = step // self.epoch_steps - 1, keras_logs(train, evaluated)
