@@ -1,10 +1,5 @@
 """``python -m tfdist.train``: a thin absl main over ``tfdist.segmentation.run``.
 
-Every field of the experiment config is a flag of the same name
-(``--image_size`` is ``data.image_size``). Precedence: defaults, then the YAML
-experiment of ``--config``, then the flags given on the command line.
-
-    python -m tfdist.train --strategy mirrored
     python -m tfdist.train --config quick --strategy one_device --model_dir runs/q
 """
 

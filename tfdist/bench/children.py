@@ -34,8 +34,8 @@ def _parse_child_output(stdout: str) -> list[Measured]:
     return results
 
 
-#: How many times in all a cluster is run when TensorFlow's profiler crashes as it stops
-#: (docs/internals.md, The benchmark).
+#: How many times in all a cluster is run when TensorFlow's profiler crashes as it stops (it can corrupt its own
+#: heap in ``tf.profiler.experimental.stop``; nothing in the step causes it).
 PROFILER_ATTEMPTS = 5
 
 #: The Python frame that ``faulthandler`` prints for a crash inside ``tf.profiler.experimental.stop``.

@@ -82,7 +82,8 @@ def _measure_keras_fit(spec: RowSpec) -> tuple[Measured, float]:
 
     Across worker processes (``multi_worker_mirrored``, TF_CONFIG from the parent) Keras' own ``fit`` runs
     after ``tfdist.patch_keras()``, with the strategy tfdist's rows get (its defaults; inter-op threads for the
-    cluster, DESIGN.md's trap); every worker holds the same arrays and Keras' ``fit`` shards them.
+    cluster, without which a cluster on few cores hangs); every worker holds the same arrays and Keras' ``fit``
+    shards them.
     """
     import contextlib
 

@@ -1,14 +1,4 @@
-"""Input data: the embedded shapes set, Oxford-IIIT Pet (TFDS), your own folder; one pipeline.
-
-``load_split`` gives the unbatched examples of a split, ``make_dataset`` the
-batches of one input pipeline, ``dataset_fn`` the same as a function of the
-distribution strategy's input context, and ``validate_data`` checks the user's
-data before anything is built; ``num_examples`` sizes an epoch.
-
-Importing this package does not import TensorFlow: the pipeline's names are
-loaded on first use, so that ``validate_data`` can refuse a bad dataset (one
-line, exit status 2) before TensorFlow starts and prints its start-up lines.
-"""
+"""Input data: the embedded shapes set, Oxford-IIIT Pet (TFDS), your own folder; one pipeline, loaded on first use."""
 
 from __future__ import annotations
 
