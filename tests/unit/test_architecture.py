@@ -123,12 +123,6 @@ def test_ruff_passes():
 #: Names that do not exist, in module docstrings being rewritten on other branches: module -> those names. Each
 #: must still be there (a test says when one goes): remove it as its docstring is rewritten.
 PENDING: dict[str, tuple[str, ...]] = {
-    "tfdist/bench/accuracy.py": ("docs/internals.md",),
-    "tfdist/bench/cli.py": ("docs/internals.md",),
-    "tfdist/bench/measure.py": ("docs/internals.md",),
-    "tfdist/bench/preemption.py": ("docs/internals.md",),
-    "tfdist/bench/trace.py": ("docs/internals.md",),
-    "tfdist/engine/coordinator_loop.py": ("docs/internals.md", "DESIGN.md"),
     "tfdist/segmentation/experiment.py": ("docs/internals.md", "DESIGN.md"),
     "tfdist/segmentation/metrics.py": ("step.py",),
 }

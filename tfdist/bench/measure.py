@@ -1,13 +1,5 @@
-"""What a benchmark child runs: each row's measurement, its peak memory and its time to first step.
-
-A child (``python -m tfdist.bench --child JOB``) runs its rows in order and
-prints one ``Measured`` line per row (``run_child``); TensorFlow is imported
-inside the measurements, never by the parent. Keras' ``fit`` and tfdist get one
-timing window: ``steps x global batch`` over the wall time from the end of step
-``warmup`` to the end of step ``warmup + steps``, with no epoch boundary inside
-it. Each measurement returns its numbers and the time its first step ended;
-``run_child`` adds ``seconds_to_first_step`` and the process's peak memory.
-The windows in detail: docs/internals.md (The benchmark).
+"""What a benchmark child runs: each row's measurement over one timing window, its peak memory and its time
+to first step, printed as one ``Measured`` line per row.
 """
 
 from __future__ import annotations

@@ -1,13 +1,5 @@
-"""Preemption as a benchmark measurement: what a SIGTERM mid-run costs, from the signal to the resumed first step.
-
-A fresh start of the benchmark's experiment holds (``runtime.hold``) after step
-``signal_at`` until SIGTERM (to the launcher for the 2-worker row) and must exit
-42 at step ``signal_at + 1``; the same command again must resume there and exit
-0. Figures: the time from SIGTERM to exit, from relaunch to its first step, the
-same for the fresh start, and the step reached and resumed at. Anything else
-(another status, no resume, a step lost or repeated, a wait past its bound)
-raises. The parent runs it once (it starts processes, never TensorFlow). How
-each figure is read: docs/internals.md (The benchmark).
+"""Preemption as a benchmark measurement: a SIGTERM mid-run to real ``tfdist.train`` processes, the exit 42,
+and the relaunch that resumes at the step reached.
 """
 
 from __future__ import annotations

@@ -1,13 +1,4 @@
-"""The outer loop, shared by every strategy (as Orbit's ``Controller``).
-
-It asks a loop (``SyncLoop`` or ``CoordinatorLoop``) for chunks of steps that end
-on every log, checkpoint and epoch boundary, and around them it logs, checks the
-loss is finite, checkpoints and evaluates, knowing nothing of the strategy.
-After each chunk it asks whether to stop (``runtime.preemption``): then every
-task saves the checkpoint of the step reached and ends with ``Preempted``
-(status 42), and the relaunched command resumes there. The client's
-``engine.task.Task`` gives the steps' metrics, the learning rate and the hooks.
-"""
+"""The outer loop every strategy shares, as Orbit's ``Controller``: train a chunk, log, checkpoint, evaluate."""
 
 from __future__ import annotations
 

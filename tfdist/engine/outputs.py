@@ -1,11 +1,4 @@
-"""What a run leaves in ``model_dir``, written by the chief alone.
-
-``params.yaml`` (the resolved config), ``metrics.jsonl`` (one JSON object per
-logged train step and per eval, each with ``step``, ``split`` and ``loss``),
-``summary.json``, ``tensorboard/{train,eval}`` scalars and images (a client's),
-and ``export/`` (a ``.keras`` model and a SavedModel for serving). On any
-other worker every method is a no-op, so workers never write the same files.
-"""
+"""What a run leaves in ``model_dir`` (params, metrics, summary, TensorBoard, export), written by the chief alone."""
 
 from __future__ import annotations
 

@@ -1,13 +1,5 @@
-"""``tfdist.fit``: Keras' ``fit`` for any compiled Keras 3 model, under every strategy, across processes.
-
-Keras 3's ``model.fit`` fails under ``MultiWorkerMirroredStrategy`` with two or
-more workers (keras-team/keras#20585) and has no ``ParameterServerStrategy``
-path. ``fit`` takes Keras' ``fit`` arguments (``batch_size`` is the global batch)
-and trains in the UNet's ``runtime.lifecycle.training_task`` with its loops,
-``Controller``, checkpoints, resume, preemption, watchdog and chief-only
-outputs; only the steps are Keras' own (``fitting.steps``,
-``fitting.custom_steps``). What a model must not do under a strategy
-(reductions, metrics, batch norm, callbacks), with an example: docs/fit.md.
+"""``tfdist.fit``: Keras' ``fit`` for any compiled Keras 3 model, under every strategy, across processes
+(what a model must not do under a strategy: docs/fit.md).
 """
 
 from __future__ import annotations

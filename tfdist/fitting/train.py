@@ -1,12 +1,5 @@
-"""The training half of ``tfdist.fit``, once the strategy exists: model, inputs, callbacks, the one loop.
-
-``train_keras`` builds the user's model in the strategy's scope, restores the
-run directory's latest checkpoint, cuts the inputs into per-replica slices
-(``fitting.inputs``) and trains through ``runtime.run_loop``: a log row and a checkpoint per
-epoch, then the validation pass. The steps are ``KerasSteps`` or, for a model
-that overrides ``train_step``/``test_step``, ``KerasModelSteps``. Every task
-keeps a ``History``; the chief runs the callbacks, and ``model.stop_training``
-set by one stops every task.
+"""The training half of ``tfdist.fit`` once the task has started: the model, the inputs, the callbacks and
+the engine task.
 """
 
 from __future__ import annotations

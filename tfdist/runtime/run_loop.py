@@ -1,9 +1,5 @@
-"""One run of the loop under a strategy, for every client (the UNet experiment and ``tfdist.fit``).
-
-``run_loop`` adds what a task in a cluster needs around the engine's loop
-and ``Controller``: its heartbeat and progress watchdog, the switch of
-preemption signals to "stop at the next chunk", and closing the checkpoints
-and outputs however the run ends. It returns a ``RunResult``.
+"""One run of the engine under a strategy, for every client: the heartbeat and watchdog, preemption as "stop
+at the next chunk", and the checkpoints and outputs closed however the run ends.
 """
 
 from __future__ import annotations
