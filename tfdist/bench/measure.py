@@ -154,11 +154,13 @@ def _tfdist_config(spec: RowSpec, model_dir: str):
 
 def _measure_tfdist(spec: RowSpec, cluster_resolver=None, clock: list | None = None) -> tuple[Measured, float]:
     """A tfdist run with its defaults; a multi_worker_mirrored task finds its cluster in TF_CONFIG."""
+    from tfdist.engine.task import Clock
     from tfdist.segmentation import run
 
     clock = [] if clock is None else clock
     with tempfile.TemporaryDirectory(prefix="tfdist-bench-") as tmp:
-        summary = run(_tfdist_config(spec, tmp), verbose=False, cluster_resolver=cluster_resolver, clock=clock)
+        summary = run(_tfdist_config(spec, tmp), verbose=False, cluster_resolver=cluster_resolver,
+                      hooks=(Clock(clock),))
     batch = spec.experiment()["global_batch_size"]
     per_epoch = spec.warmup + spec.steps
     if spec.epochs > 1:  # a scaling row: the wall time of its last epoch, boundary and eval included

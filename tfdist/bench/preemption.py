@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping, Sequence
 from tfdist.bench.rows import BASE
 from tfdist.bench.runs import POLL_SECONDS, Process, train_command
 from tfdist.errors import DONE_EXIT_CODE, PREEMPTED_EXIT_CODE
-from tfdist.engine import hold
+from tfdist.runtime import hold
 
 #: ``error: Preempted at step N of M`` (each task's, prefixed ``[worker:i] `` under the launcher).
 PREEMPTED_LINE = re.compile(r"error: Preempted at step (\d+) of (\d+)")

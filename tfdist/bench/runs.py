@@ -63,7 +63,7 @@ class Process:
       directory: where its stdout/stderr files go (and its TMPDIR: scratch files go with the directory).
       name: the files' stem.
       label: how errors name the measurement (``"preemption benchmark"``).
-      env: variables added to its environment (e.g. ``engine.hold``'s), or None.
+      env: variables added to its environment (e.g. ``runtime.hold``'s), or None.
     """
 
     def __init__(self, argv: list[str], directory: Path, name: str, label: str = "preemption benchmark",

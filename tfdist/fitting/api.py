@@ -122,7 +122,7 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy=
 
                 keras.utils.set_random_seed(seed)
             history = train_keras(
-                model_fn, x, y, runtime=runtime, placement=placement, run_dir=run_dir, training=training,
+                model_fn, x, y, training=training,
                 batch_size=batch_size, epochs=epochs, validation_data=validation_data,
                 steps_per_epoch=steps_per_epoch, validation_steps=validation_steps, shuffle=shuffle,
                 initial_epoch=initial_epoch, callbacks=callbacks, verbose=verbose, seed=config.train.seed,
