@@ -28,7 +28,7 @@ import os
 import tempfile
 import time
 
-os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")  # before TensorFlow starts (DESIGN.md)
+os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")  # before TensorFlow starts
 
 
 def parse_args():

@@ -1,7 +1,6 @@
 """tfdist: train a UNet, or any Keras 3 model, with every tf.distribute strategy, from one process to many hosts.
 
-``fit``, ``setup`` and ``patch_keras`` are the calls of a user's script (``tfdist.fitting``); importing
-``tfdist`` imports neither TensorFlow nor Keras, so that a CLI or ``setup`` can set the process up first.
+Importing ``tfdist`` imports neither TensorFlow nor Keras; ``fit``, ``setup`` and ``patch_keras`` load on first use.
 """
 
 __version__ = "0.1.0"

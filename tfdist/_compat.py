@@ -1,10 +1,4 @@
-"""Every private TensorFlow and Keras attribute tfdist reads, in one place: the first things an upgrade breaks.
-
-Each function names what it reaches and falls back where TensorFlow or Keras
-has no public way; ``fitting.patch.trainer`` replaces two functions of the
-module ``keras_tensorflow_trainer`` returns, after checking their source.
-Nothing here imports TensorFlow or Keras at import time.
-"""
+"""Every private TensorFlow and Keras attribute tfdist reads, in one place: the first things an upgrade breaks."""
 
 from __future__ import annotations
 

@@ -1,13 +1,4 @@
-"""Every error that has an exit status, the one table of those statuses, and how CLIs report them.
-
-A mistake the user made (a bad flag, a bad cluster file, a bad dataset) is a
-``UserError``: its message is one line that says what was wrong, what was
-received and what is expected. CLIs turn it into exit status 2 and that line
-on stderr, never a traceback. A run that started well and cannot go on is a
-``RunFailed`` with a status of its own (3 diverged, 4 lost peer, 42
-preempted). The launcher, the Slurm script and the Kubernetes manifests read
-the statuses from ``EXIT_CODES`` here, never as literals of their own.
-"""
+"""Every error that has an exit status, the one table of those statuses, and how CLIs report them."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """``python -m tfdist.launch``: every task of a cluster spec as a process on this machine (torchrun for TensorFlow).
 
-COMMAND (after ``--``) runs once per task, with its TF_CONFIG. The flags go to ``deploy.local.launch``, which
-holds the policy (which failure stops the cluster, restarts, new ports, signals) and returns the exit status.
+The flags go to ``deploy.local.launch``, which holds the policy and returns the exit status.
 """
 
 from __future__ import annotations

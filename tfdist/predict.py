@@ -1,9 +1,6 @@
 """``python -m tfdist.predict``: a trained run's predicted mask for one image, as a coloured overlay.
 
     python -m tfdist.predict --model_dir runs/mirrored --input_image cat.png --overlay_output cat_mask.png
-
-Reads ``model_dir/export/model.keras``; the overlay is written at the image's own size, and ``--mask_output``
-also writes the raw class indices as a PNG. The inference is ``segmentation.predict``'s; this module is its flags.
 """
 
 from __future__ import annotations

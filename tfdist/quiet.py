@@ -1,14 +1,4 @@
-"""TensorFlow's start-up noise kept off stderr, for every tfdist CLI (``errors.run_main`` calls ``install``).
-
-TensorFlow writes C++ lines while it starts, whatever ``TF_CPP_MIN_LOG_LEVEL``
-says, to descriptor 2, where Python cannot catch them. ``install()`` (before
-TensorFlow is imported) points descriptor 2 at a pipe read by a forwarder
-process that drops lines matching ``STARTUP_NOISE``; Python's own writes go to
-the original stderr directly. A process, not a thread, so that a crash's last
-lines still arrive; forked twice, so it is no child of the CLI. Opt-out:
-``TFDIST_TF_LOGS=1`` or ``TF_CPP_MIN_LOG_LEVEL=0``. Why each of these: docs/internals.md
-(Running).
-"""
+"""TensorFlow's start-up noise kept off stderr, for every tfdist CLI (``errors.run_main`` calls ``install``)."""
 
 from __future__ import annotations
 

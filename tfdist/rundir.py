@@ -1,13 +1,4 @@
-"""A run directory (``--model_dir``): its layout, in one place, and whether a new run may resume it.
-
-Every file a run leaves is named here and nowhere else: ``params.yaml`` (``fit.yaml`` for ``tfdist.fit``),
-``metrics.jsonl``, ``evaluator.jsonl``, ``summary.json``, ``checkpoints/``,
-``tensorboard/<split>``, ``export/``, ``fit-inputs/`` and ``heartbeats/``.
-Workers other than the chief write their checkpoints into a scratch directory
-outside ``model_dir`` (``scratch``), named after the run and the task so that a
-killed worker's restart clears what it left. The layout, file by file: docs/internals.md
-(Running). No TensorFlow.
-"""
+"""A run directory (``--model_dir``): every path a run leaves, in one place, and whether a new run may resume it."""
 
 from __future__ import annotations
 
@@ -30,8 +21,8 @@ RESUME_KEYS = {
     "data": ("dataset", "image_size", "num_classes"),
     # Every field of the model section: the checkpoint's variables are those of its model.
     "model": ("encoder", "base_filters", "depth", "batch_norm", "norm", "dropout", "encoder_weights"),
-    # The data position of a resumed run is its step times the global batch (training.inputs), and the
-    # learning-rate schedule is in steps: with another global batch both would be wrong.
+    # The data position of a resumed run is its step times the global batch (segmentation.inputs,
+    # fitting.inputs), and the learning-rate schedule is in steps: with another global batch both would be wrong.
     # ... and its moving averages (--ema_momentum) are optimizer variables too.
     "train": ("global_batch_size", "optimizer", "ema_momentum"),
 }

@@ -1,13 +1,4 @@
-"""``python -m tfdist.tfconfig``: the TF_CONFIG of a task, the command of every task, or manifests.
-
-``--task worker:1`` prints that task's TF_CONFIG (``--export_tf_config``: as a shell line),
-``--commands`` each task's command (arguments after ``--`` go to every
-``tfdist.train``), ``--cluster slurm`` this Slurm task's TF_CONFIG, and ``--emit
-kubernetes|tfjob|jobset|trainjob|volcano`` manifests. ``--strategy`` checks that the cluster has the
-tasks the strategy needs; ``--output FILE`` writes there. A user error: one line,
-status 2. TensorFlow is imported only by ``--cluster slurm``, after the Slurm
-variables are checked. Examples: docs/internals.md (Running).
-"""
+"""``python -m tfdist.tfconfig``: the TF_CONFIG of a task, the command of every task, or manifests."""
 
 from __future__ import annotations
 

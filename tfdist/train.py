@@ -1,10 +1,5 @@
 """``python -m tfdist.train``: a thin absl main over ``tfdist.segmentation.run``.
 
-Every field of the experiment config is a flag of the same name
-(``--image_size`` is ``data.image_size``). Precedence: defaults, then the YAML
-experiment of ``--config``, then the flags given on the command line.
-
-    python -m tfdist.train --strategy mirrored
     python -m tfdist.train --config quick --strategy one_device --model_dir runs/q
 """
 
@@ -52,9 +47,11 @@ def main(argv: list[str]) -> int:
         raise UserError(f"Unexpected arguments. Received: {' '.join(argv[1:])}. Expected only --flags.")
     if FLAGS.dump_weights:
         check_dump_weights(FLAGS.dump_weights)
+    from tfdist.runtime import hold
     from tfdist.segmentation.experiment import run
 
-    summary = run(config_from_flags(), weights_dir=FLAGS.dump_weights)
+    # A benchmark that preempts this run asks it, through the environment, to hold for its signal.
+    summary = run(config_from_flags(), weights_dir=FLAGS.dump_weights, hooks=hold.from_environment())
     if "eval" in summary and not summary.get("is_chief", True):
         print(f"final eval: mean_iou {summary['eval']['mean_iou']:.4f} "
               f"(this worker writes nothing; the chief's outputs are in {summary['model_dir']})", flush=True)

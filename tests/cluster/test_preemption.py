@@ -191,8 +191,8 @@ def test_a_run_resumes_on_another_world_size_and_strategy_with_the_same_global_b
     # on the same examples: only the forward pass's float32 sums differ (2e-7 apart on a quiet machine;
     # bound 1e-5). Step 12 follows one update whose gradient one device sums in another order than 2
     # workers (3.6e-5 seen on a loaded machine; bound 2e-4). Steps 21 and 22 start from weights that ten
-    # steps on another world size made (one device, not 2 workers), which training amplifies (DESIGN: 4e-4
-    # after 20 steps on 2 replicas; 1.2e-3 seen here): bound 5e-3, and each must be nearer to its own step
+    # steps on another world size made (one device, not 2 workers), which training amplifies (1.2e-3 seen
+    # here): bound 5e-3, and each must be nearer to its own step
     # of the straight run than to the steps before and after, which differ by 2e-3 to 0.16 (a resume one
     # step off, or on other examples, would not be).
     for step in range(1, 11):

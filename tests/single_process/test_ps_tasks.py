@@ -1,7 +1,7 @@
 """``parameter_server`` with 2 ps tasks: whole variables spread over both; ``--ps_shards > 1`` refused up front.
 
 Keras 3 variables cannot wrap TensorFlow's ``ShardedVariable`` (a variable
-partitioner fails in ``tape.gradient``: DESIGN.md), so tfdist does not
+partitioner fails in ``tape.gradient``), so tfdist does not
 partition variables; ``ParameterServerStrategy`` still places whole
 variables on the ps tasks round-robin, which is how several ps tasks share
 the variables. The cluster runs in a fresh process (in-process gRPC servers
@@ -17,7 +17,7 @@ SCRIPT = r"""
 import json, os, sys
 os.environ["GRPC_FAIL_FAST"] = "use_caller"
 from tfdist.strategies import setup_host
-setup_host(inter_op_threads=5)  # num_workers + num_ps + 1: a cluster on 2 cores hangs with fewer (DESIGN.md)
+setup_host(inter_op_threads=5)  # num_workers + num_ps + 1: a cluster on 2 cores hangs with fewer
 from tfdist.segmentation import config as experiment_config
 from tfdist.deploy.in_process import in_process_cluster
 from tfdist.segmentation import run

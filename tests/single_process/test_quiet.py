@@ -1,7 +1,7 @@
 """TensorFlow's start-up lines are kept off stderr in every tfdist CLI (``tfdist.quiet``), with an opt-out.
 
 The CLIs run as a user runs them: real processes. TensorFlow 2.21 prints its
-start-up lines whatever ``TF_CPP_MIN_LOG_LEVEL`` says (DESIGN.md); here a user
+start-up lines whatever ``TF_CPP_MIN_LOG_LEVEL`` says; here a user
 error found after TensorFlow started is one line on stderr, a quick run has
 none of those lines, and ``TFDIST_TF_LOGS=1`` shows them again. The
 forwarder keeps a line that reaches it in two reads whole: a start-up line

@@ -24,7 +24,7 @@ TINY_FLAGS = [
     "--deterministic",
 ]
 
-#: Lines TensorFlow 2.21 prints once it is imported, whatever TF_CPP_MIN_LOG_LEVEL says (DESIGN.md):
+#: Lines TensorFlow 2.21 prints once it is imported, whatever TF_CPP_MIN_LOG_LEVEL says:
 #: absl's "All log messages before absl::InitializeLog() are written to STDERR" and glog-style lines
 #: (``I0000 00:00:... file.cc:12] oneDNN custom operations are on ...``, cudart's "Could not find cuda drivers").
 TF_STARTUP_LINE = re.compile(r"^(WARNING: All log messages before absl::InitializeLog\(\)|[IWEF]\d{4} \d\d:\d\d:\d\d)")

@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tfdist.engine.controller import Controller, Hooks, Schedule, next_boundary
+from tfdist.engine.controller import Controller, Schedule, next_boundary
+from tfdist.engine.task import Clock, Hook, Task
 from tfdist.errors import Preempted, TrainingDiverged
 
 BATCH = 4
@@ -98,10 +99,11 @@ class Asked:
         return "SIGTERM received by local"
 
 
-def controller(loop, schedule, hooks=Hooks(), checkpoints=True, preemption=None):
-    return Controller(loop=loop, schedule=schedule, checkpoints=Saves() if checkpoints else None, outputs=Rows(),
-                      global_batch_size=BATCH, learning_rate=lambda step: 0.1, verbose=False,
-                      preemption=preemption, hooks=hooks)
+def controller(loop, schedule, hooks=(), checkpoints=True, preemption=None):
+    task = Task(steps=loop.steps, train_dataset_fn=lambda context: None, eval_dataset_fn=lambda context: None,
+                learning_rate=lambda step: 0.1, global_batch_size=BATCH, hooks=hooks)
+    return Controller(loop=loop, task=task, schedule=schedule, checkpoints=Saves() if checkpoints else None,
+                      outputs=Rows(), verbose=False, preemption=preemption)
 
 
 def test_next_boundary_is_the_first_multiple_after_the_step():
@@ -181,11 +183,12 @@ def test_an_epoch_end_that_says_stop_ends_the_run_at_that_epoch():
     loop = ScriptedLoop()
     seen = []
 
-    def epoch_end(step, train, evaluated):
-        seen.append((step, train["loss"], evaluated["loss"]))
-        return step == 4
+    class StopAtFour(Hook):
+        def epoch_end(self, step, train, evaluated):
+            seen.append((step, train["loss"], evaluated["loss"]))
+            return step == 4
 
-    c = controller(loop, Schedule(total_steps=10, steps_per_epoch=2), hooks=Hooks(epoch_end=epoch_end))
+    c = controller(loop, Schedule(total_steps=10, steps_per_epoch=2), hooks=(StopAtFour(),))
     c.run(0)
     assert [s for s, _, _ in seen] == [2, 4]
     assert loop.position == 4
@@ -195,11 +198,18 @@ def test_an_epoch_end_that_says_stop_ends_the_run_at_that_epoch():
 def test_chunk_hooks_and_the_clock_see_every_chunk_in_order():
     loop = ScriptedLoop()
     calls, clock = [], []
-    hooks = Hooks(chunk_begin=lambda step, end: calls.append(("begin", step, end)),
-                  chunk_end=lambda step, end, window: calls.append(("end", step, end, window["examples"])),
-                  eval_begin=lambda: calls.append(("eval",)), clock=clock)
+    class Calls(Hook):
+        def chunk_begin(self, step, end):
+            calls.append(("begin", step, end))
+
+        def chunk_end(self, step, end, window):
+            calls.append(("end", step, end, window["examples"]))
+
+        def eval_begin(self):
+            calls.append(("eval",))
+
     c = controller(loop, Schedule(total_steps=4, steps_per_epoch=4, steps_per_loop=2, log_every=4, checkpoint_every=4),
-                   hooks=hooks)
+                   hooks=(Calls(), Clock(clock)))
     c.run(0)
     assert calls == [("begin", 0, 2), ("end", 0, 2, 2 * BATCH), ("begin", 2, 4), ("end", 2, 4, 4 * BATCH),
                      ("eval",)]

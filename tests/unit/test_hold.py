@@ -1,4 +1,4 @@
-"""``engine.hold``: a task holds after the step a benchmark asks for until its preemption signal, within a bound."""
+"""``runtime.hold``: a task holds after the step a benchmark asks for until its preemption signal, within a bound."""
 
 import json
 import os
@@ -9,8 +9,8 @@ import time
 import pytest
 
 from tfdist.errors import RunFailed
-from tfdist.engine import hold
-from tfdist.engine.hold import hold_for_signal
+from tfdist.runtime import hold
+from tfdist.runtime.hold import hold_for_signal
 from tfdist.runtime.preemption import Preemption
 
 
@@ -70,3 +70,15 @@ def test_a_hold_that_never_receives_its_signal_fails_within_its_bound(asked, mon
 def test_a_hold_in_a_run_that_takes_no_signal_fails_at_once(asked):
     with pytest.raises(RunFailed, match="takes no preemption signal"):
         hold_for_signal(3, 4, None, 1.0)
+
+
+def test_the_hook_is_installed_only_when_the_environment_asks_and_holds_after_its_chunk(asked, monkeypatch):
+    import types
+
+    (hook,) = hold.from_environment()
+    run = types.SimpleNamespace(preemption=None, first_step_at=1.0)
+    hook.chunk_done(0, 3, run)  # before the step: nothing
+    with pytest.raises(RunFailed, match="takes no preemption signal"):
+        hook.chunk_done(3, 4, run)
+    monkeypatch.delenv(hold.STEP_VARIABLE)
+    assert hold.from_environment() == ()

@@ -1,12 +1,5 @@
-"""Time to accuracy: wall seconds from the start of a real run to its first eval with mean IoU >= 0.80.
-
-Each measurement runs the default experiment (``python -m tfdist.train``, alone
-or under ``python -m tfdist.launch --local``) as real processes and polls its
-``metrics.jsonl``; the run is stopped with SIGTERM once the target is seen, or
-ends with the target never reached (reported with its last mean IoU). The
-2-worker ``multi_worker_mirrored`` rows run their whole budget (``full_budget``)
-so their normalizations compare at the same budget. Each measurement runs once.
-How it is timed: docs/internals.md (The benchmark).
+"""Time to accuracy: wall seconds from the start of a real ``tfdist.train`` run to its first eval with
+mean IoU >= 0.80, polled from its ``metrics.jsonl``.
 """
 
 from __future__ import annotations

@@ -1,13 +1,4 @@
-"""The parent's side of the benchmark's child processes: start them, wait for them, read their rows.
-
-A job runs in one child, or in a cluster of them (one ``multi_worker_mirrored``
-worker task each, gRPC on 127.0.0.1). Each child is ``python -m tfdist.bench
---child JOB`` and answers one ``Measured`` line per row on stdout. Waits are
-bounded, and a failed child ends its peers at once, since they would wait for
-it. A cluster whose child died in TensorFlow's profiler as it stopped (a heap
-corruption in the profiler, not in the step: ``profiler_crashed``) runs again on
-fresh ports, at most ``PROFILER_ATTEMPTS`` times; any other failure fails at once.
-"""
+"""The parent's side of the benchmark's child processes: start them, wait for them (bounded), read their rows."""
 
 from __future__ import annotations
 
@@ -34,8 +25,8 @@ def _parse_child_output(stdout: str) -> list[Measured]:
     return results
 
 
-#: How many times in all a cluster is run when TensorFlow's profiler crashes as it stops
-#: (docs/internals.md, The benchmark).
+#: How many times in all a cluster is run when TensorFlow's profiler crashes as it stops (it can corrupt its own
+#: heap in ``tf.profiler.experimental.stop``; nothing in the step causes it).
 PROFILER_ATTEMPTS = 5
 
 #: The Python frame that ``faulthandler`` prints for a crash inside ``tf.profiler.experimental.stop``.

@@ -1,13 +1,5 @@
-"""``python -m tfdist.bench``: tfdist's training throughput beside plain Keras, as paired ratios.
-
-Every throughput row trains the same UNet on the same in-memory shapes data,
-16 images per worker and step: Keras' ``fit`` (the baseline) and under the
-strategies it supports, ``tfdist.fit`` and tfdist's loop under every strategy,
-scaling with 1-4 workers, the normalizations, and the input pipeline. Once per
-run: the all-reduce sweep, a traced step, the projection, time per epoch, time
-to accuracy and preemption. Every run of a row is a fresh process; ratios are
-paired repeat by repeat (``plan``, ``report``). The rows, the method and the
-flags: docs/benchmarks.md and docs/internals.md (The benchmark).
+"""``python -m tfdist.bench``: tfdist's training throughput beside plain Keras, as paired ratios
+(the rows, the method and the flags: docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -1,12 +1,5 @@
-"""All-reduce against its limit: message-size sweeps, packing choices and this machine's memory copy.
-
-Runs inside each worker process of a ``multi_worker_mirrored`` cluster; every
-worker calls the same functions with the same arguments in the same order,
-since each all-reduce waits for its peers. The figures follow nccl-tests'
-definitions (``algbw``, ``busbw = algbw * 2(n-1)/n``); ``memcpy_gbps`` is the
-bound a loopback transport cannot beat. Everything returned is plain JSON.
-TensorFlow is imported inside the functions: the benchmark's parent imports this
-module's ``markdown`` without starting TensorFlow.
+"""All-reduce against its limit, inside each worker of a ``multi_worker_mirrored`` cluster: message-size
+sweeps, packing choices and this machine's memory copy, in nccl-tests' terms.
 """
 
 from __future__ import annotations

@@ -1,12 +1,5 @@
-"""``python -m tfdist.bench.fit_profile``: ``tfdist.fit`` against Keras' ``fit`` on one device, in one process.
-
-Fresh-process benchmark rows move with the machine's load; this runs both whole,
-in rounds in one process (a fresh model each, the order reversed every other
-round), on the benchmark's model, arrays and timing windows (``measure``). Each
-window is read on wall time and on the process's CPU time. Printed: each round's
-milliseconds per step, then the paired ratios (Keras' time per step over
-``tfdist.fit``'s: above 1 means ``tfdist.fit`` is faster), median and min-max.
-Only public APIs: ``keras.Model.fit`` and ``tfdist.fit``.
+"""``python -m tfdist.bench.fit_profile``: ``tfdist.fit`` against Keras' ``fit`` on one device, in rounds in
+one process, on wall and CPU time, as paired ratios.
 """
 
 from __future__ import annotations

@@ -1,13 +1,5 @@
-"""What a benchmark child runs: each row's measurement, its peak memory and its time to first step.
-
-A child (``python -m tfdist.bench --child JOB``) runs its rows in order and
-prints one ``Measured`` line per row (``run_child``); TensorFlow is imported
-inside the measurements, never by the parent. Keras' ``fit`` and tfdist get one
-timing window: ``steps x global batch`` over the wall time from the end of step
-``warmup`` to the end of step ``warmup + steps``, with no epoch boundary inside
-it. Each measurement returns its numbers and the time its first step ended;
-``run_child`` adds ``seconds_to_first_step`` and the process's peak memory.
-The windows in detail: docs/internals.md (The benchmark).
+"""What a benchmark child runs: each row's measurement over one timing window, its peak memory and its time
+to first step, printed as one ``Measured`` line per row.
 """
 
 from __future__ import annotations
@@ -82,7 +74,8 @@ def _measure_keras_fit(spec: RowSpec) -> tuple[Measured, float]:
 
     Across worker processes (``multi_worker_mirrored``, TF_CONFIG from the parent) Keras' own ``fit`` runs
     after ``tfdist.patch_keras()``, with the strategy tfdist's rows get (its defaults; inter-op threads for the
-    cluster, DESIGN.md's trap); every worker holds the same arrays and Keras' ``fit`` shards them.
+    cluster, without which a cluster on few cores hangs); every worker holds the same arrays and Keras' ``fit``
+    shards them.
     """
     import contextlib
 
@@ -161,11 +154,13 @@ def _tfdist_config(spec: RowSpec, model_dir: str):
 
 def _measure_tfdist(spec: RowSpec, cluster_resolver=None, clock: list | None = None) -> tuple[Measured, float]:
     """A tfdist run with its defaults; a multi_worker_mirrored task finds its cluster in TF_CONFIG."""
+    from tfdist.engine.task import Clock
     from tfdist.segmentation import run
 
     clock = [] if clock is None else clock
     with tempfile.TemporaryDirectory(prefix="tfdist-bench-") as tmp:
-        summary = run(_tfdist_config(spec, tmp), verbose=False, cluster_resolver=cluster_resolver, clock=clock)
+        summary = run(_tfdist_config(spec, tmp), verbose=False, cluster_resolver=cluster_resolver,
+                      hooks=(Clock(clock),))
     batch = spec.experiment()["global_batch_size"]
     per_epoch = spec.warmup + spec.steps
     if spec.epochs > 1:  # a scaling row: the wall time of its last epoch, boundary and eval included

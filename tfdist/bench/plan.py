@@ -1,12 +1,5 @@
-"""The benchmark's plan: which rows to measure, in which processes, in which order.
-
-Every run of a row gets fresh processes, so that its start-up and its memory
-are its own. Each repeat runs every row once, a row right after the row it is
-compared to, and odd repeats run backwards, so that a drift of the machine
-within a repeat falls on both sides of a pair alike (``report`` pairs the ratios
-repeat by repeat). The time-per-epoch rows, the all-reduce sweeps and the traced
-step run once; time to accuracy and preemption start ``python -m tfdist.train``
-themselves (``accuracy``, ``preemption``). ``--only`` names them like rows.
+"""The benchmark's plan: which rows to measure, in which fresh processes, in which order (each row next to the
+row it is compared to, odd repeats backwards).
 """
 
 from __future__ import annotations

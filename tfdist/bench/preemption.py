@@ -1,13 +1,5 @@
-"""Preemption as a benchmark measurement: what a SIGTERM mid-run costs, from the signal to the resumed first step.
-
-A fresh start of the benchmark's experiment holds (``engine.hold``) after step
-``signal_at`` until SIGTERM (to the launcher for the 2-worker row) and must exit
-42 at step ``signal_at + 1``; the same command again must resume there and exit
-0. Figures: the time from SIGTERM to exit, from relaunch to its first step, the
-same for the fresh start, and the step reached and resumed at. Anything else
-(another status, no resume, a step lost or repeated, a wait past its bound)
-raises. The parent runs it once (it starts processes, never TensorFlow). How
-each figure is read: docs/internals.md (The benchmark).
+"""Preemption as a benchmark measurement: a SIGTERM mid-run to real ``tfdist.train`` processes, the exit 42,
+and the relaunch that resumes at the step reached.
 """
 
 from __future__ import annotations
@@ -24,7 +16,7 @@ from typing import Any, Callable, Mapping, Sequence
 from tfdist.bench.rows import BASE
 from tfdist.bench.runs import POLL_SECONDS, Process, train_command
 from tfdist.errors import DONE_EXIT_CODE, PREEMPTED_EXIT_CODE
-from tfdist.engine import hold
+from tfdist.runtime import hold
 
 #: ``error: Preempted at step N of M`` (each task's, prefixed ``[worker:i] `` under the launcher).
 PREEMPTED_LINE = re.compile(r"error: Preempted at step (\d+) of (\d+)")

@@ -1,12 +1,5 @@
-"""Beyond this machine, on paper: a latency-bandwidth model of ring all-reduce, fitted and projected.
-
-The alpha-beta model (Thakur et al., nccl-tests' bus bandwidth): one ring
-all-reduce of ``S`` bytes over ``n`` workers takes
-``t(S, n) = 2(n-1) * alpha + 2(n-1)/n * S / B``. ``fit_cost`` fits ``alpha`` and
-``B`` to a ``comm.sweep``; ``project`` sets a step's compute time beside the
-model's all-reduce for 8 to 256 workers on 10, 25 and 100 Gbit/s links. It is a
-projection, not a measurement: ``markdown`` says so, states the assumptions, and
-sets published scaling results beside it. Pure Python, no TensorFlow.
+"""Beyond this machine, on paper: the alpha-beta model of ring all-reduce, fitted to a measured sweep and
+projected to more workers and faster links.
 """
 
 from __future__ import annotations

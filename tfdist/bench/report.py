@@ -1,12 +1,4 @@
-"""The benchmark's results: paired ratios, one repeat's record per row, scaling with workers, and the goals.
-
-``results`` turns each row's runs into JSON-ready results. A ratio is paired:
-row X over its baseline in the same repeat, one per repeat, then their median
-and spread. A row's other figures are one repeat's record (the repeat with the
-median ratio to ``keras_fit``), not medians taken figure by figure. A row may
-also have ``ratio_to_baseline`` and ``ratio_to_keras``. ``tables`` renders the
-JSON as Markdown; ``goals`` reads a saved JSON the same way.
-"""
+"""The benchmark's results: ratios paired repeat by repeat, one repeat's record per row, scaling and goals."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""The benchmark's values: what a row measures, where it runs, what a child measured.
-
-Frozen, keyword-only dataclasses instead of dicts with string keys: the
-planner makes ``Row``s, turns each run of a row into a ``Job`` (its
-processes, its repeat), a child gets its specs as a ``ChildJob`` on its
-command line and answers one ``Measured`` per row on stdout, and the report
-pairs those by repeat. ``BASE`` is the one experiment every row trains.
+"""The benchmark's values as frozen dataclasses: a ``Row`` to measure, a ``Job`` that runs it, a child's
+``Measured`` answer.
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""``run_benchmark``: plan the rows, run their jobs in child processes, then the parent's own runs, report.
-
-The library side of ``python -m tfdist.bench`` (``__main__``, whose flags it takes as
-keyword arguments), so that it can be called without the CLI. The results
-record where they were measured (``machine``: CPU model, cores, memory,
-GPUs, date, wall time; ``versions``: Python, TensorFlow, Keras, tfdist, read
-from the installed packages without importing TensorFlow).
+"""``run_benchmark``: the library side of ``python -m tfdist.bench``: plan, child processes, the parent's own
+runs, then the report with the machine and versions it was measured on.
 """
 
 from __future__ import annotations

@@ -1,12 +1,5 @@
-"""Real ``python -m tfdist.train`` runs started by the benchmark's parent: their command lines and processes.
-
-The time-to-accuracy and preemption measurements run tfdist the way a user
-or a scheduler does: the train CLI, alone or under ``python -m tfdist.launch
---local`` with a cluster file on free 127.0.0.1 ports. The parent never
-imports TensorFlow; it starts these processes, reads their run directory and
-signals them. Every process gets its own session and is killed (its group)
-if still there at the end; a launcher's tasks die with it
-(``deploy.processes.die_with``).
+"""Real ``python -m tfdist.train`` runs, alone or under ``tfdist.launch --local``, that the benchmark's parent
+starts, signals and reads without importing TensorFlow.
 """
 
 from __future__ import annotations
@@ -70,7 +63,7 @@ class Process:
       directory: where its stdout/stderr files go (and its TMPDIR: scratch files go with the directory).
       name: the files' stem.
       label: how errors name the measurement (``"preemption benchmark"``).
-      env: variables added to its environment (e.g. ``engine.hold``'s), or None.
+      env: variables added to its environment (e.g. ``runtime.hold``'s), or None.
     """
 
     def __init__(self, argv: list[str], directory: Path, name: str, label: str = "preemption benchmark",

@@ -1,11 +1,5 @@
-"""The benchmark's results as Markdown tables and a PNG chart, and ``docs/benchmarks.md``'s generated blocks.
-
-Everything here reads the results JSON (``report.results``), so a committed
-``bench.json`` renders the same tables as the run that wrote it.
-``render_docs`` rewrites each block of a Markdown file that starts with
-``<!-- bench: PATH.json -->`` and ends with ``<!-- /bench -->`` with the
-tables of that JSON: the figures in ``docs/benchmarks.md`` are never copied
-by hand, and a test checks that the committed page is what its JSON renders.
+"""The benchmark's results as Markdown tables and a PNG chart, and the generated blocks of
+``docs/benchmarks.md``.
 """
 
 from __future__ import annotations

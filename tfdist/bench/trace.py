@@ -1,14 +1,4 @@
-"""The all-reduce share of a real training step, read from TensorFlow's profiler trace.
-
-``profile`` runs a few real train steps under ``tf.profiler`` (each marked with
-a ``tfdist_step`` trace event), and ``collective_share`` reads the
-``*.xplane.pb`` it wrote: on the host plane each op is an event
-``"<op name>:<op type>"``, and a collective's event spans it from launch to
-completion. The op names tell batch norm's all-reduces from the gradients'
-(``kind``). Time in a collective includes waiting for the slower peer: the
-share says how long a step had an all-reduce in flight, not how long the network
-was busy. Which op is which: docs/internals.md (The benchmark).
-"""
+"""The all-reduce share of a real training step, read from the trace TensorFlow's profiler writes."""
 
 from __future__ import annotations
 

@@ -1,14 +1,4 @@
-"""Everything about "where am I in the cluster", without TensorFlow.
-
-A run's cluster flows one way through these modules, each one idea: ``address``
-(``host:port``), ``spec`` (``ClusterSpec``), ``task`` (one task and its
-TF_CONFIG), ``files`` (spec files), ``slurm`` (a Slurm job step),
-``kubernetes`` (a pod of an Indexed Job or a JobSet), ``sources`` (which of
-those gives this process its task), ``network`` (ports and probes) and
-``peers`` (the bounded rendezvous). The names most callers need are
-re-exported here. None imports TensorFlow: CLIs read the cluster before they
-set what TensorFlow reads once.
-"""
+"""Everything about "where am I in the cluster", without TensorFlow; the names most callers need."""
 
 from tfdist.cluster.address import split_address
 from tfdist.cluster.files import load_cluster_spec

@@ -1,12 +1,4 @@
-"""The grammar of one task address, ``host:port``: parse, check, split, compare.
-
-Every address of a cluster (in a spec file, TF_CONFIG or built from a Slurm
-allocation) goes through ``parse_address`` once, so that a malformed one is
-one ``UserError`` line before TensorFlow starts rather than a gRPC error
-minutes later on another host. Accepted: a host name (letters, digits, ``-``,
-``_``, ``.``), an IPv4 address or a bracketed IPv6 address, then ``:port``
-with a port in 1..65535.
-"""
+"""The grammar of one task address, ``host:port``: parse, check, split, compare."""
 
 from __future__ import annotations
 

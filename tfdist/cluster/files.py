@@ -1,11 +1,4 @@
-"""Cluster spec files: YAML or JSON, by extension, read strictly (a key written twice is an error).
-
-The same file is handed to every host, so it must mean the same thing on
-each: the format comes from the extension alone, never from the content, and
-the duplicate keys that plain YAML and JSON loaders keep silently (the last
-one wins) are refused. The loaded cluster is checked by
-``spec.parse_cluster_spec``.
-"""
+"""Cluster spec files: YAML or JSON, by extension, read strictly (a key written twice is an error)."""
 
 from __future__ import annotations
 

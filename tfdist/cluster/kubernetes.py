@@ -1,14 +1,4 @@
-"""The cluster of a pod of an Indexed Job or a JobSet: ``--cluster kubernetes``, with no TF_CONFIG written by hand.
-
-A pod learns its place from what its controller gives it, and the job's shape
-from its manifest (``python -m tfdist.tfconfig --emit jobset`` or ``trainjob``
-writes both); every task's host is the stable DNS name the Job controller
-gives an Indexed Job's pod, ``<job>-<completion index>.<subdomain>``, where a
-JobSet's Job is ``<jobset>-<replicated job>-<job index>`` and a plain Indexed
-Job of one task type is ``<name>-<type>``. The variables, in ``VARIABLES``,
-are read and checked here, so that a pod whose environment does not add up is
-one ``UserError`` line (exit 2) before TensorFlow starts.
-"""
+"""The cluster of a pod of an Indexed Job or a JobSet (``--cluster kubernetes``), from its environment."""
 
 from __future__ import annotations
 

@@ -1,14 +1,4 @@
-"""The network as tfdist sees it: free ports, "does this task answer", loopback and public addresses.
-
-Small probes that need no TensorFlow and no DNS lookup unless they say so:
-``free_ports`` on 127.0.0.1 for tests and ``tfdist.launch --local``,
-``answers`` (a TCP connect to a task's gRPC port), ``port_in_use`` (a port
-another process holds, caught before TensorFlow fails on it) and
-``public_addresses`` (TensorFlow's gRPC server has no authentication). A port
-from ``free_ports`` is free when picked, not when bound; by default it comes
-from the ephemeral range, and ``TFDIST_PORT_RANGE=LO-HI`` picks from a range of
-its own instead (the tests give each pytest worker one). See docs/internals.md (Clusters).
-"""
+"""The network as tfdist sees it: free ports, "does this task answer", loopback and public addresses."""
 
 from __future__ import annotations
 

@@ -1,14 +1,4 @@
-"""Peers meeting and watching each other: a bounded rendezvous before TensorFlow binds, then liveness probes.
-
-How a task knows its peers are up or gone: a TCP probe of their gRPC port
-(``PeerWatch``). TensorFlow gives no "the chief is done" signal to a ps or
-worker task, and the strategies' constructors wait for every peer in C++
-with no limit (holding the GIL, so no Python thread can bound them). So the
-peers meet first (``joining``): each probes the others' ports until all have
-answered once, at most ``--connect_timeout``, and a peer that never answers
-is one ``UserError`` line naming it instead of a hang. This module does not
-import TensorFlow.
-"""
+"""Peers meeting and watching each other: a bounded rendezvous before TensorFlow binds, then liveness probes."""
 
 from __future__ import annotations
 

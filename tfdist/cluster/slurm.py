@@ -1,14 +1,4 @@
-"""The cluster of a Slurm job step: ``--cluster slurm``, as TensorFlow's ``SlurmClusterResolver`` lays it out.
-
-The allocation says which nodes a step has and how many tasks run on each;
-``--slurm_tasks`` says which TF task types they are (default: every task a
-worker). Every ``SLURM_*`` value is checked here first (one ``UserError`` line
-before TensorFlow starts), the node list is expanded by ``scontrol show
-hostnames`` where there is one, and each task is placed by the node it runs on
-(``SLURMD_NODENAME``, ``SLURM_LOCALID``) rather than by rank, which the
-resolver's sorted node list gets wrong. ``layout`` reproduces the resolver
-without importing TensorFlow. Why each of these: docs/internals.md (Clusters).
-"""
+"""The cluster of a Slurm job step (``--cluster slurm``), as TensorFlow's ``SlurmClusterResolver`` lays it out."""
 
 from __future__ import annotations
 

@@ -1,14 +1,4 @@
-"""Where this process's task comes from: ``--cluster FILE --task T``, TF_CONFIG, a Slurm job step, or a pod.
-
-``resolve_task`` is the one answer to "which cluster, and which task of it am
-I", for every CLI and for ``tfdist.segmentation``: flags win over the
-environment, as everywhere in tfdist, and a cluster that any source gives is
-checked as strictly as a cluster spec file (TensorFlow accepts a malformed
-TF_CONFIG and fails later, on another host). ``None`` means a single process
-with no cluster. A pod whose manifest gives the job's shape
-(``TFDIST_TASKS``, ``cluster.kubernetes``) and no TF_CONFIG is picked up as
-``--cluster kubernetes``. None of them imports TensorFlow.
-"""
+"""Where this process's task comes from: ``--cluster FILE --task T``, TF_CONFIG, a Slurm job step, or a pod."""
 
 from __future__ import annotations
 

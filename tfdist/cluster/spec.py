@@ -1,13 +1,4 @@
-"""A cluster: every task's ``host:port`` by task type, validated (``ClusterSpec``).
-
-A cluster names every task of a distributed run once, in the shape of
-TF_CONFIG's ``"cluster"``: the task types (``chief``, ``worker``, ``ps``,
-``evaluator``) as keys, each a list of ``host:port`` (a single string for one
-task). Where a cluster comes from (a file: ``files``; TF_CONFIG or Slurm:
-``sources``) does not matter here: ``parse_cluster_spec`` checks a loaded one as
-strictly as TensorFlow needs it, and names the source in every error. No
-TensorFlow.
-"""
+"""A cluster: every task's ``host:port`` by task type, validated (``ClusterSpec``)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,4 @@
-"""One task of a cluster (``Task``): where a process stands, and the TF_CONFIG it hands TensorFlow.
-
-A ``Task`` is the cluster, this process's task type and its index, checked
-once when it is made and immutable after: every module that needs to know
-"where am I in the cluster" takes a ``Task`` (``Task.local()`` for a process
-that runs alone), never a ``(spec, type, index)`` triple or None. A task's
-name (``worker:1``) and file name (``worker-1``) are made here only. This
-module does not import TensorFlow.
-"""
+"""One task of a cluster (``Task``): where a process stands, its two names, and the TF_CONFIG it hands TensorFlow."""
 
 from __future__ import annotations
 

@@ -1,13 +1,4 @@
-"""Input data: the embedded shapes set, Oxford-IIIT Pet (TFDS), your own folder; one pipeline.
-
-``load_split`` gives the unbatched examples of a split, ``make_dataset`` the batches of one input
-pipeline, ``dataset_fn`` the same as a function of the strategy's input context, ``num_examples``
-sizes an epoch, and ``validate_data`` checks the user's data before anything is built. Each reads
-``data``, the experiment's data section (its ``DataConfig``), by its fields.
-
-Importing this package does not import TensorFlow (the pipeline's names load on first use), so that
-``validate_data`` can refuse a bad dataset (one line, exit status 2) before TensorFlow starts.
-"""
+"""Input data: the embedded shapes set, Oxford-IIIT Pet (TFDS), your own folder; one pipeline, loaded on first use."""
 
 from __future__ import annotations
 

@@ -1,13 +1,4 @@
-"""Your own images and masks from a directory.
-
-``DATA_DIR/images/<stem>.png|.jpg|.jpeg`` (any PIL colour mode) and
-``DATA_DIR/masks/<stem>.png`` (8-bit greyscale, pixel = class index), paired by
-stem. A palette mask is refused, since TensorFlow's decoder would turn its
-indices into colours. Every 5th pair by stem goes to ``eval`` (the last one
-with fewer than 5); at least 2 pairs. ``check_folder`` opens every file before
-anything is built, so a bad file stops the run with its name; ``folder_split``
-only lists and pairs files (run by every input pipeline). See docs/internals.md (Running).
-"""
+"""Your own images and masks from a directory, paired by stem and checked file by file."""
 
 from __future__ import annotations
 

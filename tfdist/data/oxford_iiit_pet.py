@@ -1,13 +1,4 @@
-"""Oxford-IIIT Pet through TensorFlow Datasets, with one preparer per machine.
-
-``train`` is TFDS ``train`` (trainval), ``eval`` is TFDS ``test``. Classes come
-from the trimap, shifted to start at 0 (pet 0, background 1, border 2); values
-outside 1..3 (``tfds.testing.mock_data``'s random masks) are clipped first.
-Processes sharing a data directory take an exclusive ``flock`` on
-``<data_dir>/oxford_iiit_pet.prepare.lock`` around ``download_and_prepare``, so
-one prepares and the others then find the data prepared. Without network, the
-failure is one ``UserError`` line saying where the data is expected.
-"""
+"""Oxford-IIIT Pet through TensorFlow Datasets, with one preparer per machine."""
 
 from __future__ import annotations
 

@@ -1,13 +1,4 @@
-"""One input pipeline for every dataset and every distribution strategy.
-
-``load_split`` turns a source into unbatched ``(image float32 [S, S, 3] in
-[0, 1], mask int32 [S, S, 1])`` examples; ``make_dataset`` batches them for one
-input pipeline: resize, cache, repeat and shuffle (train), shard, flip
-(augment), batch, prefetch. Shuffling comes before sharding with one seed, and
-the flip is keyed by the global position, so the union of the ``k``-th batches
-of ``N`` pipelines is the ``k``-th global batch: N workers train like one
-device. tf.data's auto-sharding is off (we shard ourselves). See docs/internals.md (Running).
-"""
+"""One input pipeline for every dataset and every distribution strategy."""
 
 from __future__ import annotations
 

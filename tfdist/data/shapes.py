@@ -1,12 +1,4 @@
-"""The embedded default dataset: circles, rectangles and triangles, drawn in numpy.
-
-Nothing is downloaded: every split is generated deterministically from a seed,
-so tests, notebooks and cluster runs without network all train on the same
-data. Classes: 0 background, 1 circle, 2 rectangle, 3 triangle. Each image holds
-1-3 shapes over a textured background from the opposite brightness band, so
-every shape contrasts with what lies under it. The batch is rendered with
-broadcasting over ``[N, H, W]`` in chunks, not pixel by pixel.
-"""
+"""The embedded default dataset: circles, rectangles and triangles, drawn in numpy from a seed."""
 
 from __future__ import annotations
 

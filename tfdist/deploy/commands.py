@@ -1,9 +1,4 @@
-"""The shell command that starts each task of a cluster on its host (``tfconfig --commands``).
-
-Every host runs the same command but for ``--task``, so a cluster is started
-by pasting one line per host; this is what ``python -m tfdist.tfconfig
---commands`` prints.
-"""
+"""The shell command that starts each task of a cluster on its host (``tfconfig --commands``)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,4 @@
-"""What every gang-admitted form shares: the run's storage, the pod's variables, the restart rules, one JobSet.
-
-A pod finds its task with ``cluster.kubernetes`` (``--cluster kubernetes``):
-the manifest gives the job's shape and port as literal variables and the
-task type and JobSet job index by the downward API from the labels JobSet
-puts on every pod; the Job controller gives ``JOB_COMPLETION_INDEX`` and the
-host name. One port serves every task (each pod has its own address): the
-port of the spec's leader task. ``--model_dir`` lies on a PersistentVolumeClaim
-the user names (``--volume``), mounted at ``MODEL_MOUNT`` in every pod.
-"""
+"""What every gang-admitted form shares: the run's storage, the pod's variables, the restart rules, one JobSet."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""A cluster in this process: in-process gRPC servers on free loopback ports, for tests and notebooks.
-
-Tests and notebooks use ``in_process_cluster`` to run ``parameter_server`` with
-real ``tf.distribute.Server``s talking gRPC on 127.0.0.1, as TensorFlow's own
-tests and tutorial do. Binding is to 127.0.0.1 only: TensorFlow's gRPC server
-has no authentication and executes what it receives.
-"""
+"""A cluster in this process: in-process gRPC servers on free loopback ports, for tests and notebooks."""
 
 from __future__ import annotations
 
@@ -17,7 +11,7 @@ def in_process_cluster(*, num_workers: int = 2, num_ps: int = 1):
     Returns a ``SimpleClusterResolver`` for a ``ParameterServerStrategy`` whose
     coordinator is this process. The servers live as long as the process.
     Inter-op threads are raised to ``num_workers + 1`` because on a machine with few cores
-    the cluster otherwise hangs (DESIGN.md).
+    the cluster otherwise hangs.
     """
     import tensorflow as tf
 

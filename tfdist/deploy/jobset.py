@@ -1,14 +1,4 @@
-"""``--emit jobset``: one JobSet (``jobset.x-k8s.io/v1alpha2``) that runs every task of a cluster spec.
-
-One replicated job per task type, each one Indexed Job with a pod per task;
-JobSet gives every pod the stable host name ``<name>-<type>-0-<i>.<name>``
-and the headless Service behind it, and each pod computes its TF_CONFIG from
-that (``cluster.kubernetes``). Kueue admits a JobSet as one workload (add the
-label ``kueue.x-k8s.io/queue-name``), so a run starts whole or not at all.
-Policies (``deploy.common``): exit 2 or 3 fails the run, 42 or an eviction
-restarts it whole up to ``MAX_RESTARTS`` times, and it is done when the
-leader's (chief's, else the workers') job has succeeded.
-"""
+"""``--emit jobset``: one JobSet (``jobset.x-k8s.io/v1alpha2``) that runs every task of a cluster spec."""
 
 from __future__ import annotations
 

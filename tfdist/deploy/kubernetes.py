@@ -1,14 +1,4 @@
-"""Kubernetes manifests for a cluster spec: a headless Service and a Job per task, or a Kubeflow TFJob.
-
-``python -m tfdist.tfconfig --emit kubernetes|tfjob`` prints what these pure
-functions build (plain dicts, no Kubernetes client). ``--emit kubernetes``: each
-task's host becomes the stable DNS name ``<name>-<type>-<i>.<name>`` of a
-headless Service, each task its own Job (replaced on node failure, same DNS
-name), with ``TERMINATION_GRACE_SECONDS`` to save a checkpoint. ``--emit tfjob``:
-the Kubeflow operator makes the pods and TF_CONFIG; ``tfjob_entry`` turns
-exit 42 into a status the ``ExitCode`` restart policy retries. Why each choice,
-and how to delete a parameter-server run: docs/internals.md (Clusters).
-"""
+"""Kubernetes manifests for a cluster spec: a headless Service and a Job per task, or a Kubeflow TFJob."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""Every task of a cluster spec as a process on this machine, and the policy that supervises them.
-
-Which failure stops the cluster, when every task starts again (``max_restarts``, new ports under ``local``),
-what a signal to the launcher does, and the exit status that comes out (``python -m tfdist.launch``'s).
-TensorFlow's gRPC server listens on every interface with no authentication.
-"""
+"""Every task of a cluster spec as a process on this machine, and the policy that supervises them."""
 
 from __future__ import annotations
 
@@ -154,8 +149,8 @@ def launch(spec: cluster_lib.ClusterSpec, command: Sequence[str], *, local: bool
     TensorFlow's known start-up lines (``quiet.STARTUP_NOISE``) are dropped from the tasks' output unless
     ``show_startup_noise`` (or the environment's ``TFDIST_TF_LOGS=1``) asks for them.
 
-    Addresses, prefixes, exit status, stopping, signals and restarts:
-    docs/internals.md (Clusters). Call it from the main thread: only there can it
+    Addresses, prefixes, exit status, stopping, signals and restarts: docs/clusters.md. Call it from the
+    main thread: only there can it
     catch the signals that stop the cluster in order (elsewhere they keep
     their default action), and its tasks die with the thread that started
     them (``deploy.processes.die_with``).

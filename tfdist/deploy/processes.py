@@ -1,14 +1,4 @@
-"""The processes of one start of a cluster on this machine, for ``tfdist.launch``: start, reap, stop, signals.
-
-Each task runs in a process group of its own, so that stopping a task stops what
-it started, and a Ctrl-C reaches the launcher alone. Each output line is
-prefixed with its task; TensorFlow's known start-up lines are dropped (``quiet``)
-unless asked for. ``LocalCluster.stop`` sends SIGTERM to every group and SIGKILL
-``grace`` seconds later (a tfdist task saves a checkpoint in between).
-Tasks die with the launcher even under SIGKILL (``die_with``,
-``prctl(PR_SET_PDEATHSIG)``, Linux; not inherited by what a task starts).
-``Signals`` holds the launcher's own signals until its tasks are stopped.
-"""
+"""The processes of one start of a cluster on this machine, for ``tfdist.launch``: start, reap, stop, signals."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""``python -m tfdist.deploy.tfjob_entry python -m tfdist.train ARGS``: the first process of a TFJob container.
-
-The kubelet signals a container's first process. This one runs its arguments as a child, passes SIGTERM,
-SIGINT and SIGUSR1 on to it, and exits with the child's status: 42 (preempted, the step saved) made
-``TFJOB_PREEMPTED_EXIT_CODE``, a status the Kubeflow operator's ``ExitCode`` policy retries, and death by
-signal N made 128 + N, as a shell reports it. It imports neither TensorFlow nor tfdist's training code.
-"""
+"""``python -m tfdist.deploy.tfjob_entry COMMAND``: a TFJob container's first process, passing signals on."""
 
 from __future__ import annotations
 

@@ -1,14 +1,4 @@
-"""``--emit trainjob``: a Kubeflow Trainer v2 TrainJob over a plain TrainingRuntime of its own.
-
-Trainer v2 has no TensorFlow runtime; its plain runtime (no ``torch``,
-``mpi`` or ``jax`` policy) runs the JobSet its template describes. The
-runtime here holds the JobSet of ``--emit jobset`` (a replicated job per
-task type, each pod finding its TF_CONFIG with ``cluster.kubernetes``); the
-workers' job is the one Trainer calls the trainer (its container ``node``,
-its job labelled as the trainer step), whose count ``mlPolicy.numNodes``
-gives. The TrainJob names the runtime; Trainer names the JobSet, and so the
-pods, after the TrainJob: ``<name>-<type>-0-<i>.<name>``.
-"""
+"""``--emit trainjob``: a Kubeflow Trainer v2 TrainJob over a plain TrainingRuntime of its own."""
 
 from __future__ import annotations
 

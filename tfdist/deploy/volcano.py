@@ -1,14 +1,4 @@
-"""``--emit volcano``: a Volcano Job (``batch.volcano.sh/v1alpha1``) with the ``tensorflow`` and ``svc`` plugins.
-
-Volcano gang-schedules the run (``minAvailable``: every task) and its plugins
-do the rest: ``svc`` gives each pod the host name ``<name>-<type>-<i>`` in
-the subdomain ``<name>`` (a headless Service), and ``tensorflow`` writes each
-pod's TF_CONFIG from the Job's tasks, named after TF_CONFIG's task types, and
-one port (the spec leader's). A Job of one task gets no TF_CONFIG (the
-plugin's rule): it runs as a single process. Policies: an eviction or exit 42
-restarts the Job (at most ``MAX_RESTARTS`` times), exit 2 or 3 ends it, and
-the chief's (else the workers') task completing completes it.
-"""
+"""``--emit volcano``: a Volcano Job (``batch.volcano.sh/v1alpha1``) with the ``tensorflow`` and ``svc`` plugins."""
 
 from __future__ import annotations
 

@@ -1,13 +1,4 @@
-"""What the tasks of a cluster must agree on, compared: versions, devices, clocks and shared storage.
-
-Pure data in, lines out, so that every task, given the same reports and
-observations, prints the same verdict (``tfdist.doctor``, ``cluster.meet``):
-``Report`` is what one task says of itself, ``Observation`` what it found once
-it had every report (its clock against the leader's, the tokens it could not
-read back), ``problems`` one line per disagreement naming the tasks, and
-``table`` one row per task. A value differs from the one most tasks have (ties:
-the leader's), so one odd task out is the one named. No TensorFlow.
-"""
+"""What the tasks of a cluster must agree on, compared: versions, devices, clocks and shared storage."""
 
 from __future__ import annotations
 

@@ -1,14 +1,4 @@
-"""``python -m tfdist.doctor``: can this cluster start, and do its tasks agree? Checked before training.
-
-Without a task (``--cluster FILE`` alone, or ``--nomeet``) every task of the
-cluster is probed from here (``cluster.doctor``): host, port, and with
-``--running`` whether it answers; ``--strategy`` checks the cluster has the
-tasks that strategy needs. With a task (``--task``, TF_CONFIG or ``--cluster
-slurm``) the tasks meet as training would (``cluster.meet``) and compare
-versions, GPUs, clocks and, with ``--model_dir``, shared storage. One table,
-then one line per problem. Exit status 0 when the cluster can start, 2
-otherwise. Examples: docs/internals.md (Clusters).
-"""
+"""``python -m tfdist.doctor``: can this cluster start, and do its tasks agree? Checked before training."""
 
 from __future__ import annotations
 

@@ -1,14 +1,4 @@
-"""The tasks of a cluster meet as training would, and swap what they must agree on (``tfdist.doctor``).
-
-No TensorFlow server is involved: each task answers one JSON line per connection
-on its own port of the spec, from a thread, and asks every other task for
-theirs, in three bounded rounds: reports (``agree.Report``, and a token written
-to ``<model_dir>/.tfdist-doctor/``) within ``--connect_timeout``, then the
-clock against the leader's; observations (``agree.Observation``: whose tokens
-this task could read back, i.e. shared storage); farewell (each task answers
-until every peer has its observation, then deletes its token). Rounds 2 and 3
-are bounded by ``SETTLE_SECONDS``. The rounds in detail: docs/internals.md (Clusters).
-"""
+"""The tasks of a cluster meet as training would, and swap what they must agree on (``tfdist.doctor``)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,4 @@
-"""Can this cluster start? Every task's host and port probed from here, before any task runs.
-
-``probe_cluster(spec)`` looks at every task as its peers will: does the host
-resolve, and what is at its port. Before training nothing should listen yet: a
-local port must be bindable on every interface, a remote connect must be
-refused (a connect that succeeds, a timeout or "no route to host" is a
-problem). With ``running=True`` every port must answer instead. An address that
-may be public is a warning. Every wait is bounded and the tasks are probed in
-parallel. What each verdict means: docs/internals.md (Clusters). No TensorFlow.
-"""
+"""Can this cluster start? Every task's host and port probed from here, before any task runs."""
 
 from __future__ import annotations
 

@@ -1,13 +1,4 @@
-"""Checkpoints under ``model_dir/checkpoints``, written by the chief alone.
-
-Every worker saves (as TensorFlow's multi-worker guide asks, so that any
-collective a save needs is matched), but only the chief saves into
-``model_dir/checkpoints``; the others write into a scratch directory named after
-the run and the task (``RunDir.scratch``), which a restart clears. Every worker
-restores from ``model_dir/checkpoints``, which must be on storage they share.
-``CheckpointManager`` writes its index after the data files, so a run killed
-while saving resumes from the previous checkpoint.
-"""
+"""Checkpoints under ``model_dir/checkpoints``: every worker saves, the chief alone into the run directory."""
 
 from __future__ import annotations
 

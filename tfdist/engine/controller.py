@@ -1,12 +1,4 @@
-"""The outer loop, shared by every strategy (as Orbit's ``Controller``).
-
-It asks a loop (``SyncLoop`` or ``CoordinatorLoop``) for chunks of steps that end
-on every log, checkpoint and epoch boundary, and around them it logs, checks the
-loss is finite, checkpoints and evaluates, knowing nothing of the strategy.
-After each chunk it asks whether to stop (``runtime.preemption``): then every
-task saves the checkpoint of the step reached and ends with ``Preempted``
-(status 42), and the relaunched command resumes there.
-"""
+"""The outer loop every strategy shares, as Orbit's ``Controller``: train a chunk, log, checkpoint, evaluate."""
 
 from __future__ import annotations
 
@@ -15,13 +7,13 @@ import dataclasses
 import math
 import sys
 import time
-from typing import Callable, NoReturn
+from typing import NoReturn
 
 import numpy as np
 
 from tfdist.errors import Preempted, TrainingDiverged
-from tfdist.engine.hold import hold_for_signal
 from tfdist.engine.steps import StatsAccumulator
+from tfdist.engine.task import Task
 
 
 def next_boundary(step: int, every: int) -> int:
@@ -40,64 +32,157 @@ class Schedule:
     checkpoint_every: int = 1
 
 
-@dataclasses.dataclass(frozen=True)
-class Hooks:
-    """What a client runs between chunks (all optional).
-
-    Attributes:
-      epoch_end: ``(step, train metrics of the epoch's last log window, eval metrics or None) -> stop?``, on
-        every task at each epoch's end (``tfdist.fit``'s callbacks); the run stops when any task says so.
-      chunk_begin: ``(step, end) -> None`` before each chunk of steps ``[step, end)``.
-      chunk_end: ``(step, end, metrics of the log window so far) -> None`` after each chunk.
-      eval_begin: ``() -> None`` before each eval pass (a model's own metrics are reset there).
-      clock: a list that gets ``(step, time.perf_counter())`` at the end of every chunk: a benchmark's window.
-    """
-
-    epoch_end: Callable | None = None
-    chunk_begin: Callable | None = None
-    chunk_end: Callable | None = None
-    eval_begin: Callable | None = None
-    clock: list | None = None
-
-
 class Controller:
-    """Drives ``loop`` from ``start_step`` to the schedule's ``total_steps``.
+    """Drives ``loop`` from ``start_step`` to the schedule's ``total_steps``: train -> log -> checkpoint -> evaluate.
 
     Args:
-      loop: a ``Loop`` (``engine.loop``); its ``steps`` read the stats vectors (``engine.steps.Steps``).
+      loop: a ``Loop`` (``engine.loop``) over the task's steps.
+      task: the client's ``Task`` (its steps' metrics, learning rate, hooks; whether it evaluates).
       schedule: a ``Schedule``.
       checkpoints: a ``Checkpoints`` (or None to never save).
       outputs: a ``RunOutputs``.
-      global_batch_size: examples per step (0: unknown, no throughput).
-      learning_rate: ``step -> float``, logged with the train metrics.
-      preview: ``(images, masks)`` to show predicted masks of at each eval, or None.
-      verbose: print progress lines (the chief only).
       preemption: this task's ``Preemption`` (its ``requested`` is the vote to stop after the next chunk), or None.
       watchdog: a ``Watchdog`` told what runs and when each finished, or None.
-      evaluates: evaluate at each epoch's end (False: the loop has nothing to evaluate).
-      hooks: the client's ``Hooks``.
+      verbose: print progress lines (the chief only).
     """
 
-    def __init__(self, *, loop, schedule: Schedule, checkpoints, outputs, global_batch_size, learning_rate,
-                 preview=None, verbose=True, preemption=None, watchdog=None, evaluates=True, hooks: Hooks = Hooks()):
+    def __init__(self, *, loop, task: Task, schedule: Schedule, checkpoints, outputs, preemption=None,
+                 watchdog=None, verbose=True):
         self.loop = loop
+        self.task = task
         self.schedule = schedule
         self.checkpoints = checkpoints
         self.outputs = outputs
-        self.steps = loop.steps
-        self.evaluates = evaluates
-        self.hooks = hooks
-        self.global_batch_size = global_batch_size
-        self.learning_rate = learning_rate
-        self.preview = preview
-        self.verbose = verbose
         self.preemption = preemption
         self.watchdog = watchdog
+        self.verbose = verbose
+        self.steps = loop.steps
         self.train_seconds = 0.0
         self.timed_steps = 0
         self.last_train: dict | None = None
-        self._bar = None
         self.first_step_at: float | None = None  # unix time the first chunk ended (start-up measurements)
+        self.chunk_ended_at: float | None = None  # time.perf_counter() when the last chunk ended
+        self._bar = None
+        self._window = StatsAccumulator(self.steps.stats_size, self.steps.metrics)
+        self._window_seconds = 0.0  # train seconds of the log window so far
+
+    def run(self, start_step: int) -> dict | None:
+        """Train to the schedule's end (or until a hook's ``epoch_end`` says stop); the last eval metrics or None."""
+        self._start(start_step)
+        step, final = start_step, None
+        while step < self.schedule.total_steps:
+            begin, step = step, self._chunk_end(step)
+            stop = self._train(begin, step)
+            self._log(step)
+            saved = self._checkpoint(step)
+            if stop:
+                self._preempted(step, saved=saved)
+            for hook in self.task.hooks:
+                hook.chunk_done(begin, step, self)
+            if step % self.schedule.steps_per_epoch == 0:
+                final = self.evaluate(step) if self.task.evaluates else None
+                if self._epoch_end(step, final):
+                    break
+        if final is None and self.task.evaluates:  # nothing ran (resumed at the end): evaluate what was restored
+            final = self.evaluate(step)
+        return final
+
+    def _start(self, start_step: int) -> None:
+        """The progress bar on a terminal; the log window a resumed run carries on."""
+        if self.verbose and sys.stdout.isatty():
+            import keras
+
+            self._bar = keras.utils.Progbar(self.schedule.total_steps, stateful_metrics=["loss"])
+        carried = self.checkpoints.restored_window() if self.checkpoints else ()
+        if len(carried) == self.steps.stats_size + 1:  # resumed between two log rows: the window goes on
+            self._window.add(carried[:-1])
+            self._window_seconds = float(carried[-1])
+
+    def _chunk_end(self, step: int) -> int:
+        """The end of the chunk from ``step``: the first loop, log, checkpoint, epoch or run boundary after it."""
+        schedule = self.schedule
+        return min(schedule.total_steps, step + schedule.steps_per_loop, next_boundary(step, schedule.log_every),
+                   next_boundary(step, schedule.checkpoint_every), next_boundary(step, schedule.steps_per_epoch))
+
+    def _train(self, begin: int, end: int) -> bool:
+        """Train steps ``[begin, end)`` into the log window; whether the run must stop after them.
+
+        Raises:
+          Preempted: a coordinator stopped before any closure of the chunk returned.
+          TrainingDiverged: the chunk's loss is not finite.
+        """
+        for hook in self.task.hooks:
+            hook.chunk_begin(begin, end)
+        first_chunk = self.chunk_ended_at is None
+        t0 = time.perf_counter()
+        with self._phase("first_step" if first_chunk else "training", end):
+            stats, stop = self.loop.train(end - begin, self._stop_requested)
+        elapsed = time.perf_counter() - t0
+        self.chunk_ended_at = t0 + elapsed
+        if not first_chunk:  # the first chunk traces and compiles: not a speed figure
+            self.train_seconds += elapsed
+            self.timed_steps += end - begin
+        elif self.first_step_at is None:
+            self.first_step_at = time.time()
+        if stop and stats[1] == 0:  # a coordinator stopped waiting for its closures: nothing to log
+            self._preempted(self.loop.step(), saved=False)
+        self._window_seconds += elapsed
+        self._window.add(stats)
+        chunk_loss = self.steps.metrics(stats).get("loss", 0.0)  # a model's own steps may track no "loss"
+        self._progress(end, chunk_loss)
+        if not math.isfinite(chunk_loss):
+            last = self.checkpoints.latest() if self.checkpoints else None
+            raise TrainingDiverged(
+                f"Training diverged: the loss is {chunk_loss} at step {end}. "
+                f"The last good checkpoint is kept: {last or 'none was saved yet'}. "
+                "Expected a finite loss; try a lower --learning_rate or --precision float32."
+            )
+        for hook in self.task.hooks:
+            hook.chunk_end(begin, end, self._window.result())
+        return stop
+
+    def _log(self, step: int) -> None:
+        """At a log boundary (or the run's end): the window's train row, with throughput and learning rate."""
+        total_steps = self.schedule.total_steps
+        if step % self.schedule.log_every and step != total_steps:
+            return
+        result = self._window.result()
+        # Train time only: evals and checkpoints in between are not counted.
+        count = result[self.steps.count_key]
+        result[self.throughput_key] = count / self._window_seconds if self._window_seconds > 0 else 0.0
+        result["learning_rate"] = float(self.task.learning_rate(step))
+        self.outputs.log("train", step, result)
+        self.last_train = result
+        self._print(f"train  step {step}/{total_steps}: {self.steps.describe('train', result)}  "
+                    f"{result[self.throughput_key]:.1f} {self.steps.count_key}/s")
+        self._window.reset()
+        self._window_seconds = 0.0
+
+    def _checkpoint(self, step: int) -> bool:
+        """At a checkpoint boundary (or the run's end): save ``step``; whether it was saved."""
+        every = self.schedule.checkpoint_every
+        saved = bool(self.checkpoints) and (step % every == 0 or step == self.schedule.total_steps)
+        if saved:
+            self._save(step)
+        return saved
+
+    def evaluate(self, step: int) -> dict:
+        """One eval pass; logged, shown to the hooks and returned."""
+        with self._phase("evaluating", step):
+            for hook in self.task.hooks:
+                hook.eval_begin()
+            result = self.steps.metrics(self.loop.evaluate())
+        self.outputs.log("eval", step, result)
+        for hook in self.task.hooks:
+            hook.evaluated(step, result, self)
+        self._print(f"eval   step {step}: {self.steps.describe('eval', result)}")
+        return result
+
+    def _epoch_end(self, step: int, evaluated: dict | None) -> bool:
+        """The hooks' votes at an epoch's end; whether any task's hook stops the run (every task gets the same)."""
+        votes = [hook.epoch_end(step, self.last_train, evaluated) for hook in self.task.hooks]
+        cast = [vote for vote in votes if vote is not None]
+        return bool(cast) and self.loop.agree(any(bool(vote) for vote in cast))
 
     def _print(self, text: str) -> None:
         if self.verbose:
@@ -119,117 +204,22 @@ class Controller:
         if self.watchdog is not None:
             self.watchdog.progress(step)
 
-    def _save(self, step: int, window: StatsAccumulator, seconds: float) -> None:
+    def _save(self, step: int) -> None:
         """Save ``step`` with the log window so far (its stats and seconds): a run resumed there logs as this one."""
         with self._phase("checkpointing", step):
-            self.checkpoints.save(step, np.append(window.total, seconds))
-
-    def evaluate(self, step: int) -> dict:
-        """One eval pass; logged and returned."""
-        with self._phase("evaluating", step):
-            if self.hooks.eval_begin is not None:
-                self.hooks.eval_begin()
-            result = self.steps.metrics(self.loop.evaluate())
-        self.outputs.log("eval", step, result)
-        if self.preview is not None:
-            images, masks = self.preview
-            self.outputs.log_predictions(step, images, masks, self.loop.predict(images))
-        self._print(f"eval   step {step}: {self.steps.describe('eval', result)}")
-        return result
-
-    def run(self, start_step: int) -> dict | None:
-        """Train to the schedule's end (or until ``epoch_end`` says stop); returns the last eval metrics or None."""
-        schedule, hooks = self.schedule, self.hooks
-        total_steps = schedule.total_steps
-        if self.verbose and sys.stdout.isatty():
-            import keras
-
-            self._bar = keras.utils.Progbar(total_steps, stateful_metrics=["loss"])
-        step = start_step
-        window = StatsAccumulator(self.steps.stats_size, self.steps.metrics)
-        final = None
-        window_seconds = 0.0
-        carried = self.checkpoints.restored_window() if self.checkpoints else ()
-        if len(carried) == self.steps.stats_size + 1:  # resumed between two log rows: the window goes on
-            window.add(carried[:-1])
-            window_seconds = float(carried[-1])
-        first_chunk = True
-        while step < total_steps:
-            end = min(
-                total_steps,
-                step + schedule.steps_per_loop,
-                next_boundary(step, schedule.log_every),
-                next_boundary(step, schedule.checkpoint_every),
-                next_boundary(step, schedule.steps_per_epoch),
-            )
-            if hooks.chunk_begin is not None:
-                hooks.chunk_begin(step, end)
-            t0 = time.perf_counter()
-            with self._phase("first_step" if first_chunk else "training", end):
-                stats, stop = self.loop.train(end - step, self._stop_requested)
-            elapsed = time.perf_counter() - t0
-            if hooks.clock is not None:
-                hooks.clock.append((end, t0 + elapsed))
-            if not first_chunk:  # the first chunk traces and compiles: not a speed figure
-                self.train_seconds += elapsed
-                self.timed_steps += end - step
-            elif self.first_step_at is None:
-                self.first_step_at = time.time()
-            first_chunk = False
-            if stop and stats[1] == 0:  # a coordinator stopped waiting for its closures: nothing to log
-                self._preempted(self.loop.step(), total_steps, saved=False, window=(window, window_seconds))
-            begin, step = step, end
-            window_seconds += elapsed
-            window.add(stats)
-            chunk_loss = self.steps.metrics(stats).get("loss", 0.0)  # a model's own steps may track no "loss"
-            self._progress(step, chunk_loss)
-            if not math.isfinite(chunk_loss):
-                last = self.checkpoints.latest() if self.checkpoints else None
-                raise TrainingDiverged(
-                    f"Training diverged: the loss is {chunk_loss} at step {step}. "
-                    f"The last good checkpoint is kept: {last or 'none was saved yet'}. "
-                    "Expected a finite loss; try a lower --learning_rate or --precision float32."
-                )
-            if hooks.chunk_end is not None:
-                hooks.chunk_end(begin, step, window.result())
-            if step % schedule.log_every == 0 or step == total_steps:
-                result = window.result()
-                # Train time only: evals and checkpoints in between are not counted.
-                count = result[self.steps.count_key]
-                result[self.throughput_key] = count / window_seconds if window_seconds > 0 else 0.0
-                result["learning_rate"] = float(self.learning_rate(step))
-                self.outputs.log("train", step, result)
-                self.last_train = result
-                self._print(f"train  step {step}/{total_steps}: {self.steps.describe('train', result)}  "
-                            f"{result[self.throughput_key]:.1f} {self.steps.count_key}/s")
-                window.reset()
-                window_seconds = 0.0
-            saved = bool(self.checkpoints) and (step % schedule.checkpoint_every == 0 or step == total_steps)
-            if saved:
-                self._save(step, window, window_seconds)
-            if stop:
-                self._preempted(step, total_steps, saved=saved, window=(window, window_seconds))
-            hold_for_signal(begin, step, self.preemption, self.first_step_at)  # off unless a benchmark sets it
-            if step % schedule.steps_per_epoch == 0:
-                final = self.evaluate(step) if self.evaluates else None
-                # Every task's answer is the same: a chief's callback may stop the run for all of them.
-                if hooks.epoch_end is not None and self.loop.agree(bool(hooks.epoch_end(step, self.last_train, final))):
-                    break
-        if final is None and self.evaluates:  # nothing ran (resumed at the end): evaluate what was restored
-            final = self.evaluate(step)
-        return final
+            self.checkpoints.save(step, np.append(self._window.total, self._window_seconds))
 
     def _stop_requested(self) -> bool:
         return self.preemption is not None and self.preemption.requested
 
-    def _preempted(self, step: int, total_steps: int, *, saved: bool, window: tuple) -> NoReturn:
+    def _preempted(self, step: int, *, saved: bool) -> NoReturn:
         """Every task agreed to stop after ``step``: save that step (every task, as for any save) and end, status 42."""
         if self.checkpoints and not saved:
-            self._save(step, *window)
+            self._save(step)
         where = f"{self.checkpoints.directory}/ckpt-{step}" if self.checkpoints else "no checkpoint (none asked for)"
         raise Preempted(
-            f"Preempted at step {step} of {total_steps}: {self.preemption.reason()}. Saved the checkpoint of that "
-            f"step: {where}. Run the same command again to resume from it."
+            f"Preempted at step {step} of {self.schedule.total_steps}: {self.preemption.reason()}. Saved the "
+            f"checkpoint of that step: {where}. Run the same command again to resume from it."
         )
 
     @property
@@ -241,5 +231,5 @@ class Controller:
     def throughput(self) -> float:
         """Examples (or images) per second of training after the first (compiling) chunk."""
         if self.timed_steps and self.train_seconds > 0:
-            return self.timed_steps * self.global_batch_size / self.train_seconds
+            return self.timed_steps * self.task.global_batch_size / self.train_seconds
         return float("nan")

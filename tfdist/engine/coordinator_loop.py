@@ -1,13 +1,5 @@
-"""The parameter-server loop: a ``ClusterCoordinator`` on the chief.
-
-The chief schedules closures on whichever worker is free, joins them and sums
-their stats vectors; variables live on the ps tasks, evaluation runs on the
-chief. A closure may run twice after a worker is lost, so steps are counted by a
-variable every closure increments, never in Python and never by the optimizer's
-``iterations`` (DESIGN.md). ``closures_per_worker`` counts the results fetched,
-by the worker that ran them, so it adds up to the steps scheduled exactly. A
-closure may run ``steps_per_closure`` steps in a row (default 1). See docs/internals.md
-(Clusters).
+"""The parameter-server loop: a ``ClusterCoordinator`` on the chief schedules closures on free workers and
+counts steps with a variable every closure increments.
 """
 
 from __future__ import annotations

@@ -1,11 +1,4 @@
-"""The ``Loop`` protocol: what the controller drives, whichever strategy runs the steps.
-
-Two loops implement it: ``SyncLoop`` (``strategy.run`` inside ``tf.function``,
-for every synchronous strategy, in one process or across workers) and
-``CoordinatorLoop`` (a ``ClusterCoordinator`` scheduling closures on the
-workers of a strategy with a coordinator). The ``Controller`` owns everything
-else (logging, checkpoints, evaluation, the NaN stop) once, for both.
-"""
+"""The ``Loop`` protocol the controller drives (``SyncLoop`` or ``CoordinatorLoop``), whichever strategy runs."""
 
 from __future__ import annotations
 

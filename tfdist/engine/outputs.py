@@ -1,23 +1,14 @@
-"""What a run leaves in ``model_dir``, written by the chief alone.
-
-``params.yaml`` (the resolved config), ``metrics.jsonl`` (one JSON object per
-logged train step and per eval, each with ``step``, ``split`` and ``loss``),
-``summary.json``, ``tensorboard/{train,eval}`` scalars and predicted masks,
-and ``export/`` (a ``.keras`` model and a SavedModel for serving). On any
-other worker every method is a no-op, so workers never write the same files.
-"""
+"""What a run leaves in ``model_dir`` (params, metrics, summary, TensorBoard, export), written by the chief alone."""
 
 from __future__ import annotations
 
 import json
 import math
 
-import numpy as np
 import tensorflow as tf
 
 from tfdist import config as config_lib
 from tfdist.rundir import RunDir
-from tfdist.visualize import side_by_side
 
 
 def _finite(value):
@@ -70,14 +61,12 @@ class RunOutputs:
                 if isinstance(value, (int, float)) and name != "images":
                     tf.summary.scalar(name, value)
 
-    def log_predictions(self, step: int, images, masks, logits) -> None:
-        """A few eval images beside their true and predicted masks, in TensorBoard."""
+    def log_images(self, split: str, step: int, name: str, images) -> None:
+        """A batch of images (``[n, height, width, channels]``) in TensorBoard's ``split``, as ``name``."""
         if not self.is_chief:
             return
-        predicted = np.argmax(np.asarray(logits), axis=-1)
-        grid = side_by_side(np.asarray(images), np.asarray(masks), predicted)
-        with self._writer("eval").as_default(step=int(step)):
-            tf.summary.image("image_true_predicted", grid, max_outputs=len(grid))
+        with self._writer(split).as_default(step=int(step)):
+            tf.summary.image(name, images, max_outputs=len(images))
 
     def write_summary(self, summary: dict) -> None:
         if self.is_chief:

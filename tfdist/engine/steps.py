@@ -1,10 +1,5 @@
-"""What the one loop runs: the ``Steps`` protocol every client implements, and the counted train step.
-
-A client (the UNet experiment, ``tfdist.fit``) gives the loop per-replica
-functions that return one float32 "stats" vector each; the loop sums them
-over replicas, workers and steps, and the client's ``metrics`` reads the sum.
-Nothing here knows which model or loss runs underneath; TensorFlow is imported
-only by the step itself.
+"""The ``Steps`` protocol every client implements, and the counted train step: per-replica functions that
+return one float32 stats vector each.
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""The synchronous loop: one_device, mirrored, central_storage, multi_worker_mirrored.
-
-``strategy.run`` inside ``tf.function``, several steps per call
-(``steps_per_loop``) so that the host is visited once per loop, not once per
-step. Each step's stats vectors are summed over replicas (and workers) with
-one ``strategy.reduce``; the loop returns their sum over its steps. A call of
-one step (the default) runs a function without the loop, which traces faster.
+"""The synchronous loop (one_device, mirrored, central_storage, multi_worker_mirrored): ``strategy.run``
+inside ``tf.function``, several steps per call.
 """
 
 from __future__ import annotations

@@ -1,13 +1,5 @@
-"""``tfdist.fit``: Keras' ``fit`` for any compiled Keras 3 model, under every strategy, across processes.
-
-Keras 3's ``model.fit`` fails under ``MultiWorkerMirroredStrategy`` with two or
-more workers (keras-team/keras#20585) and has no ``ParameterServerStrategy``
-path. ``fit`` takes Keras' ``fit`` arguments (``batch_size`` is the global batch)
-and trains in the UNet's ``runtime.lifecycle.training_task`` with its loops,
-``Controller``, checkpoints, resume, preemption, watchdog and chief-only
-outputs; only the steps are Keras' own (``fitting.steps``,
-``fitting.custom_steps``). What a model must not do under a strategy
-(reductions, metrics, batch norm, callbacks), with an example: docs/fit.md.
+"""``tfdist.fit``: Keras' ``fit`` for any compiled Keras 3 model, under every strategy, across processes
+(what a model must not do under a strategy: docs/fit.md).
 """
 
 from __future__ import annotations
@@ -113,9 +105,7 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy=
         placement = session.placement
     else:
         placement = session_lib.place(runtime, in_process=cluster_resolver is not None)
-    if placement.role == "evaluate":  # before the run directory is written (session.start refuses it too)
-        raise UserError(f"Invalid task for tfdist.fit: {placement.name}. Received: an evaluator task. Expected a "
-                        f"chief, worker or ps task ({session_lib.EVALUATOR_ELSEWHERE['tfdist.fit']}).")
+    session_lib.refuse_evaluator(placement, "tfdist.fit")  # before the run directory is written
     run_dir = RunDir(model_dir)
     if placement.is_chief and not temporary:
         run_dir.write_fit_record(batch_size)
@@ -129,7 +119,7 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy=
 
                 keras.utils.set_random_seed(seed)
             history = train_keras(
-                model_fn, x, y, runtime=runtime, placement=placement, run_dir=run_dir, training=training,
+                model_fn, x, y, training=training,
                 batch_size=batch_size, epochs=epochs, validation_data=validation_data,
                 steps_per_epoch=steps_per_epoch, validation_steps=validation_steps, shuffle=shuffle,
                 initial_epoch=initial_epoch, callbacks=callbacks, verbose=verbose, seed=0 if seed is None else seed,

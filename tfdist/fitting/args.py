@@ -1,12 +1,4 @@
-"""``tfdist.fit``'s arguments, checked before TensorFlow or the strategy is set up.
-
-A mistake in the arguments of a call is the user's (``UserError``: one
-line, status 2) and is found here, before the process is set up for a
-strategy or joins a cluster: each message names the argument, what was
-received and what is expected, as Keras' own messages do. Nothing here
-starts TensorFlow's runtime: it reads types, lengths and a Dataset's
-``element_spec`` only.
-"""
+"""``tfdist.fit``'s arguments, checked before TensorFlow or the strategy is set up."""
 
 from __future__ import annotations
 

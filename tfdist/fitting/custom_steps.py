@@ -1,14 +1,4 @@
-"""Train and eval steps for a Keras model that overrides ``train_step`` or ``test_step``: Keras' own calls.
-
-As Keras' ``fit`` does, ``KerasModelSteps`` calls ``model.train_step(data)``
-inside ``strategy.run`` and reads the epoch's logs from ``model.metrics`` (their
-variables aggregate with ``"sum"``, so every copy holds the total over every
-replica and worker); ``evaluate`` resets them and calls ``model.test_step``. Its
-stats vector is ``[0, examples]``. A step must return the results of
-``model.metrics`` under their names; other logs are refused with one line. Under
-a coordinator a closure may run twice and count its metric updates twice, so
-the override is refused there.
-"""
+"""Train and eval steps for a Keras model that overrides ``train_step`` or ``test_step``: Keras' own calls."""
 
 from __future__ import annotations
 

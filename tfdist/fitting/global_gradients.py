@@ -1,9 +1,4 @@
-"""Keras' optimizer across replicas, applied to the global batch's gradient: what one device applies.
-
-``install`` wraps ``apply``: the gradients are summed over replicas first, then Keras' one-device code
-(clipping, accumulation, weight decay, the update, EMA) runs on each replica's copy of the variables, or
-once in the cross-replica context where variables live once. docs/fit.md says why.
-"""
+"""Keras' optimizer across replicas, applied to the global batch's gradient: what one device applies."""
 
 from __future__ import annotations
 

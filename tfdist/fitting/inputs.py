@@ -1,14 +1,4 @@
-"""``tfdist.fit``'s inputs: numpy arrays, a ``tf.data.Dataset`` or a ``dataset_fn``, as per-replica slices.
-
-Every input pipeline walks the same global batches in the same order (one
-shuffle seed) and cuts from each its replicas' slices: replica ``r`` of ``R``
-gets examples ``[r*b, (r+1)*b)``, ``b = batch_size / R``. Each element is ``(x,
-y, p)`` (or with sample weights) with ``p`` the global batch's size, which
-``KerasSteps`` divides by: N replicas compute what one device computes. A
-``Dataset`` yields global batches; a ``dataset_fn`` yields per-replica ones.
-``class_weight`` becomes sample weights as Keras makes them. Under a coordinator
-each worker shuffles in its own order. See docs/internals.md (tfdist.fit).
-"""
+"""``tfdist.fit``'s inputs: numpy arrays, a ``tf.data.Dataset`` or a ``dataset_fn``, as per-replica slices."""
 
 from __future__ import annotations
 

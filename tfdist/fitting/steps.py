@@ -1,14 +1,4 @@
-"""Train and eval steps for any compiled Keras model: its own loss and metrics, under every strategy.
-
-``KerasSteps`` returns one stats vector per replica, ``[loss_sum, examples,
-metric deltas...]``, summed over replicas, workers and steps. A replica with
-``n`` of the step's ``p`` examples minimises ``n / p * (its mean loss +
-regularization)``, so N replicas take the step one device takes on ``p``
-examples; a loss reduction that does not add up that way is refused. Each
-replica updates a fresh copy of the compiled metrics' variables and returns
-what its batch added, so a metric reduces exactly when its variables have
-``aggregation="sum"``; others are refused. The math: docs/internals.md (tfdist.fit).
-"""
+"""Train and eval steps for any compiled Keras model: its own loss and metrics, under every strategy."""
 
 from __future__ import annotations
 

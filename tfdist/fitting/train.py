@@ -1,12 +1,5 @@
-"""The training half of ``tfdist.fit``, once the strategy exists: model, inputs, callbacks, the one loop.
-
-``train_keras`` builds the user's model in the strategy's scope, restores the
-run directory's latest checkpoint, cuts the inputs into per-replica slices
-(``fitting.inputs``) and trains through ``runtime.run_loop``: a log row and a checkpoint per
-epoch, then the validation pass. The steps are ``KerasSteps`` or, for a model
-that overrides ``train_step``/``test_step``, ``KerasModelSteps``. Every task
-keeps a ``History``; the chief runs the callbacks, and ``model.stop_training``
-set by one stops every task.
+"""The training half of ``tfdist.fit`` once the task has started: the model, the inputs, the callbacks and
+the engine task.
 """
 
 from __future__ import annotations
@@ -16,22 +9,20 @@ import shutil
 import numpy as np
 import tensorflow as tf
 
-from tfdist.engine.controller import Hooks, Schedule
+from tfdist.engine.controller import Schedule
 from tfdist.engine.inputs import batches_per_step
 from tfdist.engine.outputs import RunOutputs
 from tfdist.engine.state import build_state
+from tfdist.engine.task import Task
 from tfdist.errors import UserError
 from tfdist.fitting.args import split_validation
+from tfdist.fitting.callbacks import KerasCallbacks, implements_batch_hooks
 from tfdist.fitting.custom_steps import KerasModelSteps, overrides_steps, refuse_under_coordinator
 from tfdist.fitting.inputs import check_batch, dataset_fns, rows_and_steps
 from tfdist.fitting.global_gradients import refuse_accumulation_under_coordinator
 from tfdist.fitting.steps import KerasSteps
 from tfdist.runtime.run_loop import run_loop
 from tfdist import _compat
-
-#: Keys of a train or eval result that are not Keras logs.
-NOT_LOGGED = ("examples", "examples_per_second", "learning_rate")
-
 
 def _sample(x, y) -> tuple:
     """A couple of examples ``(x, y)`` to build the model, its loss and metrics with, from any kind of input."""
@@ -40,21 +31,6 @@ def _sample(x, y) -> tuple:
         xb, yb = tuple(next(iter(first.take(1))))[:2]
         return tf.nest.map_structure(lambda t: t[:2], xb), tf.nest.map_structure(lambda t: t[:2], yb)
     return tf.nest.map_structure(lambda a: np.asarray(a)[:2], x), tf.nest.map_structure(lambda a: np.asarray(a)[:2], y)
-
-
-def implements_batch_hooks(callback) -> bool:
-    """Whether a Keras callback overrides a train-batch hook of ``keras.callbacks.Callback`` (a progress bar does)."""
-    import keras
-
-    return any(getattr(type(callback), name) is not getattr(keras.callbacks.Callback, name)
-               for name in ("on_train_batch_begin", "on_train_batch_end", "on_batch_begin", "on_batch_end"))
-
-
-def _logs(train: dict | None, evaluated: dict | None) -> dict:
-    """Keras' epoch logs: the train metrics, and the eval ones as ``val_*``."""
-    logs = {k: v for k, v in (train or {}).items() if k not in NOT_LOGGED}
-    logs.update({f"val_{k}": v for k, v in (evaluated or {}).items() if k not in NOT_LOGGED})
-    return logs
 
 
 def _warn_unsynchronized_batch_norm(model, replicas: int) -> None:
@@ -114,7 +90,7 @@ def _eval_fn(validation_data, *, batch_size, validation_steps, seed):
     return lambda context: eval_fn(context).take(validation_steps * batches_per_step(context))
 
 
-def train_keras(model_fn, x, y, *, runtime, placement, run_dir, training, batch_size, epochs, validation_data,
+def train_keras(model_fn, x, y, *, training, batch_size, epochs, validation_data,
                 steps_per_epoch, validation_steps, shuffle, initial_epoch, callbacks, verbose, seed,
                 keep_checkpoints: bool, sample_weight=None, class_weight=None):
     """Train under ``training.strategy``; returns the ``keras.callbacks.History`` (see ``tfdist.fit``)."""
@@ -123,6 +99,7 @@ def train_keras(model_fn, x, y, *, runtime, placement, run_dir, training, batch_
     from tfdist.fitting import global_gradients
 
     global_gradients.install()  # the optimizer applies the global batch's gradient, as on one device
+    placement, run_dir = training.placement, training.run_dir
     strategy, is_chief, coordinator = training.strategy, placement.is_chief, placement.coordinator
     replicas = strategy.num_replicas_in_sync
     if batch_size is not None:
@@ -159,34 +136,22 @@ def train_keras(model_fn, x, y, *, runtime, placement, run_dir, training, batch_
     chief_callbacks.on_train_begin()
     chief_callbacks.on_epoch_begin(start_step // epoch_steps)
 
-    def epoch_end(step, train, evaluated) -> bool:
-        epoch, logs = step // epoch_steps - 1, _logs(train, evaluated)
-        history.on_epoch_end(epoch, logs)
-        chief_callbacks.on_epoch_end(epoch, logs)
-        stop = bool(getattr(model, "stop_training", False))
-        if not stop and step < total_steps:
-            reset()
-            chief_callbacks.on_epoch_begin(epoch + 1)
-        return stop
-
-    # Batch hooks on the chief, only when a callback has them. The chunks are Keras' executions
-    # (steps_per_execution steps, 1 by default, fewer at an epoch's end); as Keras numbers them, an execution
-    # begins at its first batch of the epoch and ends at that + steps_per_execution - 1, with the epoch's logs so far.
-    hooks, per_execution = {}, max(1, int(getattr(model, "steps_per_execution", 1) or 1))
-    if is_chief and any(implements_batch_hooks(c) for c in callbacks or []):
-        hooks = {"chunk_begin": lambda step, end: chief_callbacks.on_train_batch_begin(step % epoch_steps),
-                 "chunk_end": lambda step, end, result: chief_callbacks.on_train_batch_end(
-                     step % epoch_steps + per_execution - 1, _logs(result, None))}
+    per_execution = max(1, int(getattr(model, "steps_per_execution", 1) or 1))
+    keras_callbacks = KerasCallbacks(
+        model=model, history=history, callbacks=chief_callbacks, reset=reset, epoch_steps=epoch_steps,
+        total_steps=total_steps, per_execution=per_execution, eval_reset=own_steps,
+        # Batch hooks on the chief, only when a callback has them.
+        batch_hooks=is_chief and any(implements_batch_hooks(c) for c in callbacks or []))
     if verbose and is_chief:
         print(f"tfdist.fit: {placement.strategy} with {replicas} replicas, global batch {batch_size}, "
               f"{total_steps} steps ({epoch_steps} an epoch); {state.start()}", flush=True)
-    run_loop(placement=placement, run_dir=run_dir, strategy=strategy, steps=steps, state=state, outputs=outputs,
-             schedule=Schedule(total_steps=total_steps, steps_per_epoch=epoch_steps, steps_per_loop=per_execution,
-                               log_every=epoch_steps, checkpoint_every=epoch_steps),
-             train_dataset_fn=train_fn, eval_dataset_fn=eval_fn, progress_timeout=runtime.progress_timeout,
-             preemption=training.preemption, checkpoints=keep_checkpoints, global_batch_size=batch_size or 0,
-             learning_rate=lambda _: _learning_rate(optimizer), verbose=bool(verbose) and is_chief,
-             hooks=Hooks(epoch_end=epoch_end, eval_begin=reset if own_steps else None, **hooks))
+    task = Task(steps=steps, train_dataset_fn=train_fn, eval_dataset_fn=eval_fn,
+                learning_rate=lambda _: _learning_rate(optimizer), global_batch_size=batch_size or 0,
+                hooks=(keras_callbacks,))
+    run_loop(training, state, task,
+             Schedule(total_steps=total_steps, steps_per_epoch=epoch_steps, steps_per_loop=per_execution,
+                      log_every=epoch_steps, checkpoint_every=epoch_steps),
+             outputs=outputs, checkpoints=keep_checkpoints, verbose=bool(verbose) and is_chief)
     if epochs > 0:
         state.finalize_ema()  # the EMA weights into the model, as Keras' fit leaves them
     chief_callbacks.on_train_end()

@@ -1,14 +1,4 @@
-"""The UNet (Ronneberger et al.), and a MobileNetV2-encoder variant.
-
-Keras 3's batch norm computes statistics per replica (N replicas drift from one
-device) and makes moving statistics a custom loop cannot update under
-central-storage and parameter-server strategies (DESIGN.md). ``norm`` picks the
-normalization: ``batch`` (``ReplicaBatchNorm``, synchronized, exact: what one
-device computes, at one all-reduce per layer each way), ``group``
-(``GroupNormalization``, exact, no collective), ``replica_batch``
-(``LocalBatchNorm``, per replica, not exact) or ``none``. A convolution has a
-bias only when no learned offset follows it. Trade-offs: docs/internals.md (Running).
-"""
+"""The UNet (Ronneberger et al.), and a MobileNetV2-encoder variant, with a choice of normalization (``norm``)."""
 
 from __future__ import annotations
 
@@ -22,7 +12,7 @@ MAX_GROUPS = 8
 
 
 class _MeanMovingStatistics(keras.layers.BatchNormalization):
-    """Batch norm whose moving statistics are created with aggregation "mean" (DESIGN.md), momentum 0.9."""
+    """Batch norm whose moving statistics are created with aggregation "mean", momentum 0.9."""
 
     def __init__(self, momentum: float = 0.9, **kwargs):
         kwargs.pop("synchronized", None)

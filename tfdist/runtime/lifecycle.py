@@ -21,10 +21,21 @@ from tfdist.runtime.session import start
 
 @dataclasses.dataclass(frozen=True)
 class Training:
-    """What a training task trains with: the strategy, and this task's ``Preemption``."""
+    """What a training task trains with (``runtime.run_loop`` takes it).
 
+    Attributes:
+      placement: this task.
+      run_dir: the run directory (heartbeats).
+      strategy: the ``tf.distribute.Strategy``.
+      preemption: this task's ``Preemption``.
+      progress_timeout: ``--progress_timeout``, the watchdog's bound.
+    """
+
+    placement: Placement
+    run_dir: RunDir
     strategy: Any
     preemption: Preemption
+    progress_timeout: float
 
 
 @contextlib.contextmanager
@@ -56,7 +67,8 @@ def training_task(runtime, placement: Placement, run_dir: RunDir, *, where: str,
         try:
             strategy = (session or started()).strategy
             with peer_errors(placement, run_dir):
-                yield Training(strategy=strategy, preemption=preemption)
+                yield Training(placement=placement, run_dir=run_dir, strategy=strategy, preemption=preemption,
+                               progress_timeout=runtime.progress_timeout)
                 finish_together(placement, runtime.connect_timeout)
         except (RunFailed, UserError) as e:
             if placement.coordinator:

@@ -1,10 +1,4 @@
-"""A training task that loses a peer ends with one line, and the tasks of a synchronous cluster finish together.
-
-TensorFlow reports a lost or stuck peer as one of several gRPC errors with a
-long trace; ``peer_errors`` turns them into one ``PeerLost`` line naming the
-peers that do not answer (status 4). ``finish_together`` is the barrier at
-the end of strategies whose tasks leave together.
-"""
+"""A training task that loses a peer ends with one line, and the tasks of a synchronous cluster finish together."""
 
 from __future__ import annotations
 

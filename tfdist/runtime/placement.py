@@ -1,8 +1,4 @@
-"""Where this process stands, resolved once: its task in the cluster, the strategy's traits, its role.
-
-Every part of a run asks the ``Placement`` instead of re-deriving it: a
-process alone holds ``Task.local()``, so its task is never None.
-"""
+"""Where this process stands, resolved once: its task in the cluster, the strategy's traits, its role."""
 
 from __future__ import annotations
 

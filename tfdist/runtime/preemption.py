@@ -1,14 +1,4 @@
-"""Preemption: SIGTERM or SIGUSR1 to a training task saves the step reached and ends it with status 42.
-
-``Preemption`` turns either signal into a request that the controller reads
-after each chunk of steps. Before the loop starts a signal ends the task at once
-(42). Inside the loop (``deferred``) it is remembered and the next chunk's stats
-vector carries this task's vote, so every synchronous worker learns of it in the
-same all-reduce, at the same step; under a coordinator the chief decides alone.
-A further signal after a preempted end exits 42 at once. Handlers are installed
-from the main thread only. Why not TensorFlow's ``PreemptionCheckpointHandler``,
-and the schedulers' signals: docs/internals.md (Fault tolerance).
-"""
+"""Preemption: SIGTERM or SIGUSR1 to a training task saves the step reached and ends it with status 42."""
 
 from __future__ import annotations
 

@@ -1,20 +1,16 @@
-"""One run of the loop under a strategy, for every client (the UNet experiment and ``tfdist.fit``).
-
-``run_loop`` adds what a task in a cluster needs around the engine's loop
-and ``Controller``: its heartbeat and progress watchdog, the switch of
-preemption signals to "stop at the next chunk", and closing the checkpoints
-and outputs however the run ends. It returns a ``RunResult``.
+"""One run of the engine under a strategy, for every client: the heartbeat and watchdog, preemption as "stop
+at the next chunk", and the checkpoints and outputs closed however the run ends.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from tfdist.engine.controller import Controller, Hooks, Schedule
+from tfdist.engine.controller import Controller, Schedule
 from tfdist.engine.loop import make_loop
+from tfdist.engine.task import Task
 from tfdist.errors import PEER_LOST_EXIT_CODE
-from tfdist.rundir import RunDir
-from tfdist.runtime.placement import Placement
+from tfdist.runtime.lifecycle import Training
 from tfdist.runtime.serving import tell_servers
 from tfdist.runtime.watchdog import BatchCounter, Watchdog
 
@@ -40,40 +36,35 @@ class RunResult:
     closures_per_worker: dict | None = None
 
 
-def run_loop(*, placement: Placement, run_dir: RunDir, strategy, steps, state, outputs, schedule: Schedule,
-             train_dataset_fn, eval_dataset_fn, progress_timeout: float, preemption=None, checkpoints=True,
-             global_batch_size: int = 0, learning_rate, preview=None, verbose: bool = False,
-             hooks: Hooks = Hooks()) -> RunResult:
-    """Train ``steps`` from the state's step to the schedule's end; returns the ``RunResult``.
+def run_loop(training: Training, state, task: Task, schedule: Schedule, *, outputs, checkpoints: bool = True,
+             verbose: bool = False) -> RunResult:
+    """Train ``task`` from the state's step to the schedule's end; returns the ``RunResult``.
 
     Args:
-      placement: this task.
-      run_dir: the run directory (heartbeats).
-      strategy, steps: as the loops take them.
+      training: this task's ``Training`` (its placement, run directory, strategy, preemption, watchdog bound).
       state: the ``engine.state.TrainingState`` (its step counter and checkpoints).
-      outputs: a ``RunOutputs``, closed at the end.
+      task: the client's ``engine.task.Task``.
       schedule: the ``Schedule``.
-      train_dataset_fn, eval_dataset_fn: ``InputContext -> Dataset`` (``eval_dataset_fn`` None: no eval).
-      progress_timeout: ``--progress_timeout``, the watchdog's bound.
-      preemption: this task's ``Preemption``, or None.
+      outputs: a ``RunOutputs``, closed at the end.
       checkpoints: save checkpoints on the schedule (False: none; the state's are closed at the end either way).
-      global_batch_size, learning_rate, preview, verbose, hooks: as ``Controller`` takes them.
+      verbose: print progress lines (the chief only).
     """
+    placement, preemption = training.placement, training.preemption
     start_step = int(state.step.numpy())
     # From here on every task keeps a heartbeat in the run directory.
     batches = None if placement.coordinator else BatchCounter(start_step)
     watchdog = Watchdog(
-        task=placement.name, tasks=placement.training_tasks(), directory=run_dir.heartbeats,
-        timeout=progress_timeout, step=start_step, total_steps=schedule.total_steps, batches=batches,
+        task=placement.name, tasks=placement.training_tasks(), directory=training.run_dir.heartbeats,
+        timeout=training.progress_timeout, step=start_step, total_steps=schedule.total_steps, batches=batches,
         before_exit=(lambda: tell_servers(placement, PEER_LOST_EXIT_CODE)) if placement.coordinator else None,
     )
-    loop = make_loop(coordinator=placement.coordinator, strategy=strategy, steps=steps, step_counter=state.step,
-                     train_dataset_fn=batches.wrap(train_dataset_fn) if batches else train_dataset_fn,
-                     eval_dataset_fn=eval_dataset_fn)
-    controller = Controller(loop=loop, schedule=schedule, checkpoints=state.checkpoints if checkpoints else None,
-                            outputs=outputs, global_batch_size=global_batch_size, learning_rate=learning_rate,
-                            preview=preview, verbose=verbose, preemption=preemption, watchdog=watchdog,
-                            evaluates=eval_dataset_fn is not None, hooks=hooks)
+    loop = make_loop(coordinator=placement.coordinator, strategy=training.strategy, steps=task.steps,
+                     step_counter=state.step,
+                     train_dataset_fn=batches.wrap(task.train_dataset_fn) if batches else task.train_dataset_fn,
+                     eval_dataset_fn=task.eval_dataset_fn)
+    controller = Controller(loop=loop, task=task, schedule=schedule,
+                            checkpoints=state.checkpoints if checkpoints else None, outputs=outputs,
+                            preemption=preemption, watchdog=watchdog, verbose=verbose)
     if preemption is not None:
         preemption.deferred()  # from here a signal stops the run at the next chunk, with a checkpoint
     try:

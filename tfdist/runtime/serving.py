@@ -1,14 +1,4 @@
-"""What a task of a cluster does besides training: serve a coordinator, report a lost peer, finish together.
-
-The task's type decides its role (``strategies.Traits.role``): ``train``,
-``serve`` (ps and workers under a coordinator: a ``tf.distribute.Server`` until
-the chief is done) or ``evaluate`` (the side-car). TensorFlow gives a serving
-task no "chief is done" signal and its server no clean stop, so the chief writes
-its exit status into a file on each serving task's machine (``status_path``) and
-the task exits with it; a chief that vanished leaves none, and the task ends with
-status 4. A training task that loses a peer ends with one line
-(``peer_errors``). See docs/internals.md (Clusters).
-"""
+"""What a ps or worker task under a coordinator does: serve the chief, then exit with the chief's status."""
 
 from __future__ import annotations
 

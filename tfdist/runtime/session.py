@@ -157,6 +157,17 @@ EVALUATOR_ELSEWHERE = {"tfdist.setup": "an evaluator runs `python -m tfdist.trai
                        "tfdist.fit": "fit evaluates validation_data itself"}
 
 
+def refuse_evaluator(placement: Placement, where: str) -> None:
+    """Refuse an evaluator task for ``where`` (``tfdist.setup``, ``tfdist.fit``): it trains nothing there.
+
+    Raises:
+      UserError: ``placement`` is an evaluator's.
+    """
+    if placement.role == "evaluate":
+        raise UserError(f"Invalid task for {where}: {placement.name}. Received: an evaluator task. Expected a "
+                        f"chief, worker or ps task ({EVALUATOR_ELSEWHERE.get(where, 'it does not train')}).")
+
+
 def start(runtime, placement: Placement | None = None, *, where: str, cluster_resolver=None, heartbeats=None,
           verbose: bool = True, keras_setup: bool = True, seed: int = 0, deterministic: bool = False) -> Session:
     """Start this task, the one way every client does: place it, refuse an evaluator, check its port, then
@@ -182,9 +193,7 @@ def start(runtime, placement: Placement | None = None, *, where: str, cluster_re
     """
     if placement is None:
         placement = place(runtime, in_process=cluster_resolver is not None)
-    if placement.role == "evaluate":
-        raise UserError(f"Invalid task for {where}: {placement.name}. Received: an evaluator task. Expected a "
-                        f"chief, worker or ps task ({EVALUATOR_ELSEWHERE.get(where, 'it does not train')}).")
+    refuse_evaluator(placement, where)
     if not placement.task.is_local:
         peers.check_port_free(placement.task)
     if placement.role == "serve":

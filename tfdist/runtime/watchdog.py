@@ -1,14 +1,4 @@
-"""The progress watchdog: a run that makes no step for ``--progress_timeout`` seconds ends, naming who is behind.
-
-A synchronous cluster that stops making progress hangs without a word, and
-TensorFlow's timeouts see only a peer that is gone, not one that is stuck. So
-every task keeps a heartbeat file (``heartbeats/<type>-<index>.json``) with its
-phase, last step and batches handed to a step, rewritten by a thread. A task
-with no progress for ``timeout`` seconds dumps its stacks, reads every
-heartbeat and ends with status 4 and one line (``describe``) naming a stopped
-task, one waiting for its input, or one behind in an eval or checkpoint. How
-each is told apart: docs/internals.md (Fault tolerance).
-"""
+"""The progress watchdog: a run that makes no step for ``--progress_timeout`` seconds ends, naming who is behind."""
 
 from __future__ import annotations
 

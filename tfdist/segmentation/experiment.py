@@ -1,31 +1,25 @@
-"""``run(config)``: one experiment, config -> cluster task -> strategy -> data -> model -> loop -> outputs.
-
-The library behind ``python -m tfdist.train``, in a fixed order: everything the
-user gave is checked before anything is written or TensorFlow starts (a bad run
-never damages ``model_dir``); the task is placed (``runtime.session.place``) and
-its role picked: serve, evaluate (``segmentation.evaluator``) or train; devices
-and the strategy are set before any other op (DESIGN.md); model, optimizer and
-step counter are built in the strategy's scope, restored and trained
-(``runtime.run_loop``); the chief writes the outputs. ``weights_dir`` has every
-training task write its final weights (``--dump_weights``). docs/internals.md.
+"""The UNet experiment, ``tfdist.train``'s library side: ``run(config)`` checks everything the user gave before
+anything is written or TensorFlow starts, then starts the task and trains it.
 """
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Sequence
 
 from tfdist import config as config_lib
 from tfdist.segmentation import config as experiment_config
 from tfdist import strategies
-from tfdist.engine.controller import Hooks, Schedule
 from tfdist.cluster.task import Task
+from tfdist.engine.controller import Schedule
+from tfdist.engine.task import Hook
 from tfdist.rundir import RunDir
 from tfdist.runtime.lifecycle import training_task
 from tfdist.runtime.placement import Placement
 from tfdist.runtime.preemption import Preemption
 from tfdist.runtime.session import place, setup_keras
-from tfdist.segmentation.inputs import eval_dataset_fn, local_eval_dataset, train_dataset_fn
+from tfdist.segmentation.inputs import local_eval_dataset
 from tfdist import _compat
 
 
@@ -106,7 +100,7 @@ def _check_training(config, placement: Placement, *, in_process_cluster: bool) -
 
 
 def run(config, *, verbose: bool = True, cluster_resolver=None, weights_dir: str | Path | None = None,
-        clock: list | None = None) -> dict:
+        hooks: Sequence[Hook] = ()) -> dict:
     """Train and evaluate ``config``; returns the summary (also written to ``summary.json``).
 
     Args:
@@ -117,8 +111,8 @@ def run(config, *, verbose: bool = True, cluster_resolver=None, weights_dir: str
         ``tfdist.deploy.in_process.in_process_cluster``; None reads --cluster/TF_CONFIG.
       weights_dir: if given, every training task writes its final weights
         there (``dump_weights``), to compare workers that write no outputs.
-      clock: a list that gets ``(step, time.perf_counter())`` at the end of every chunk of steps: the
-        benchmark's timing window.
+      hooks: ``engine.task.Hook``s the caller runs between chunks of steps (the benchmark's clock and
+        hold); the chief adds the mask preview after them.
 
     Raises:
       UserError: bad input (config, cluster, data, run directory).
@@ -131,8 +125,8 @@ def run(config, *, verbose: bool = True, cluster_resolver=None, weights_dir: str
     from tfdist.engine.state import build_state
     from tfdist.models import build_from_config
     from tfdist.runtime.run_loop import run_loop
-    from tfdist.segmentation.optimizers import learning_rate_at, make_optimizer
-    from tfdist.segmentation.steps import Steps
+    from tfdist.segmentation.optimizers import make_optimizer
+    from tfdist.segmentation.task import unet_task
 
     wall_start = time.perf_counter()
     config = experiment_config.validate(config)
@@ -167,19 +161,12 @@ def run(config, *, verbose: bool = True, cluster_resolver=None, weights_dir: str
             print(f"tfdist: {placement.strategy} with {strategy.num_replicas_in_sync} replicas, "
                   f"global batch {train_cfg.global_batch_size}, {schedule.total_steps} steps; {state.start()}",
                   flush=True)
-        steps = Steps(model=state.model, optimizer=state.optimizer, num_classes=config.data.num_classes,
-                      global_batch_size=train_cfg.global_batch_size, jit_compile=_can_jit(config, strategy))
         if placement.coordinator:
             tf.random.set_seed(None)  # weights are initialised; now each worker's data order is its own
-        result = run_loop(
-            placement=placement, run_dir=run_dir, strategy=strategy, steps=steps, state=state, outputs=outputs,
-            schedule=schedule, train_dataset_fn=train_dataset_fn(config, start_step,
-                                                                 own_order_per_worker=placement.coordinator),
-            eval_dataset_fn=eval_dataset_fn(config), progress_timeout=runtime.progress_timeout,
-            preemption=training.preemption, global_batch_size=train_cfg.global_batch_size,
-            learning_rate=lambda s: learning_rate_at(train_cfg, schedule.total_steps, s),
-            preview=next(iter(local_eval_dataset(config).unbatch().batch(4).take(1))) if placement.is_chief else None,
-            verbose=verbose and placement.is_chief, hooks=Hooks(clock=clock))
+        task = unet_task(config, state, total_steps=schedule.total_steps, start_step=start_step,
+                         jit_compile=_can_jit(config, strategy), coordinator=placement.coordinator,
+                         hooks=hooks, preview=placement.is_chief)
+        result = run_loop(training, state, task, schedule, outputs=outputs, verbose=verbose and placement.is_chief)
         state.finalize_ema()  # the moving averages, as Keras' fit leaves them
         if placement.is_chief and train_cfg.export:
             plain = build_from_config(config.model, config.data)

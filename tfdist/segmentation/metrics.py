@@ -1,4 +1,4 @@
-"""Segmentation metrics from summed stats vectors (see ``step.py``).
+"""Segmentation metrics from summed stats vectors (see ``steps.py``).
 
 Every loop sums the per-replica stats vectors (over replicas, workers and
 steps) and hands the sum here; loss, pixel accuracy and mean IoU follow from

@@ -1,10 +1,4 @@
-"""Strategies by name: the registry of their traits, this host's devices, and the builders.
-
-``registry`` says what each strategy is (``traits(name)``, the only place a
-name is checked), ``host`` sets up this host's devices for one, and
-``build`` makes it (``make_strategy``). Importing this package does not
-import TensorFlow.
-"""
+"""Strategies by name: the registry of their traits, this host's devices, and the builders."""
 
 from tfdist.errors import DevicesFixed
 from tfdist.strategies.build import PS_SHARDS_SUPPORTED, check_ps_shards, communication_options, make_strategy

@@ -1,9 +1,4 @@
-"""How each strategy is built: ``make_strategy(name, ...)`` is the only way tfdist builds one.
-
-As TF Model Garden's ``get_distribution_strategy``: the name is checked by
-the registry (``traits``), the host's devices are set up when the strategy
-needs local devices, then the strategy's own builder runs.
-"""
+"""How each strategy is built: ``make_strategy(name, ...)`` is the only way tfdist builds one."""
 
 from __future__ import annotations
 

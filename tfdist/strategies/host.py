@@ -1,8 +1,4 @@
-"""This host's devices for a strategy: GPUs, logical CPUs, the inter-op pool, and the replicas they make.
-
-Devices must be set up before TensorFlow initialises its runtime, and for
-multi-worker collectives before any other op: ``setup_host`` comes first.
-"""
+"""This host's devices for a strategy: GPUs, logical CPUs, the inter-op pool, and the replicas they make."""
 
 from __future__ import annotations
 
@@ -100,5 +96,5 @@ def local_compute_devices(cpu_devices: int) -> list[str]:
 
 
 def set_grpc_fail_fast() -> None:
-    """Let a coordinator survive a lost worker (GRPC_FAIL_FAST=use_caller), before TF starts (DESIGN.md)."""
+    """Let a coordinator survive a lost worker (GRPC_FAIL_FAST=use_caller), before TF starts."""
     os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")

@@ -1,10 +1,4 @@
-"""The one registry of strategies: each name's traits (``Traits``), read through ``traits(name)``.
-
-Everything that differs between strategies is a trait here: it runs as
-several processes, has a coordinator, listens while its peers join, splits
-the CPU into logical devices, ends with a barrier. No other module compares a
-strategy's name; ``config`` takes its list of names from ``NAMES``.
-"""
+"""The one registry of strategies: each name's traits (``Traits``), read through ``traits(name)``."""
 
 from __future__ import annotations
 

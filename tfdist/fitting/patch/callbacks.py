@@ -1,13 +1,4 @@
-"""Keras' file-writing callbacks across workers: the chief writes the real files, the others a private copy.
-
-Every worker runs every callback, so what a callback computes stays the same on
-every worker; but ``ModelCheckpoint``, ``TensorBoard``, ``BackupAndRestore``
-and ``CSVLogger`` would write the same files from every worker. As TensorFlow's
-Keras 2 did (``distributed_file_utils``), a worker that is not the chief writes
-into a temporary directory of its own, removed when ``fit`` returns. Who is
-the chief is the ``Placement``'s answer (``runtime.session.placement_of``).
-``BackupAndRestore`` still restores from the real backup on every worker.
-"""
+"""Keras' file-writing callbacks across workers: the chief writes the real files, the others a private copy."""
 
 from __future__ import annotations
 

@@ -1,12 +1,4 @@
-"""``compile(steps_per_execution=N)`` in Keras' own ``fit`` and ``evaluate`` across workers.
-
-Keras runs N steps in one ``tf.function``: a ``tf.while_loop`` whose ``tf.cond`` calls the step. TensorFlow
-feeds each collective's instance key when the function is called, and that feed never reaches a collective
-nested so ("You must feed a value for placeholder tensor 'while/.../cond/Placeholder'"). Across workers,
-while Keras' function traces, its collectives take their keys when traced instead: every worker traces the
-same functions in the same order, so the keys agree. In one process, strategies made one after another
-would reuse those keys, so there it is one line (``refuse_in_one_process``).
-"""
+"""``compile(steps_per_execution=N)`` in Keras' own ``fit`` and ``evaluate`` across workers."""
 
 from __future__ import annotations
 

@@ -1,12 +1,4 @@
-"""Keras' own ``fit`` across workers returns on every worker once the chief has written that ``fit``'s files.
-
-Scripts read, on every worker, what the chief's callbacks wrote during ``fit``
-(the keras.io guide's ``make_or_restore_model()``, a tutorial's
-``load_weights(tf.train.latest_checkpoint(...))``). Without a wait, a worker
-could read the previous epoch's file or none. Every worker meets the others at
-the coordination service's barrier after ``fit``, as TensorFlow's own
-``BackupAndRestore`` does; the chief arrives once its ``on_train_end`` is done.
-"""
+"""Keras' own ``fit`` across workers returns on every worker once the chief has written that ``fit``'s files."""
 
 from __future__ import annotations
 

@@ -1,13 +1,4 @@
-"""Keras' own ``model.fit`` under ``ParameterServerStrategy``: trained by ``tfdist.fit``'s coordinator loop.
-
-Keras 3's ``fit`` has no parameter-server path (keras-team/keras#18624). After
-``tfdist.setup("parameter_server")`` the chief's ``model.fit`` is handed to
-``tfdist.fit`` with the model itself as ``model_fn``: the same arguments, a
-``ClusterCoordinator`` scheduling the steps, and a ``History`` back. What
-``tfdist.fit`` cannot take (``validation_split``, ``validation_batch_size``,
-``validation_freq``), and a ``ParameterServerStrategy`` that ``tfdist.setup``
-did not make, are refused with one line.
-"""
+"""Keras' own ``model.fit`` under ``ParameterServerStrategy``: trained by ``tfdist.fit``'s coordinator loop."""
 
 from __future__ import annotations
 

@@ -1,14 +1,4 @@
-"""Preemption of Keras' own ``fit`` across workers: every worker stops at the same step, saves it, exits 42.
-
-A signal (SIGTERM, or SIGUSR1 from ``sbatch --signal``) reaches one worker; the
-others must stop at the same step or wait forever in the next all-reduce. The
-signal sets this worker's vote, a variable each step adds to its logs, which
-are averaged over every worker already (``trainer``): every worker reads the
-same vote after the same step, without a collective of its own. Each then saves
-through ``BackupAndRestore``, and ``fit`` raises ``errors.PreemptedExit`` (status 42) after
-its callbacks have cleaned up; the same command resumes from the start of that epoch (Keras' own resume).
-See docs/internals.md (Fault tolerance).
-"""
+"""Preemption of Keras' own ``fit`` across workers: every worker stops at the same step, saves it, exits 42."""
 
 from __future__ import annotations
 

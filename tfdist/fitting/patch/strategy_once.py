@@ -1,13 +1,4 @@
-"""One ``MultiWorkerMirroredStrategy`` per process: a second construction returns the first.
-
-Scripts such as the keras.io guide "Multi-GPU distributed training with
-TensorFlow" build ``tf.distribute.MultiWorkerMirroredStrategy()`` in every
-``run_training()`` call. Each construction configures the collectives again,
-which aborts those another worker still runs with the first ("Delete called on
-non-empty BufRendezvous"). After ``install`` a second construction with the
-same arguments returns the strategy made first (or the one ``tfdist.setup``
-made); with other arguments it is refused with one line.
-"""
+"""One ``MultiWorkerMirroredStrategy`` per process: a second construction returns the first."""
 
 from __future__ import annotations
 

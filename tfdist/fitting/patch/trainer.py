@@ -1,13 +1,4 @@
-"""The two places of Keras' TensorFlow trainer that fail across workers, replaced; and ``fit`` wrapped.
-
-In Keras 3's ``keras/src/backend/tensorflow/trainer.py`` (keras-team/keras#20585),
-``_maybe_symbolic_build`` all-reduces the per-replica first batch, which fails
-across workers: the fix builds from this worker's first replica's slice.
-``reduce_per_replica`` reduces scalar logs along axis 0, which fails: the fix
-averages over every replica with ``axis=None``. The fix applies only to the
-trainer code it checks (``check``); on another Keras, ``install`` refuses with
-one line. Nothing changes outside multi-worker mode.
-"""
+"""The two places of Keras' TensorFlow trainer that fail across workers, replaced; and ``fit`` wrapped."""
 
 from __future__ import annotations
 

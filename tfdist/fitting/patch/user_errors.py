@@ -1,11 +1,4 @@
-"""A ``UserError`` that leaves a user's script ends it with one line and status 2, as tfdist's own CLIs do.
-
-A refusal of Keras' own ``fit`` across workers (``xla``, ``strategy_once``,
-``parameter_server``) is raised inside the user's script, which has no
-``errors.run_main`` around it; uncaught, Python would print a traceback and
-end with status 1. The process ends at once (``errors.end_process``), so that
-TensorFlow's teardown cannot wait on, or abort with, the collectives of peers.
-"""
+"""A ``UserError`` that leaves a user's script ends it with one line and status 2, as tfdist's own CLIs do."""
 
 from __future__ import annotations
 

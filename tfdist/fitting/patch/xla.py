@@ -1,14 +1,4 @@
-"""``compile(jit_compile=True)`` in Keras' own ``fit`` over several CPU replicas: one line before training.
-
-Keras compiles the whole step, the gradients' all-reduce included, and XLA
-has no CPU implementation of TensorFlow's collectives: across workers the step
-fails ("Collectives are not yet implemented for CPU devices when compiling with
-XLA") and the process then aborts at exit; over logical CPUs in one process it
-fails reading another device's variables. On GPU devices XLA compiles
-collectives, so ``fit`` runs as Keras has it. ``jit_compile="auto"`` is Keras'
-own: it resolves to False under a ``tf.distribute`` strategy (and on a machine
-without accelerators), so it never reaches this refusal.
-"""
+"""``compile(jit_compile=True)`` in Keras' own ``fit`` over several CPU replicas: one line before training."""
 
 from __future__ import annotations
 

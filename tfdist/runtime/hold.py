@@ -1,12 +1,8 @@
-"""A hold for a measurement's signal: a task waits after a chosen step until it has received SIGTERM or SIGUSR1.
+"""A benchmark's hold: after a chosen step a task waits until it has received SIGTERM or SIGUSR1.
 
-A benchmark that preempts a run must signal it mid-run; a run that is faster
-than the parent's look at it would finish first. With ``TFDIST_HOLD_AT_STEP``
-set (``tfdist.bench.preemption`` sets it for the run it preempts; unset, the
-hold is off), each task ends the chunk that reaches that step, writes a
-marker file (JSON: task, step, when its first step ended) into
-``TFDIST_HOLD_DIR`` and waits, at most ``TFDIST_HOLD_SECONDS``, until its
-``Preemption`` has received a signal. The next chunk then carries its vote.
+A benchmark that preempts a run must signal it mid-run, and a fast run would
+finish first. ``tfdist.bench.preemption`` sets ``TFDIST_HOLD_AT_STEP`` for the
+``tfdist.train`` it preempts, whose main installs ``from_environment``'s hook.
 """
 
 from __future__ import annotations
@@ -17,6 +13,7 @@ import time
 from pathlib import Path
 
 from tfdist.cluster.task import slug_of
+from tfdist.engine.task import Hook
 from tfdist.errors import RunFailed
 
 #: The step after which each task holds; unset or empty: no hold.
@@ -36,6 +33,10 @@ def marker_name(task: str) -> str:
 
 def hold_for_signal(begin: int, end: int, preemption, first_step_at: float | None) -> None:
     """If ``TFDIST_HOLD_AT_STEP`` lies in ``(begin, end]``: mark this task as held, wait for its signal.
+
+    The marker (JSON: task, step, when its first step ended) goes into
+    ``TFDIST_HOLD_DIR``; the wait lasts at most ``TFDIST_HOLD_SECONDS``. The
+    next chunk then carries the task's vote to stop.
 
     Args:
       begin, end: the chunk of steps just trained.
@@ -63,3 +64,15 @@ def hold_for_signal(begin: int, end: int, preemption, first_step_at: float | Non
             raise RunFailed(f"{where} held after step {end} ({STEP_VARIABLE}={at}) for {seconds:g} s and "
                             "received no SIGTERM or SIGUSR1. Expected the process that set the hold to signal it.")
         time.sleep(POLL_SECONDS)
+
+
+class HoldForSignal(Hook):
+    """The hold as an engine hook: after each chunk's log row and checkpoint, ``hold_for_signal``."""
+
+    def chunk_done(self, step: int, end: int, controller) -> None:
+        hold_for_signal(step, end, controller.preemption, controller.first_step_at)
+
+
+def from_environment() -> tuple[Hook, ...]:
+    """The hold's hook when ``TFDIST_HOLD_AT_STEP`` asks for one; else none."""
+    return (HoldForSignal(),) if os.environ.get(STEP_VARIABLE, "") else ()
