@@ -52,7 +52,7 @@ def model_fn():
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--strategy", default="one_device")
+    parser.add_argument("--strategy", default="auto")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--model_dir", default=None)

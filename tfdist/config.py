@@ -21,8 +21,8 @@ from tfdist.errors import UserError, article
 
 Tree = TypeVar("Tree")
 
-#: The ``--strategy`` names: the strategy registry's.
-STRATEGIES = strategies.NAMES
+#: The ``--strategy`` names: the strategy registry's, and ``auto`` (``resolve_strategy``).
+STRATEGIES = (*strategies.NAMES, strategies.AUTO)
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 COMMUNICATIONS = ("auto", "ring", "nccl")
 #: The ``--norm`` names (tfdist/models/unet.py): batch (exact, all-reduced), group (exact, no collective),
@@ -58,7 +58,7 @@ EXPERIMENTS_DIR = _experiments_dir()
 class RuntimeConfig:
     """Where and how the run executes: strategy, devices, cluster, precision."""
 
-    strategy: str = "mirrored"
+    strategy: str = strategies.AUTO  # resolve_strategy: the cluster's, else mirrored over several devices, else one
     cpu_devices: int = 0  # 0: 2 logical CPUs for mirrored/central_storage without GPUs, else 1
     # A cluster spec file, "slurm" (the Slurm job step) or "kubernetes" (the pod); empty: TF_CONFIG, if any.
     cluster: str = ""
@@ -332,8 +332,28 @@ def steps_per_loop(rt: RuntimeConfig, given: int) -> int:
     return given or strategies.traits(rt.strategy).default_steps_per_loop
 
 
-def validate_runtime(rt: RuntimeConfig) -> RuntimeConfig:
-    """Check every field of the runtime section; returns it."""
+def resolve_strategy(rt: RuntimeConfig, cluster_resolver=None) -> RuntimeConfig:
+    """``rt`` with ``strategy="auto"`` replaced by the strategy it stands for (``strategies.auto_strategy``):
+
+    - a cluster (``--cluster``, TF_CONFIG, Slurm, Kubernetes, or an in-process ``cluster_resolver``):
+      ``parameter_server`` when it has ps tasks, else ``multi_worker_mirrored``;
+    - else ``mirrored`` when this process sees several GPUs (``strategies.visible_gpus``) or is given
+      ``cpu_devices`` > 1, else ``one_device``.
+
+    Runs after the checks of the flags it reads (``sources.cluster_task_types``); starts no TensorFlow.
+    """
+    if rt.strategy != strategies.AUTO:
+        return rt
+    if cluster_resolver is not None:
+        types = frozenset(cluster_resolver.cluster_spec().as_dict())
+    else:
+        types = sources.cluster_task_types(rt.cluster or None, rt.task or None, slurm_tasks=rt.slurm_tasks)
+    devices = strategies.visible_gpus() or rt.cpu_devices
+    return dataclasses.replace(rt, strategy=strategies.auto_strategy(types, local_devices=devices))
+
+
+def validate_runtime(rt: RuntimeConfig, cluster_resolver=None) -> RuntimeConfig:
+    """Check every field of the runtime section; returns it with its strategy resolved (``resolve_strategy``)."""
     check_runtime(rt)
     check_cluster_flags(rt)
-    return rt
+    return resolve_strategy(rt, cluster_resolver)

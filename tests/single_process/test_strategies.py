@@ -94,3 +94,18 @@ def test_parameter_server_refuses_a_cluster_without_ps():
     )
     with pytest.raises(UserError, match="without `ps` tasks"):
         strategies.make_strategy("parameter_server", cluster_resolver=resolver)
+
+
+def test_auto_reads_an_in_process_resolvers_cluster():
+    import tensorflow as tf
+
+    from tfdist import config as config_lib
+
+    def resolver(tasks):
+        return tf.distribute.cluster_resolver.SimpleClusterResolver(tf.train.ClusterSpec(tasks))
+
+    auto = config_lib.RuntimeConfig()
+    mwm = resolver({"worker": ["127.0.0.1:1", "127.0.0.1:2"]})
+    ps = resolver({"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"], "ps": ["127.0.0.1:3"]})
+    assert config_lib.resolve_strategy(auto, mwm).strategy == "multi_worker_mirrored"
+    assert config_lib.resolve_strategy(auto, ps).strategy == "parameter_server"

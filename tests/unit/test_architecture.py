@@ -337,7 +337,7 @@ def test_the_name_check_finds_a_comparison():
 def test_config_takes_its_strategy_names_from_the_registry():
     from tfdist import config
 
-    assert config.STRATEGIES == strategies.NAMES
+    assert config.STRATEGIES == (*strategies.NAMES, strategies.AUTO)
     assert all(strategies.traits(name).name == name for name in strategies.NAMES)
 
 

@@ -1,5 +1,6 @@
 """The config tree: one precedence, unknown keys rejected by name, YAML round trip."""
 
+import json
 import re
 from pathlib import Path
 
@@ -12,11 +13,13 @@ from tfdist import strategies
 from tfdist.errors import UserError
 
 
-def test_defaults_validate_and_fill_derived_fields():
+def test_defaults_validate_and_fill_derived_fields(monkeypatch):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU: auto is one_device
     config = experiment_config.build_config()
-    assert config.runtime.strategy == "mirrored"
+    assert config.runtime.strategy == "one_device"
     assert config.data.num_classes == 4  # shapes' own classes
-    assert config.train.model_dir == "runs/mirrored"
+    assert config.train.model_dir == "runs/one_device"
 
 
 def test_steps_per_loop_zero_picks_one_for_sync_and_a_chunk_for_parameter_server():
@@ -197,3 +200,53 @@ def test_the_runtime_section_checks_alone_what_tfdist_setup_and_fit_take():
         config_lib.runtime_config("tfdist.fit", cpu_devices="2")
     with pytest.raises(UserError, match=r"^Missing `--cluster` for --task=worker:0\."):
         config_lib.validate_runtime(config_lib.runtime_config("tfdist.setup", task="worker:0"))
+
+
+LOCAL_MWM = {"cluster": {"worker": ["127.0.0.1:2001", "127.0.0.1:2002"]}, "task": {"type": "worker", "index": 1}}
+LOCAL_PS = {"cluster": {"chief": ["127.0.0.1:2001"], "worker": ["127.0.0.1:2002"], "ps": ["127.0.0.1:2003"]},
+            "task": {"type": "ps", "index": 0}}
+
+
+@pytest.mark.parametrize("environ, values, expected", [
+    ({}, {}, "one_device"),
+    ({}, {"cpu_devices": 1}, "one_device"),
+    ({}, {"cpu_devices": 2}, "mirrored"),
+    ({"CUDA_VISIBLE_DEVICES": "0,1"}, {}, "mirrored"),
+    ({"CUDA_VISIBLE_DEVICES": "3"}, {"cpu_devices": 4}, "one_device"),  # a GPU: its replicas are the GPUs
+    ({"CUDA_VISIBLE_DEVICES": "0,-1,2"}, {}, "one_device"),  # CUDA stops at the first invalid entry
+    ({"CUDA_VISIBLE_DEVICES": ""}, {}, "one_device"),
+    ({"TF_CONFIG": json.dumps(LOCAL_MWM)}, {}, "multi_worker_mirrored"),
+    ({"TF_CONFIG": json.dumps(LOCAL_PS)}, {}, "parameter_server"),
+    ({"TF_CONFIG": json.dumps(LOCAL_PS)}, {"strategy": "one_device"}, "one_device"),  # a name is kept
+    ({}, {"cluster": "slurm", "slurm_tasks": "chief=1,worker=2,ps=1"}, "parameter_server"),  # from the flags
+    ({}, {"cluster": "slurm"}, "multi_worker_mirrored"),  # a step of workers
+    ({}, {"cluster": "kubernetes"}, "multi_worker_mirrored"),  # outside a pod (a launcher checking a command)
+])
+def test_auto_is_the_clusters_strategy_else_mirrored_over_several_devices_else_one_device(
+        monkeypatch, environ, values, expected):
+    for name in ("TF_CONFIG", "CUDA_VISIBLE_DEVICES", "TFDIST_TASKS"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    runtime = config_lib.runtime_config("tfdist.setup", **values)
+    assert config_lib.validate_runtime(runtime).strategy == expected
+    resolved = experiment_config.validate(config_lib.override(experiment_config.Config(), values))
+    assert (resolved.runtime.strategy, resolved.train.model_dir) == (expected, f"runs/{expected}")
+
+
+def test_auto_reads_a_cluster_file(tmp_path, monkeypatch):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    spec = tmp_path / "ps.yaml"
+    spec.write_text("chief: [127.0.0.1:2001]\nworker: [127.0.0.1:2002]\nps: [127.0.0.1:2003]\n")
+    runtime = config_lib.runtime_config("tfdist.fit", cluster=str(spec), task="worker:0")
+    assert config_lib.validate_runtime(runtime).strategy == "parameter_server"
+
+
+def test_train_fit_and_setup_default_to_auto():
+    import inspect
+
+    import tfdist
+
+    assert config_lib.RuntimeConfig().strategy == experiment_config.Config().runtime.strategy == "auto"
+    assert inspect.signature(tfdist.setup).parameters["strategy"].default == "auto"
+    assert inspect.signature(tfdist.fit).parameters["strategy"].default is None  # the session's, else auto

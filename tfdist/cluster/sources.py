@@ -173,3 +173,22 @@ def resolve_task(
             )
         return kubernetes.resolve(environ)
     return from_environment(environ)
+
+
+def cluster_task_types(cluster_file: str | None, task: str | None, environ: Mapping[str, str] | None = None, *,
+                       slurm_tasks: str = "") -> frozenset[str] | None:
+    """The task types of the cluster this process is in (``resolve_task``'s), or None without one: what
+    ``--strategy auto`` chooses by. A cluster the environment describes is read from the flags where the
+    environment is not there yet (a launcher checking a command): ``--cluster slurm`` from ``--slurm_tasks``
+    (every task a worker when empty), ``--cluster kubernetes`` outside a pod as workers.
+
+    Raises:
+        UserError: as ``resolve_task`` does, for a cluster file or TF_CONFIG.
+    """
+    environ_or_os = os.environ if environ is None else environ
+    if cluster_file == SLURM:
+        return frozenset(parse_slurm_tasks(slurm_tasks) or ("worker",))
+    if cluster_file == KUBERNETES and not kubernetes.detected(environ_or_os):
+        return frozenset(("worker",))
+    found = resolve_task(cluster_file, task, environ_or_os, slurm_tasks=slurm_tasks)
+    return None if found is None else frozenset(found.spec.tasks)

@@ -236,9 +236,9 @@ class Deployment:
 
 
 def default_strategy(spec: cluster.ClusterSpec) -> str:
-    """The strategy of a cluster when ``--strategy`` is not given: parameter_server with ps tasks, else
-    multi_worker_mirrored (the only two that run on more than one task)."""
-    return "parameter_server" if spec.count("ps") else "multi_worker_mirrored"
+    """The strategy of a cluster when ``--strategy`` is not given: ``auto``'s for that cluster
+    (``strategies.auto_strategy``)."""
+    return strategies.auto_strategy(frozenset(spec.tasks), local_devices=1)
 
 
 def pod_failure_rules() -> list[dict[str, Any]]:

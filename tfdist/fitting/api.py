@@ -9,6 +9,7 @@ import shutil
 import sys
 import tempfile
 
+from tfdist import config as config_lib
 from tfdist import strategies
 from tfdist.errors import Preempted, preempted_exit, UserError, check_keras_backend, short
 from tfdist.fitting.args import check_fit_args, check_run_args
@@ -36,8 +37,10 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy=
       batch_size: the global batch: examples per step over all replicas and workers (required for numpy and
         a ``dataset_fn``; a Dataset's own batches are global batches).
       epochs: the epoch to train to (Keras' meaning, with ``initial_epoch``).
-      strategy: one of ``tfdist.strategies.NAMES``, or the ``tf.distribute.Strategy`` that ``tfdist.setup``
-        returned; default: the one ``tfdist.setup`` set this process up for, else ``one_device``. After
+      strategy: one of ``tfdist.strategies.NAMES``, ``"auto"``, or the ``tf.distribute.Strategy`` that
+        ``tfdist.setup`` returned; default: the one ``tfdist.setup`` set this process up for, else ``"auto"``
+        (a cluster's strategy under TF_CONFIG or ``cluster``, ``mirrored`` with several GPUs or
+        ``cpu_devices`` > 1, else ``one_device``: ``tfdist.config.resolve_strategy``). After
         ``tfdist.setup``, ``strategy``, ``cpu_devices``, ``cluster`` and ``task`` are the session's (the process is
         set up once).
       validation_data: ``(x_val, y_val)``, ``(x_val, y_val, sample_weight_val)`` or a Dataset of global
@@ -78,14 +81,15 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy=
     check_fit_args(model_fn, x, y, batch_size=batch_size, epochs=epochs, initial_epoch=initial_epoch,
                    steps_per_epoch=steps_per_epoch, validation_data=validation_data,
                    validation_steps=validation_steps, sample_weight=sample_weight, class_weight=class_weight)
-    runtime = check_run_args(strategy=strategy or "one_device", cpu_devices=cpu_devices, cluster=cluster, task=task,
-                             connect_timeout=connect_timeout, progress_timeout=progress_timeout, seed=seed,
-                             model_dir=model_dir, shuffle=shuffle, verbose=verbose, callbacks=callbacks)
+    runtime = check_run_args(strategy=strategy or strategies.AUTO, cpu_devices=cpu_devices, cluster=cluster,
+                             task=task, connect_timeout=connect_timeout, progress_timeout=progress_timeout, seed=seed,
+                             model_dir=model_dir, shuffle=shuffle, verbose=verbose, callbacks=callbacks,
+                             cluster_resolver=cluster_resolver)
     if model_dir is not None:
         RunDir(model_dir).check_fit_resume(batch_size)
     session = session_lib.current()
     if session is not None:
-        if strategy not in (None, session.runtime.strategy):
+        if strategy is not None and runtime.strategy != session.runtime.strategy:
             raise UserError(f"Invalid `strategy` for tfdist.fit after tfdist.setup. Received: strategy={strategy!r}, "
                             f"and the process is set up for {session.runtime.strategy!r}. Expected strategy=None "
                             "or the set-up's own.")
@@ -149,5 +153,5 @@ def _strategy_name(strategy):
         return session.runtime.strategy
     raise UserError(f"Invalid `strategy` for tfdist.fit. Received: {type(strategy).__name__} {short(strategy, 60)}, "
                     "which tfdist.setup did not return. Expected a strategy name (one of "
-                    f"{', '.join(strategies.NAMES)}) or the Strategy that tfdist.setup returned.")
+                    f"{', '.join(config_lib.STRATEGIES)}) or the Strategy that tfdist.setup returned.")
 

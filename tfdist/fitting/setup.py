@@ -7,7 +7,7 @@ from tfdist.errors import UserError, check_keras_backend
 from tfdist.runtime import session as session_lib
 
 
-def setup(strategy: str = "one_device", *, cpu_devices: int = 0, cluster: str | None = None,
+def setup(strategy: str = "auto", *, cpu_devices: int = 0, cluster: str | None = None,
           task: str | None = None, connect_timeout: float = 120.0, communication: str = "auto",
           bytes_per_pack: int = 0, collective_timeout: float = 0.0, verbose: bool = True):
     """Set this process up for ``strategy`` and return the ``tf.distribute.Strategy``; call it first.
@@ -19,7 +19,9 @@ def setup(strategy: str = "one_device", *, cpu_devices: int = 0, cluster: str | 
         strategy = tfdist.setup("multi_worker_mirrored")   # instead of tf.distribute.MultiWorkerMirroredStrategy()
 
     Args:
-      strategy: one of ``tfdist.strategies.NAMES``.
+      strategy: one of ``tfdist.strategies.NAMES``, or ``"auto"``: the cluster's strategy under TF_CONFIG or
+        ``cluster`` (``parameter_server`` with ps tasks, else ``multi_worker_mirrored``), ``mirrored`` with
+        several GPUs or ``cpu_devices`` > 1, else ``one_device`` (``tfdist.config.resolve_strategy``).
       cpu_devices: logical CPUs for ``mirrored``/``central_storage`` without GPUs (0: 2).
       cluster, task: a cluster spec file (or ``"slurm"``) and this task (``"worker:1"``); default TF_CONFIG
         (e.g. under ``tfdist.launch``, Slurm or Kubernetes).

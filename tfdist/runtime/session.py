@@ -214,7 +214,7 @@ def setup(runtime, *, verbose: bool = True):
         already started in a way the strategy cannot use.
     """
     global _current
-    config_lib.validate_runtime(runtime)
+    runtime = config_lib.validate_runtime(runtime)  # "auto" resolved
     if _current is not None:
         if _current.runtime == runtime:
             return _current.strategy

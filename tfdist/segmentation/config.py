@@ -140,10 +140,11 @@ def validate(config: Config) -> Config:
     if model.encoder_weights:
         check_encoder_weights(model.encoder, model.encoder_weights)
     config_lib.check_cluster_flags(rt)
+    rt = config_lib.resolve_strategy(rt)
     data = dataclasses.replace(data, augment=data.augment and not train.deterministic)
     model_dir = train.model_dir or str(Path("runs") / rt.strategy)
     return dataclasses.replace(
-        config, data=data, model=model,
+        config, runtime=rt, data=data, model=model,
         train=dataclasses.replace(train, model_dir=model_dir,
                                   steps_per_loop=config_lib.steps_per_loop(rt, train.steps_per_loop)),
     )

@@ -9,11 +9,21 @@ from tfdist.strategies.host import (
     replicas_in_sync,
     set_grpc_fail_fast,
     setup_host,
+    visible_gpus,
 )
-from tfdist.strategies.registry import NAMES, PS_STEPS_PER_LOOP, Traits, check_strategy, traits
+from tfdist.strategies.registry import (
+    AUTO,
+    NAMES,
+    PS_STEPS_PER_LOOP,
+    Traits,
+    auto_strategy,
+    check_strategy,
+    traits,
+)
 
 __all__ = [
-    "NAMES", "PS_SHARDS_SUPPORTED", "PS_STEPS_PER_LOOP", "DevicesFixed", "Traits", "check_ps_shards",
-    "check_strategy", "communication_options", "default_cpu_devices", "has_gpu", "local_compute_devices",
-    "make_strategy", "replicas_in_sync", "set_grpc_fail_fast", "setup_host", "traits",
+    "AUTO", "NAMES", "PS_SHARDS_SUPPORTED", "PS_STEPS_PER_LOOP", "DevicesFixed", "Traits", "auto_strategy",
+    "check_ps_shards", "check_strategy", "communication_options", "default_cpu_devices", "has_gpu",
+    "local_compute_devices", "make_strategy", "replicas_in_sync", "set_grpc_fail_fast", "setup_host", "traits",
+    "visible_gpus",
 ]

@@ -16,6 +16,25 @@ def has_gpu() -> bool:
     return bool(tf.config.list_physical_devices("GPU"))
 
 
+def visible_gpus() -> int:
+    """The NVIDIA GPUs this process may use, from the driver and ``CUDA_VISIBLE_DEVICES``, without starting
+    TensorFlow (``auto`` is resolved before it starts, where bad input is still refused in a second).
+
+    As CUDA reads ``CUDA_VISIBLE_DEVICES``: its entries up to the first that names no device (empty, or negative).
+    """
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        driver = "/proc/driver/nvidia/gpus"
+        return len(os.listdir(driver)) if os.path.isdir(driver) else 0
+    count = 0
+    for entry in visible.split(","):
+        entry = entry.strip()
+        if not entry or entry.startswith("-"):
+            break
+        count += 1
+    return count
+
+
 def default_cpu_devices(traits: Traits) -> int:
     """Logical CPUs a strategy gets when ``cpu_devices`` is 0 (auto).
 

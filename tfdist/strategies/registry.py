@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Collection
 
 from tfdist.cluster.spec import TASK_TYPES, ClusterSpec, source_name
 from tfdist.cluster.task import Task
@@ -114,6 +115,24 @@ _TRAITS = {
 
 #: Every strategy name, in the order the CLI and the docs list them.
 NAMES = tuple(_TRAITS)
+
+#: The strategy name that ``auto_strategy`` resolves: the default of ``tfdist.train``, ``tfdist.fit`` and
+#: ``tfdist.setup``.
+AUTO = "auto"
+
+
+def auto_strategy(task_types: Collection[str] | None, local_devices: int) -> str:
+    """The strategy ``auto`` stands for: a cluster's (``parameter_server`` with ps tasks, else
+    ``multi_worker_mirrored``); without one, ``mirrored`` over several local devices, else ``one_device``.
+
+    Args:
+      task_types: the task types of the cluster this task is in (``--cluster``, TF_CONFIG, Slurm,
+        Kubernetes), or None without one.
+      local_devices: the GPUs this process sees, else the logical CPUs asked for (``cpu_devices``).
+    """
+    if task_types is not None:
+        return "parameter_server" if "ps" in task_types else "multi_worker_mirrored"
+    return "mirrored" if local_devices > 1 else "one_device"
 
 
 def _names(**trait: bool) -> str:
