@@ -226,6 +226,10 @@ def rename_flags(argv: Sequence[str], renamed: Mapping[str, str]) -> tuple[list[
     return out, given
 
 
+#: A note that a deprecated command, which runs another in its place (``os.execv``), leaves for ``run_main``.
+NOTE_ENV = "TFDIST_DEPRECATION_NOTE"
+
+
 def run_main(main: Callable[[list[str]], int | None], define_flags: Callable[[], None] | None = None,
              renamed: Mapping[str, str] | None = None) -> None:
     """Run an absl ``main``: ``UserError`` ends it with status 2, ``RunFailed`` with its own, one line each.
@@ -238,7 +242,7 @@ def run_main(main: Callable[[list[str]], int | None], define_flags: Callable[[],
     them only when they run, so that several can be imported in one process.
     ``renamed`` (old -> new flag name) keeps old flags working: each old name
     given is one ``note:`` line on stderr once ``main`` has returned (a user
-    error stays the only line).
+    error stays the only line), as is a deprecated command's note (``NOTE_ENV``).
 
     TensorFlow's start-up lines are kept off stderr from here on (``quiet``;
     opt-out ``TFDIST_TF_LOGS=1``), so the error line stays the only one. A Keras backend
@@ -256,12 +260,15 @@ def run_main(main: Callable[[list[str]], int | None], define_flags: Callable[[],
     if define_flags is not None:
         define_flags()
     sys.argv[:], old_names = rename_flags(sys.argv, renamed or {})
+    note = os.environ.pop(NOTE_ENV, None)
 
     def guarded(argv: list[str]) -> int | None:
         try:
             status = main(argv)
             for old in old_names:
                 sys.stderr.write(f"note: --{old} is deprecated; use --{renamed[old]} (the same flag, renamed)\n")
+            if note:
+                sys.stderr.write(f"note: {note}\n")
             return status
         except UserError as e:
             quiet.drain()

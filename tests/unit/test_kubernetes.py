@@ -1,4 +1,4 @@
-"""``--emit kubernetes`` / ``--emit tfjob``: manifests read back with the Kubernetes client's models.
+"""``tfdist.manifest --form kubernetes`` / ``--form tfjob``: manifests read back with the Kubernetes client's models.
 
 Every document is deserialized into the client's model of its kind (the
 Kubeflow training SDK's ``KubeflowOrgV1TFJob`` for the TFJob) and serialized
@@ -69,7 +69,7 @@ def spec_file(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def emitted(spec_file) -> list[dict]:
     """The CLI's manifests for SPEC, as documents."""
-    proc = run_cli("tfdist.tfconfig", "--cluster", str(spec_file), "--emit", "kubernetes", "--image",
+    proc = run_cli("tfdist.manifest", "--cluster", str(spec_file), "--form", "kubernetes", "--image",
                    "registry.example.com/tfdist:0.1", "--name", "unet", "--namespace", "ml", "--gpus", "1",
                    "--strategy", "parameter_server", "--", "--epochs", "2", "--model_dir", "/runs/unet")
     assert proc.returncode == 0, proc.stderr
@@ -230,7 +230,7 @@ def test_tfjob_wrapper_runs_the_real_train_cli():
 
 
 def test_tfjob_has_the_specs_replicas(spec_file):
-    proc = run_cli("tfdist.tfconfig", "--cluster", str(spec_file), "--emit", "tfjob", "--image", "img:1", "--name",
+    proc = run_cli("tfdist.manifest", "--cluster", str(spec_file), "--form", "tfjob", "--image", "img:1", "--name",
                    "unet", "--cpu", "500m", "--memory", "1.5Gi", "--", "--epochs", "2")
     assert proc.returncode == 0, proc.stderr
     (document,) = yaml.safe_load_all(proc.stdout)
@@ -262,7 +262,7 @@ def test_output_file_defaults_and_every_example_cluster(tmp_path):
     for example in sorted(CLUSTERS.glob("*.yaml")):
         for emit in k8s.EMITS:
             out = tmp_path / f"{example.stem}-{emit}.yaml"
-            proc = run_cli("tfdist.tfconfig", "--cluster", str(example), "--emit", emit, "--image", "img", "--output",
+            proc = run_cli("tfdist.manifest", "--cluster", str(example), "--form", emit, "--image", "img", "--output",
                            str(out))
             assert proc.returncode == 0 and proc.stdout == "", proc.stderr
             documents = list(yaml.safe_load_all(out.read_text()))

@@ -1,4 +1,4 @@
-"""``--emit jobset`` / ``trainjob`` / ``volcano`` and ``--cluster kubernetes``, checked without a cluster.
+"""``tfdist.manifest --form jobset`` / ``trainjob`` / ``volcano`` and ``--cluster kubernetes``, checked without a cluster.
 
 Every manifest is validated against its resource's own published CRD schema
 (tests/unit/k8s_schemas, with the source of each), made strict as the API server's
@@ -84,7 +84,7 @@ def emitted(spec_files) -> dict[tuple[str, str], list[dict]]:
     """The CLI's documents for every form and strategy (the processes run side by side)."""
     runs = {
         (form, strategy): start_cli(
-            "tfdist.tfconfig", "--cluster", str(spec_files[strategy]), "--emit", form,
+            "tfdist.manifest", "--cluster", str(spec_files[strategy]), "--form", form,
             "--image", "registry.example.com/tfdist:0.1", "--name", NAME, "--namespace", "ml", "--gpus", "1",
             "--volume", "unet-runs", "--strategy", strategy, "--", "--epochs", "2")
         for form in FORMS for strategy in SPECS
@@ -267,7 +267,7 @@ def test_every_form_carries_the_grace_period_the_command_and_the_volume(emitted,
 
 @pytest.mark.parametrize("form", FORMS)
 def test_doctor_manifests_run_the_doctor_in_the_same_pods(spec_files, validators, expected, form):
-    proc = run_cli("tfdist.tfconfig", "--cluster", str(spec_files["parameter_server"]), "--emit", form, "--image",
+    proc = run_cli("tfdist.manifest", "--cluster", str(spec_files["parameter_server"]), "--form", form, "--image",
                    "img:1", "--name", NAME, "--volume", "unet-runs", "--doctor", "--", "--epochs", "2")
     assert proc.returncode == 0, proc.stderr
     documents = list(yaml.safe_load_all(proc.stdout))
@@ -346,9 +346,9 @@ def test_volcano_gang_and_policies(emitted):
     (("--volume", "runs", "--", "--model_dir", "/data/unet"), "Invalid value for `--model_dir` with --volume"),
     (("--volume", "runs", "--name", "a" * 56), "Invalid value for `--name`"),
 ])
-def test_bad_emitter_inputs_are_one_line_and_status_2(spec_files, form, args, match):
+def test_bad_manifest_inputs_are_one_line_and_status_2(spec_files, form, args, match):
     flags, _, extra = " ".join(args).partition("-- ")
-    proc = run_cli("tfdist.tfconfig", "--cluster", str(spec_files["parameter_server"]), "--emit", form, "--image",
+    proc = run_cli("tfdist.manifest", "--cluster", str(spec_files["parameter_server"]), "--form", form, "--image",
                    "img:1", *flags.split(), *(["--", *extra.split()] if extra else []))
     assert_user_error(proc, re.escape(match))
 
@@ -356,15 +356,15 @@ def test_bad_emitter_inputs_are_one_line_and_status_2(spec_files, form, args, ma
 def test_jobset_host_names_have_the_job_index_in_their_length(spec_files):
     """``<name>-worker-0-1`` is 2 characters longer than Volcano's ``<name>-worker-1``: a 53-character name fits one."""
     common = ("--cluster", str(spec_files["parameter_server"]), "--image", "img:1", "--volume", "runs", "--name", "a" * 53)
-    assert run_cli("tfdist.tfconfig", *common, "--emit", "volcano").returncode == 0
+    assert run_cli("tfdist.manifest", *common, "--form", "volcano").returncode == 0
     for form in ("jobset", "trainjob"):
-        proc = run_cli("tfdist.tfconfig", *common, "--emit", form)
+        proc = run_cli("tfdist.manifest", *common, "--form", form)
         assert_user_error(proc, re.escape("'" + "a" * 53 + "-worker-0-0' is 64 characters"))
 
 
 @pytest.mark.parametrize("flag", (("--volume", "runs"), ("--doctor",)))
 def test_volume_and_doctor_with_a_form_that_takes_neither_are_refused(spec_files, flag):
-    proc = run_cli("tfdist.tfconfig", "--cluster", str(spec_files["parameter_server"]), "--emit", "kubernetes",
+    proc = run_cli("tfdist.manifest", "--cluster", str(spec_files["parameter_server"]), "--form", "kubernetes",
                    "--image", "img:1", *flag)
     assert_user_error(proc, re.escape(f"Unexpected `{flag[0]}`"))
 

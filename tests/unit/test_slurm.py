@@ -559,7 +559,7 @@ def test_sbatch_script_still_ends_with_42_when_the_requeue_is_refused(tmp_path):
         (("--task", "worker:0"), r"Unexpected `--task` with --cluster=slurm"),
         (("--slurm_tasks", "worker=two"), r"`--slurm_tasks`: the count of 'worker' is 'two'"),
         (("--commands",), r"--commands with --cluster=slurm"),
-        (("--emit", "kubernetes", "--image", "img"), r"--emit with --cluster=slurm"),
+        (("--emit", "kubernetes", "--image", "img"), r"Invalid value for `--cluster`\. Received: cluster='slurm'"),
     ],
     ids=["outside_slurm", "task", "bad_slurm_tasks", "commands", "emit"],
 )

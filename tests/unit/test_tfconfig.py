@@ -290,7 +290,7 @@ def test_example_configs_load():
 
 # --------------------------------------------------------------------------- flag errors
 
-EMIT_PS = ("--cluster", str(CLUSTERS / "local_ps.yaml"), "--emit", "kubernetes")
+FORM_PS = ("--cluster", str(CLUSTERS / "local_ps.yaml"), "--form", "kubernetes")
 
 
 @pytest.mark.parametrize(
@@ -309,48 +309,59 @@ EMIT_PS = ("--cluster", str(CLUSTERS / "local_ps.yaml"), "--emit", "kubernetes")
          r"strategy='mirrored' .*one machine"),
         (("--no_such_flag",), r"Unknown command line flag 'no_such_flag'"),
         (("--export=maybe",), r"invalid command line"),
-        (EMIT_PS, r"Missing `--image` for --emit=kubernetes\. Received: image=None"),
-        ((*EMIT_PS[:3], "helm", "--image", "img"), r"Invalid value for `--emit`\. Received: emit='helm'\. Expected one of: kubernetes, tfjob"),
-        ((*EMIT_PS, "--image", "img", "--name", "My_Run"), r"`--name`: not a DNS-1035 label\. Received: name='My_Run'"),
-        ((*EMIT_PS, "--image", "img", "--name", "r" * 60), r"`--name`: the task host name 'r+-worker-0' is 69 characters"),
-        ((*EMIT_PS, "--image", "img", "--namespace", "-ml"), r"`--namespace`: not a DNS-1123 label"),
-        ((*EMIT_PS, "--image", "img", "--memory", "lots"), r"`--memory`: not a Kubernetes quantity\. Received: memory='lots'"),
-        ((*EMIT_PS, "--image", "img", "--gpus", "two"), r"invalid command line.*gpus"),
-        ((*EMIT_PS, "--image", "img", "--task", "worker:0"), r"Unexpected `--task` with --emit=kubernetes"),
-        ((*EMIT_PS, "--image", "img", "--commands"), r"Conflicting flags `--commands` and `--emit`"),
-        ((*EMIT_PS, "--image", "img", "--strategy", "multi_worker_mirrored"), r"ps tasks are for parameter_server"),
-        ((*EMIT_PS, "--image", "img", "--output", "/nonexistent/dir/m.yaml"), r"Cannot write `--output`: .*'/nonexistent/dir/m\.yaml'"),
-        ((*EMIT_PS[:2], "--task", "worker:0", "--image", "img"), r"Unexpected `--image` without --emit"),
-        ((*EMIT_PS[:2], "--task", "worker:0", "--slurm_tasks", "worker=2"), r"Unexpected `--slurm_tasks` without --cluster=slurm"),
-        ((*EMIT_PS, "--image", "img", "--", "--epochz", "3"),
-         r"^error: Invalid tfdist\.train arguments after --: Unknown command line flag 'epochz'.*Received: -- --epochz 3\. "
-         r"Expected tfdist\.train flags .*--emit kubernetes"),
-        ((*EMIT_PS, "--image", "img", "--", "--epochs", "zero"), r"Invalid tfdist\.train arguments after --: .*epochs"),
-        ((*EMIT_PS, "--image", "img", "--", "--epochs", "3", "extra"),
-         r"Unexpected arguments after --: 'extra' is not a flag\. Received: -- --epochs 3 extra"),
-        ((*EMIT_PS, "--image", "img", "--", "--task", "worker:0"),
-         r"Unexpected `--task` after --: --emit kubernetes gives every task its own place in the cluster"),
-        ((*EMIT_PS, "--image", "img", "--", "--cluster", "c.yaml"), r"Unexpected `--cluster` after --"),
-        ((*EMIT_PS, "--image", "img", "--", "--strategy", "one_device"),
-         r"Invalid `--strategy` after --: it contradicts the deployment's --strategy=parameter_server\."),
-        ((*EMIT_PS, "--image", "img", "--", "--image_size", "30"), r"Received: image_size=30 with depth=3"),
-        ((*EMIT_PS[:2], "--commands", "--", "--epochz", "3"),
+        ((*FORM_PS[:2], "--task", "worker:0", "--image", "img"), r"Unknown command line flag 'image'"),
+        ((*FORM_PS[:2], "--task", "worker:0", "--slurm_tasks", "worker=2"), r"Unexpected `--slurm_tasks` without --cluster=slurm"),
+        ((*FORM_PS[:2], "--commands", "--", "--epochz", "3"),
          r"Invalid tfdist\.train arguments after --: Unknown command line flag 'epochz'.*for every task of --commands"),
-        ((*EMIT_PS, "--image", "Registry.example.com/TFDIST:0.1"),
-         r"Invalid value for `--image`: the repository must be lowercase.*Received: image='Registry\.example\.com/TFDIST"),
-        ((*EMIT_PS, "--image", "https://registry.example.com/tfdist:0.1"), r"`--image`: a URL, not an image reference"),
-        ((*EMIT_PS, "--image", "registry.example.com/tfdist:"), r"`--image`: its tag is empty"),
     ],
-    ids=["nothing", "task_only", "no_task", "export_and_commands", "stray_arg", "unknown_strategy",
-         "mwm_with_ps", "mirrored_cluster", "unknown_flag", "bad_bool", "emit_without_image", "bad_emit",
-         "name_not_dns", "name_too_long", "bad_namespace", "bad_memory", "gpus_not_integer", "emit_with_task",
-         "emit_and_commands", "emit_strategy_mismatch", "output_unwritable", "image_without_emit",
-         "slurm_tasks_without_slurm", "command_unknown_flag", "command_bad_value", "command_positional",
-         "command_task", "command_cluster", "command_strategy", "command_bad_config", "commands_unknown_flag",
-         "image_uppercase", "image_url", "image_empty_tag"],
+    ids=["nothing", "task_only", "no_task", "export_and_commands", "stray_arg", "unknown_strategy", "mwm_with_ps",
+         "mirrored_cluster", "unknown_flag", "bad_bool", "image_is_the_manifests", "slurm_tasks_without_slurm",
+         "commands_unknown_flag"],
 )
 def test_cli_flag_errors(args, match):
     assert_user_error(run_cli("tfdist.tfconfig", *args), match)
+
+
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        (FORM_PS, r"Missing `--image` for --form=kubernetes\. Received: image=None"),
+        ((*FORM_PS[:3], "helm", "--image", "img"), r"Invalid value for `--form`\. Received: form='helm'\. Expected one of: kubernetes, tfjob"),
+        ((*FORM_PS, "--image", "img", "--name", "My_Run"), r"`--name`: not a DNS-1035 label\. Received: name='My_Run'"),
+        ((*FORM_PS, "--image", "img", "--name", "r" * 60), r"`--name`: the task host name 'r+-worker-0' is 69 characters"),
+        ((*FORM_PS, "--image", "img", "--namespace", "-ml"), r"`--namespace`: not a DNS-1123 label"),
+        ((*FORM_PS, "--image", "img", "--memory", "lots"), r"`--memory`: not a Kubernetes quantity\. Received: memory='lots'"),
+        ((*FORM_PS, "--image", "img", "--gpus", "two"), r"invalid command line.*gpus"),
+        ((*FORM_PS, "--image", "img", "--task", "worker:0"), r"Unknown command line flag 'task'"),
+        ((*FORM_PS, "--image", "img", "--commands"), r"Unknown command line flag 'commands'"),
+        ((*FORM_PS, "--image", "img", "--strategy", "multi_worker_mirrored"), r"ps tasks are for parameter_server"),
+        ((*FORM_PS, "--image", "img", "--output", "/nonexistent/dir/m.yaml"), r"Cannot write `--output`: .*'/nonexistent/dir/m\.yaml'"),
+        ((*FORM_PS, "--image", "img", "--", "--epochz", "3"),
+         r"^error: Invalid tfdist\.train arguments after --: Unknown command line flag 'epochz'.*Received: -- --epochz 3\. "
+         r"Expected tfdist\.train flags .*tfdist\.manifest --form kubernetes"),
+        ((*FORM_PS, "--image", "img", "--", "--epochs", "zero"), r"Invalid tfdist\.train arguments after --: .*epochs"),
+        ((*FORM_PS, "--image", "img", "--", "--epochs", "3", "extra"),
+         r"Unexpected arguments after --: 'extra' is not a flag\. Received: -- --epochs 3 extra"),
+        ((*FORM_PS, "--image", "img", "--", "--task", "worker:0"),
+         r"Unexpected `--task` after --: tfdist\.manifest --form kubernetes gives every task its own place in the cluster"),
+        ((*FORM_PS, "--image", "img", "--", "--cluster", "c.yaml"), r"Unexpected `--cluster` after --"),
+        ((*FORM_PS, "--image", "img", "--", "--strategy", "one_device"),
+         r"Invalid `--strategy` after --: it contradicts the deployment's --strategy=parameter_server\."),
+        ((*FORM_PS, "--image", "img", "--", "--image_size", "30"), r"Received: image_size=30 with depth=3"),
+        ((*FORM_PS, "--image", "Registry.example.com/TFDIST:0.1"),
+         r"Invalid value for `--image`: the repository must be lowercase.*Received: image='Registry\.example\.com/TFDIST"),
+        ((*FORM_PS, "--image", "https://registry.example.com/tfdist:0.1"), r"`--image`: a URL, not an image reference"),
+        ((*FORM_PS, "--image", "registry.example.com/tfdist:"), r"`--image`: its tag is empty"),
+        (("--form", "kubernetes", "--image", "img"), r"Invalid value for `--cluster`\. Received: cluster=None"),
+        (("--cluster", "slurm", "--image", "img"), r"Invalid value for `--cluster`\. Received: cluster='slurm'"),
+    ],
+    ids=["no_image", "bad_form", "name_not_dns", "name_too_long", "bad_namespace", "bad_memory", "gpus_not_integer",
+         "task", "commands", "strategy_mismatch", "output_unwritable", "command_unknown_flag", "command_bad_value",
+         "command_positional", "command_task", "command_cluster", "command_strategy", "command_bad_config",
+         "image_uppercase", "image_url", "image_empty_tag", "no_cluster", "environment_cluster"],
+)
+def test_manifest_flag_errors(args, match):
+    assert_user_error(run_cli("tfdist.manifest", *args), match)
 
 
 def test_console_entry_point_and_no_tensorflow():

@@ -3,5 +3,5 @@ Kubernetes manifests: the plain (Jobs and a Service) and legacy (TFJob) forms in
 gang-admitted ``jobset``, ``trainjob`` and ``volcano`` forms (sharing ``common``).
 """
 
-#: The ``--emit`` values of the gang-admitted forms.
+#: The ``tfdist.manifest --form`` values of the gang-admitted forms.
 FORMS = ("jobset", "trainjob", "volcano")

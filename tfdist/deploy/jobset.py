@@ -1,4 +1,6 @@
-"""``--emit jobset``: one JobSet (``jobset.x-k8s.io/v1alpha2``) that runs every task of a cluster spec."""
+"""``tfdist.manifest --form jobset``: one JobSet (``jobset.x-k8s.io/v1alpha2``) that runs every task of a
+cluster spec.
+"""
 
 from __future__ import annotations
 

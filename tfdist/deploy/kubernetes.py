@@ -11,7 +11,7 @@ import yaml
 from tfdist import cluster, strategies
 from tfdist.errors import PERMANENT_EXIT_CODES, PREEMPTED_EXIT_CODE, UserError
 
-#: ``--emit`` values.
+#: The ``tfdist.manifest --form`` values of the plain (Jobs and a Service) and legacy (TFJob) forms.
 EMITS = ("kubernetes", "tfjob")
 
 #: The container name (the training operator requires "tensorflow" for a TFJob).

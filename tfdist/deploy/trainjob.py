@@ -1,4 +1,4 @@
-"""``--emit trainjob``: a Kubeflow Trainer v2 TrainJob over a plain TrainingRuntime of its own."""
+"""``tfdist.manifest --form trainjob``: a Kubeflow Trainer v2 TrainJob over a plain TrainingRuntime of its own."""
 
 from __future__ import annotations
 

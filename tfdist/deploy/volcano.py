@@ -1,4 +1,6 @@
-"""``--emit volcano``: a Volcano Job (``batch.volcano.sh/v1alpha1``) with the ``tensorflow`` and ``svc`` plugins."""
+"""``tfdist.manifest --form volcano``: a Volcano Job (``batch.volcano.sh/v1alpha1``) with the ``tensorflow``
+and ``svc`` plugins.
+"""
 
 from __future__ import annotations
 

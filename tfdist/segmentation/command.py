@@ -1,7 +1,7 @@
 """``tfdist.train``'s command line: its flags, and the check of one that other hosts will run.
 
 Every config field is a flag of the same name, typed and defaulted as the field is, beside ``--config`` and
-``--dump_weights``. ``check_command`` parses a command line that ``tfconfig --commands``/``--emit`` puts in
+``--dump_weights``. ``check_command`` parses a command line that ``tfconfig --commands``/``tfdist.manifest`` puts in
 every task or pod with those same flags, so that a typo is one line where it is written, not a failure on
 every pod.
 """
@@ -48,7 +48,7 @@ def check_command(args: Sequence[str], *, strategy: str, where: str) -> None:
     Args:
       args: the arguments after ``--``.
       strategy: the deployment's ``--strategy`` ("" where it sets none).
-      where: how the user gave them, for the message (``--emit kubernetes``).
+      where: how the user gave them, for the message (``tfdist.manifest --form kubernetes``).
 
     Raises:
       UserError: an unknown flag or a bad value, a positional argument, a placement flag (``PLACEMENT_FLAGS``),
