@@ -109,8 +109,9 @@ def train_keras(model_fn, x, y, *, training, batch_size, epochs, validation_data
     model, optimizer, step_counter = state.model, state.optimizer, state.step
     _warn_unsynchronized_batch_norm(model, replicas)
     own_steps = bool(overrides_steps(model))
-    steps = (KerasModelSteps(model=model, sample=_sample(x, y)) if own_steps
-             else KerasSteps(model=model, optimizer=optimizer, sample=_sample(x, y)))
+    sample = _sample(x, y)
+    steps = (KerasModelSteps(model=model, sample=sample) if own_steps
+             else KerasSteps(model=model, optimizer=optimizer, sample=sample))
     epoch_steps = steps_per_epoch or rows_and_steps(x, batch_size)[1]
     if not epoch_steps:
         raise UserError("Missing `steps_per_epoch`. Received: an input of unknown length. Expected "
