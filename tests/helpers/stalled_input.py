@@ -10,13 +10,13 @@ import sys
 import time
 
 import tfdist.train  # noqa: F401 - sets TF_CPP_MIN_LOG_LEVEL before TensorFlow is imported
-from tfdist.segmentation import experiment
+from tfdist.segmentation import task
 
 
 def stalled(after: int):
     import tensorflow as tf
 
-    original = experiment.train_dataset_fn
+    original = task.train_dataset_fn
 
     def train_dataset_fn(*args, **kwargs):
         fn = original(*args, **kwargs)
@@ -32,5 +32,5 @@ def stalled(after: int):
 
 
 if __name__ == "__main__":
-    experiment.train_dataset_fn = stalled(int(sys.argv.pop(1)))
+    task.train_dataset_fn = stalled(int(sys.argv.pop(1)))
     tfdist.train.entry()

@@ -22,7 +22,7 @@ from tfdist.models import build_from_config
 from tfdist.segmentation import inputs
 from tfdist.engine.checkpoints import Checkpoints
 from tfdist.segmentation.evaluator import evaluate_checkpoints
-from tfdist.segmentation.metrics import metrics_from_stats
+from tfdist.segmentation.steps import metrics_from_stats
 from tfdist.rundir import RunDir
 from tfdist.segmentation.steps import Steps
 

@@ -182,7 +182,7 @@ def test_a_bad_argument_of_setup_is_one_line_naming_it_before_any_set_up(case, m
         raise AssertionError("the process was set up before the arguments were checked")
 
     monkeypatch.setattr(session, "place", reached)
-    monkeypatch.setattr(session, "setup_tensorflow", reached)
+    monkeypatch.setattr(session, "start", reached)
     arguments, expected = SETUP_CASES[case]
     with pytest.raises(UserError) as caught:
         tfdist.setup(**arguments)

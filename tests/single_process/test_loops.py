@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import tensorflow as tf
 
-from tfdist.engine.loop import make_loop
+from tfdist.runtime.run_loop import make_loop
 
 
 class SummingSteps:

@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from tfdist.engine.steps import StatsAccumulator
-from tfdist.segmentation.metrics import metrics_from_stats
+from tfdist.segmentation.steps import metrics_from_stats
 from tfdist.segmentation.steps import per_image_loss, stats_size, step_stats
 
 

@@ -34,7 +34,7 @@ print("SUMMARY " + json.dumps(summary))
 import keras
 from tfdist.models import build_from_config
 from tfdist.segmentation import inputs
-from tfdist.segmentation.metrics import metrics_from_stats
+from tfdist.segmentation.steps import metrics_from_stats
 from tfdist.segmentation.steps import Steps
 keras.utils.set_random_seed(config.train.seed)
 fresh = Steps(model=build_from_config(config.model, config.data), optimizer=None,

@@ -311,7 +311,7 @@ def test_jit_compile_is_used_where_xla_can_compile_and_refused_with_a_warning_el
 
     from tfdist.models import build_from_config
     from tfdist.strategies import make_strategy
-    from tfdist.segmentation.experiment import _can_jit
+    from tfdist.segmentation.task import can_jit
     from tfdist.segmentation.optimizers import make_optimizer
     from tfdist.segmentation.steps import Steps
 
@@ -319,7 +319,7 @@ def test_jit_compile_is_used_where_xla_can_compile_and_refused_with_a_warning_el
                                                 "batch_norm": batch_norm, "deterministic": deterministic})
     strategy = make_strategy(name, cpu_devices=2)
     with op_determinism(deterministic):
-        assert _can_jit(config, strategy) is compiles
+        assert can_jit(config, strategy) is compiles
         if compiles and strategy.num_replicas_in_sync == 1:  # and the pass XLA compiles is the step's
             model = build_from_config(config.model, config.data)
             steps = Steps(model=model, optimizer=make_optimizer(config.train, "float32", 4), num_classes=4,
@@ -329,7 +329,7 @@ def test_jit_compile_is_used_where_xla_can_compile_and_refused_with_a_warning_el
             assert "HloModule" in steps._gradients.experimental_get_compiler_ir(images, masks)(stage="hlo")
     refused = [r.getMessage() for r in caplog.records if "--jit_compile is ignored" in r.getMessage()]
     assert len(refused) == (0 if warning is None else 1) and all(warning in line for line in refused), refused
-    assert _can_jit(dataclasses.replace(config, runtime=dataclasses.replace(config.runtime, jit_compile=False)),
+    assert can_jit(dataclasses.replace(config, runtime=dataclasses.replace(config.runtime, jit_compile=False)),
                     strategy) is False
 
 

@@ -42,7 +42,7 @@ def test_describe_names_the_task_behind_and_what_it_does():
 
 
 def test_a_lost_peer_line_names_the_peers_whose_heartbeat_stopped(tmp_path):
-    """``roles.peer_errors`` adds these to its line: a frozen peer still accepts connections."""
+    """``runtime.lifecycle.among_peers`` adds these to its line: a frozen peer still accepts connections."""
     for task, age in (("worker:0", 1), ("worker:1", 30)):
         (tmp_path / heartbeat_name(task)).write_text(json.dumps(_record(age=age)))
     assert stopped_tasks(tmp_path, ["worker:0", "worker:1", "worker:2"], now=1000.0) == [

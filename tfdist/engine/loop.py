@@ -1,4 +1,5 @@
-"""The ``Loop`` protocol the controller drives (``SyncLoop`` or ``CoordinatorLoop``), whichever strategy runs."""
+"""The ``Loop`` protocol the controller drives (``SyncLoop`` or ``CoordinatorLoop``, ``runtime.run_loop.make_loop``'s
+choice), whichever strategy runs."""
 
 from __future__ import annotations
 
@@ -29,27 +30,3 @@ class Loop(Protocol):
 
     def predict(self, images: Any) -> Any:
         """Logits for a small batch of images, on this process (TensorBoard previews)."""
-
-
-def make_loop(*, coordinator: bool, strategy, steps, step_counter, train_dataset_fn, eval_dataset_fn) -> Loop:
-    """The loop for a strategy: ``CoordinatorLoop`` when it has a coordinator, else ``SyncLoop``.
-
-    Args:
-        coordinator: the strategy's ``Traits.coordinator``.
-        strategy, steps, step_counter: as both loops take them.
-        train_dataset_fn: ``InputContext -> Dataset`` of per-replica batches, repeated.
-        eval_dataset_fn: ``InputContext -> Dataset`` of per-replica batches, finite (None: no eval);
-            the coordinator reads it as one local pipeline.
-    """
-    if coordinator:
-        import tensorflow as tf
-
-        from tfdist.engine.coordinator_loop import CoordinatorLoop
-
-        return CoordinatorLoop(strategy=strategy, steps=steps, step_counter=step_counter,
-                               train_dataset_fn=train_dataset_fn,
-                               eval_dataset=eval_dataset_fn(tf.distribute.InputContext()) if eval_dataset_fn else None)
-    from tfdist.engine.sync_loop import SyncLoop
-
-    return SyncLoop(strategy=strategy, steps=steps, step_counter=step_counter,
-                    train_dataset_fn=train_dataset_fn, eval_dataset_fn=eval_dataset_fn)

@@ -4,6 +4,7 @@ scope, and the run directory's latest checkpoint restored into them."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any, Callable
 
 from tfdist.engine.checkpoints import Checkpoints
@@ -36,6 +37,16 @@ class TrainingState:
         inner = getattr(self.optimizer, "inner_optimizer", self.optimizer)
         if inner is not None and getattr(inner, "use_ema", False):
             self.optimizer.finalize_variable_values(self.model.trainable_variables)
+
+    def dump_weights(self, directory: str | Path, slug: str) -> Path:
+        """Write the model's weights to ``directory/<slug>.npz`` (``worker-1.npz``, ``local.npz``): every task's
+        final weights side by side, to compare tasks that write no outputs."""
+        import numpy as np
+
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        path = Path(directory) / f"{slug}.npz"
+        np.savez(path, *self.model.get_weights())
+        return path
 
     def start(self) -> str:
         """Where the run starts, for its first line: ``resuming from <path> at step N`` or ``starting at step N``."""

@@ -83,26 +83,24 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy=
                    validation_steps=validation_steps, sample_weight=sample_weight, class_weight=class_weight)
     runtime = check_run_args(strategy=strategy or strategies.AUTO, cpu_devices=cpu_devices, cluster=cluster,
                              task=task, connect_timeout=connect_timeout, progress_timeout=progress_timeout, seed=seed,
-                             model_dir=model_dir, shuffle=shuffle, verbose=verbose, callbacks=callbacks,
-                             cluster_resolver=cluster_resolver)
+                             model_dir=model_dir, shuffle=shuffle, verbose=verbose, callbacks=callbacks)
     if model_dir is not None:
         RunDir(model_dir).check_fit_resume(batch_size)
     session = session_lib.current()
     if session is not None:
-        if strategy is not None and runtime.strategy != session.runtime.strategy:
+        if runtime.strategy not in (strategies.AUTO, session.runtime.strategy):
             raise UserError(f"Invalid `strategy` for tfdist.fit after tfdist.setup. Received: strategy={strategy!r}, "
-                            f"and the process is set up for {session.runtime.strategy!r}. Expected strategy=None "
-                            "or the set-up's own.")
+                            f"and the process is set up for {session.runtime.strategy!r}. Expected strategy=None, "
+                            "'auto' or the set-up's own.")
         for name in ("cluster", "task"):
             given, fixed = getattr(runtime, name), getattr(session.runtime, name)
             if given and given != fixed:
                 raise UserError(f"Invalid `{name}` for tfdist.fit after tfdist.setup. Received: {name}={given!r}, "
                                 f"and the process is set up with {name}={fixed!r}. Expected {name}=None or the "
                                 "set-up's own.")
-        strategy = session.runtime.strategy
         runtime = dataclasses.replace(session.runtime, progress_timeout=runtime.progress_timeout)
     else:
-        strategy = runtime.strategy
+        runtime = config_lib.resolve_strategy(runtime, cluster_resolver)
     temporary = model_dir is None
     model_dir = tempfile.mkdtemp(prefix="tfdist-fit-") if temporary else str(model_dir)
     if session is not None:

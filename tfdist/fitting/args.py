@@ -87,9 +87,9 @@ def _check_dataset_elements(name: str, dataset) -> None:
 
 
 def check_run_args(*, strategy, cpu_devices, cluster, task, connect_timeout, progress_timeout, seed, model_dir,
-                   shuffle, verbose, callbacks, cluster_resolver=None):
-    """Refuse a bad run argument of ``tfdist.fit`` (one line naming it); returns the checked ``RuntimeConfig``,
-    its strategy resolved (``config.resolve_strategy``: ``auto`` reads the cluster, or ``cluster_resolver``'s).
+                   shuffle, verbose, callbacks):
+    """Refuse a bad run argument of ``tfdist.fit`` (one line naming it); returns the checked ``RuntimeConfig``
+    (its strategy as given: ``auto`` is resolved by ``fit``, which knows whether the process is set up).
 
     ``model_dir`` may be a new directory, an existing one, or None; never a file.
     """
@@ -116,7 +116,7 @@ def check_run_args(*, strategy, cpu_devices, cluster, task, connect_timeout, pro
     if verbose != "auto" and not isinstance(verbose, numbers.Integral):
         raise UserError(f"Invalid value for `verbose`. Received: verbose={verbose!r}. Expected 0, 1, 2 or 'auto'.")
     _check_callbacks(callbacks)
-    return config_lib.resolve_strategy(runtime, cluster_resolver)
+    return runtime
 
 
 def _check_callbacks(callbacks) -> None:

@@ -1,5 +1,5 @@
-"""One run of the engine under a strategy, for every client: the heartbeat and watchdog, preemption as "stop
-at the next chunk", and the checkpoints and outputs closed however the run ends.
+"""One run of the engine under a strategy, for every client: the strategy's loop (``make_loop``), the heartbeat
+and watchdog, preemption as "stop at the next chunk", and the checkpoints and outputs closed however it ends.
 """
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 from tfdist.engine.controller import Controller, Schedule
-from tfdist.engine.loop import make_loop
+from tfdist.engine.loop import Loop
 from tfdist.engine.task import Task
 from tfdist.errors import PEER_LOST_EXIT_CODE
 from tfdist.runtime.lifecycle import Training
@@ -53,6 +53,7 @@ def run_loop(training: Training, state, task: Task, schedule: Schedule, *, outpu
     start_step = int(state.step.numpy())
     # From here on every task keeps a heartbeat in the run directory.
     batches = None if placement.coordinator else BatchCounter(start_step)
+    train_dataset_fn = batches.wrap(task.train_dataset_fn) if batches else task.train_dataset_fn
     watchdog = Watchdog(
         task=placement.name, tasks=placement.training_tasks(), directory=training.run_dir.heartbeats,
         timeout=training.progress_timeout, step=start_step, total_steps=schedule.total_steps, batches=batches,
@@ -60,8 +61,7 @@ def run_loop(training: Training, state, task: Task, schedule: Schedule, *, outpu
     )
     loop = make_loop(coordinator=placement.coordinator, strategy=training.strategy, steps=task.steps,
                      step_counter=state.step,
-                     train_dataset_fn=batches.wrap(task.train_dataset_fn) if batches else task.train_dataset_fn,
-                     eval_dataset_fn=task.eval_dataset_fn)
+                     train_dataset_fn=train_dataset_fn, eval_dataset_fn=task.eval_dataset_fn)
     controller = Controller(loop=loop, task=task, schedule=schedule,
                             checkpoints=state.checkpoints if checkpoints else None, outputs=outputs,
                             preemption=preemption, watchdog=watchdog, verbose=verbose)
@@ -76,3 +76,27 @@ def run_loop(training: Training, state, task: Task, schedule: Schedule, *, outpu
     return RunResult(step=int(state.step.numpy()), last_train=controller.last_train, final_eval=final,
                      throughput=controller.throughput, first_step_at=controller.first_step_at,
                      closures_per_worker=getattr(loop, "closures_per_worker", None) if placement.coordinator else None)
+
+
+def make_loop(*, coordinator: bool, strategy, steps, step_counter, train_dataset_fn, eval_dataset_fn) -> Loop:
+    """The loop for a strategy: ``CoordinatorLoop`` when it has a coordinator, else ``SyncLoop``.
+
+    Args:
+        coordinator: the strategy's ``Traits.coordinator``.
+        strategy, steps, step_counter: as both loops take them.
+        train_dataset_fn: ``InputContext -> Dataset`` of per-replica batches, repeated.
+        eval_dataset_fn: ``InputContext -> Dataset`` of per-replica batches, finite (None: no eval);
+            the coordinator reads it as one local pipeline.
+    """
+    if coordinator:
+        import tensorflow as tf
+
+        from tfdist.engine.coordinator_loop import CoordinatorLoop
+
+        return CoordinatorLoop(strategy=strategy, steps=steps, step_counter=step_counter,
+                               train_dataset_fn=train_dataset_fn,
+                               eval_dataset=eval_dataset_fn(tf.distribute.InputContext()) if eval_dataset_fn else None)
+    from tfdist.engine.sync_loop import SyncLoop
+
+    return SyncLoop(strategy=strategy, steps=steps, step_counter=step_counter,
+                    train_dataset_fn=train_dataset_fn, eval_dataset_fn=eval_dataset_fn)

@@ -104,54 +104,6 @@ def place(runtime, *, in_process: bool = False) -> Placement:
     return Placement(strategy=rt.strategy, traits=traits, task=task)
 
 
-def setup_tensorflow(runtime, placement: Placement, cluster_resolver=None, *, keras_setup: bool = True,
-                     seed: int = 0, deterministic: bool = False):
-    """Devices, threads, then the strategy (``runtime``: a ``RuntimeConfig``); then (``keras_setup``) precision,
-    ``seed`` and ``deterministic`` (``setup_keras``).
-
-    Raises:
-        UserError: TensorFlow started before, in a way the strategy cannot use (``TOO_LATE``).
-    """
-    rt, traits, task = runtime, placement.traits, placement.task
-    if traits.coordinator:
-        strategies.set_grpc_fail_fast()
-    cpu_devices = rt.cpu_devices or strategies.default_cpu_devices(traits)
-    inter_op = 0 if task.is_local else placement.num_tasks + 1
-    try:
-        strategies.setup_host(cpu_devices=cpu_devices if traits.local_devices else 1, inter_op_threads=inter_op)
-        # The peers meet (bounded by --connect_timeout) right before the strategy binds the gRPC port.
-        with peers.joining(task, rt.connect_timeout, listen_meanwhile=traits.listens_while_joining):
-            strategy = strategies.make_strategy(
-                rt.strategy, cpu_devices=cpu_devices, cluster_resolver=cluster_resolver,
-                communication=rt.communication, bytes_per_pack=rt.bytes_per_pack,
-                collective_timeout=rt.collective_timeout, ps_shards=rt.ps_shards,
-                ps_min_shard_bytes=rt.ps_min_shard_bytes,
-            )
-    except strategies.DevicesFixed as e:
-        received = str(e).split(" Expected")[0].rstrip(".")
-        raise UserError(f"Invalid set-up order for strategy={rt.strategy!r}: TensorFlow had already started. "
-                        f"Received: {received}. {TOO_LATE}") from None
-    except RuntimeError as e:
-        if "at program startup" not in str(e):  # "Collective ops must be configured at program startup"
-            raise
-        raise UserError(f"Invalid set-up order for strategy={rt.strategy!r}: TensorFlow had already started, and "
-                        f"its collectives can only be configured before. Received: {e}. {TOO_LATE}") from None
-    if keras_setup:
-        setup_keras(rt.precision, seed=seed, deterministic=deterministic)
-    return strategy
-
-
-def setup_keras(precision: str, *, seed: int, deterministic: bool) -> None:
-    """Precision policy, seeds and op determinism (after the strategy: collectives come first)."""
-    import keras
-    import tensorflow as tf
-
-    keras.mixed_precision.set_dtype_policy(precision)
-    keras.utils.set_random_seed(seed)
-    if deterministic:
-        tf.config.experimental.enable_op_determinism()
-
-
 #: Why an evaluator task cannot start where it is asked to (``start``'s ``where``).
 EVALUATOR_ELSEWHERE = {"tfdist.setup": "an evaluator runs `python -m tfdist.train`",
                        "tfdist.fit": "fit evaluates validation_data itself"}
@@ -180,7 +132,8 @@ def start(runtime, placement: Placement | None = None, *, where: str, cluster_re
       cluster_resolver: an in-process cluster this process coordinates, or None.
       heartbeats: where a serving task writes its heartbeats (a run directory's), or None.
       verbose: a serving task prints what it does.
-      keras_setup: set Keras' precision (``runtime``'s), ``seed`` and ``deterministic`` (``setup_keras``).
+      keras_setup: set Keras' precision (``runtime``'s), ``seed`` and ``deterministic``
+        (``strategies.setup_keras``).
       seed, deterministic: the run's seed and op determinism, for ``keras_setup``.
 
     Returns:
@@ -194,12 +147,37 @@ def start(runtime, placement: Placement | None = None, *, where: str, cluster_re
     if placement is None:
         placement = place(runtime, in_process=cluster_resolver is not None)
     refuse_evaluator(placement, where)
-    if not placement.task.is_local:
-        peers.check_port_free(placement.task)
+    rt, traits, task = runtime, placement.traits, placement.task
+    if not task.is_local:
+        peers.check_port_free(task)
     if placement.role == "serve":
-        serve(placement.task, connect_timeout=runtime.connect_timeout, verbose=verbose, heartbeats=heartbeats)
-    strategy = setup_tensorflow(runtime, placement, cluster_resolver, keras_setup=keras_setup, seed=seed,
-                                deterministic=deterministic)
+        serve(task, connect_timeout=rt.connect_timeout, verbose=verbose, heartbeats=heartbeats)
+    # Devices, threads, then the strategy; Keras' precision and seeds after it (collectives come first).
+    if traits.coordinator:
+        strategies.set_grpc_fail_fast()
+    cpu_devices = rt.cpu_devices or strategies.default_cpu_devices(traits)
+    try:
+        strategies.setup_host(cpu_devices=cpu_devices if traits.local_devices else 1,
+                              inter_op_threads=0 if task.is_local else placement.num_tasks + 1)
+        # The peers meet (bounded by --connect_timeout) right before the strategy binds the gRPC port.
+        with peers.joining(task, rt.connect_timeout, listen_meanwhile=traits.listens_while_joining):
+            strategy = strategies.make_strategy(
+                rt.strategy, cpu_devices=cpu_devices, cluster_resolver=cluster_resolver,
+                communication=rt.communication, bytes_per_pack=rt.bytes_per_pack,
+                collective_timeout=rt.collective_timeout, ps_shards=rt.ps_shards,
+                ps_min_shard_bytes=rt.ps_min_shard_bytes,
+            )
+    except strategies.DevicesFixed as e:
+        received = str(e).split(" Expected")[0].rstrip(".")
+        raise UserError(f"Invalid set-up order for strategy={rt.strategy!r}: TensorFlow had already started. "
+                        f"Received: {received}. {TOO_LATE}") from None
+    except RuntimeError as e:
+        if "at program startup" not in str(e):  # "Collective ops must be configured at program startup"
+            raise
+        raise UserError(f"Invalid set-up order for strategy={rt.strategy!r}: TensorFlow had already started, and "
+                        f"its collectives can only be configured before. Received: {e}. {TOO_LATE}") from None
+    if keras_setup:
+        strategies.setup_keras(rt.precision, seed=seed, deterministic=deterministic)
     return Session(runtime=runtime, placement=placement, strategy=strategy)
 
 

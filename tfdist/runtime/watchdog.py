@@ -38,7 +38,7 @@ def stale_after(interval: float = MAX_INTERVAL) -> float:
 def stopped_tasks(directory: Path, tasks: list[str], *, now: float | None = None) -> list[str]:
     """Those of ``tasks`` whose heartbeat in ``directory`` stopped (``"worker:1 (no heartbeat for 12 s)"``).
 
-    For a lost-peer line (``runtime.peer_errors``): a peer that is up but
+    For a lost-peer line (``runtime.lifecycle.among_peers``): a peer that is up but
     stopped or frozen still accepts connections, so only its heartbeat tells.
     A task with no heartbeat file is not named (it may never have started one).
     Each heartbeat is judged by the interval its task writes at (its record's

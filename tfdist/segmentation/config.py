@@ -150,6 +150,22 @@ def validate(config: Config) -> Config:
     )
 
 
+def check_training(config: Config, placement, *, in_process_cluster: bool) -> None:
+    """What a training task checks before TensorFlow starts: its dataset, and the global batch over the replicas.
+
+    The replicas are known from the strategy, ``--cpu_devices``, the cluster and the visible GPUs
+    (``strategies.replicas_in_sync``); a cluster made in this process is checked once its strategy exists.
+    """
+    from tfdist import data as data_lib
+    from tfdist.data.pipeline import check_global_batch
+
+    data_lib.validate_data(config.data)  # a bad dataset is one line on stderr
+    if not in_process_cluster:
+        check_global_batch(config.train.global_batch_size,
+                           strategies.replicas_in_sync(placement.traits, cpu_devices=config.runtime.cpu_devices,
+                                                       task=placement.task))
+
+
 def _check_data(data: DataConfig, model: ModelConfig) -> DataConfig:
     """The data section's checks that read the dataset and the model; returns it with its classes filled."""
     if data.dataset == "folder" and not data.data_dir:

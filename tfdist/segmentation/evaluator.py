@@ -20,10 +20,33 @@ import tensorflow as tf
 from tfdist.cluster.peers import POLL_SECONDS, PeerWatch
 from tfdist.cluster.task import Task
 from tfdist.errors import RunFailed
-from tfdist.segmentation.metrics import metrics_from_stats
 from tfdist.engine.outputs import RunOutputs
 from tfdist.rundir import RunDir
 from tfdist.segmentation.steps import Steps, stats_size
+
+
+def run_evaluator(config, placement, *, verbose: bool = True) -> dict:
+    """The evaluator task of ``tfdist.train``: one CPU device, no strategy, a plain model that follows the chief's
+    checkpoints (``evaluate_checkpoints``). A preemption ends it at once, status 42: it has nothing to save.
+
+    Args:
+        config: the run's config, validated.
+        placement: the evaluator's ``runtime.placement.Placement``.
+        verbose: print a line per evaluated checkpoint.
+    """
+    from tfdist import data as data_lib
+    from tfdist import strategies
+    from tfdist.models import build_from_config
+    from tfdist.runtime.preemption import Preemption
+    from tfdist.segmentation.inputs import local_eval_dataset
+
+    with Preemption(placement.name):
+        strategies.setup_host(cpu_devices=1)
+        strategies.setup_keras(config.runtime.precision, seed=config.train.seed,
+                               deterministic=config.train.deterministic)
+        data_lib.validate_data(config.data)
+        return evaluate_checkpoints(placement.task, config, model=build_from_config(config.model, config.data),
+                                    eval_dataset=local_eval_dataset(config), verbose=verbose)
 
 
 def evaluate_checkpoints(task: Task, config, *, model, eval_dataset, verbose: bool = True) -> dict:
@@ -57,14 +80,14 @@ def evaluate_checkpoints(task: Task, config, *, model, eval_dataset, verbose: bo
     directory = str(run_dir.checkpoints)
     summary = run_dir.summary
     started = time.time()
+    leader = PeerWatch.of(task.leader)
+    leader.wait_up(config.runtime.connect_timeout, why="the evaluator follows its checkpoints")
     num_classes = config.data.num_classes
     steps = Steps(model=model, optimizer=None, num_classes=num_classes,
                   global_batch_size=config.train.global_batch_size)
     eval_batch = tf.function(steps.evaluate)
     checkpoint = tf.train.Checkpoint(model=model)
     outputs = RunOutputs(run_dir=run_dir, is_chief=True, evaluator=True)
-    leader = PeerWatch.of(task.leader)
-    leader.wait_up(config.runtime.connect_timeout, why="the evaluator follows its checkpoints")
     evaluated: list[int] = []
     done = _steps_in(run_dir.evaluator_metrics)
     last = None
@@ -92,7 +115,7 @@ def evaluate_checkpoints(task: Task, config, *, model, eval_dataset, verbose: bo
                 total = np.zeros([stats_size(num_classes)], np.float32)
                 for batch in eval_dataset:
                     total += eval_batch(batch).numpy()
-                last = metrics_from_stats(total, num_classes)
+                last = steps.metrics(total)
                 outputs.log("evaluator", step, last)
                 evaluated.append(step)
                 done.add(step)

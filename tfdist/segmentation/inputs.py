@@ -54,7 +54,7 @@ def eval_dataset_fn(config):
 
 
 def local_eval_dataset(config):
-    """The whole eval split as one local pipeline (the coordinator, the evaluator, previews)."""
+    """The whole eval split as one local pipeline (the coordinator, the evaluator, the mask preview)."""
     import tensorflow as tf
 
     return eval_dataset_fn(config)(tf.distribute.InputContext())

@@ -6,11 +6,12 @@ size (``tf.nn.compute_average_loss``), so N replicas step as one device with the
 global batch does; each step returns one float32 stats vector per replica,
 ``[loss_sum, images, confusion matrix (C*C, row = true, column = predicted)]``,
 whose sum over replicas, workers and steps is all the metrics need
-(``metrics.py``), at one reduction per step.
+(``metrics_from_stats``), at one reduction per step.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import tensorflow as tf
 
 
@@ -24,6 +25,29 @@ def per_image_loss(masks, logits):
 def stats_size(num_classes: int) -> int:
     """Length of a stats vector for ``num_classes``."""
     return 2 + num_classes * num_classes
+
+
+def metrics_from_stats(stats, num_classes: int) -> dict[str, float]:
+    """``{"loss", "pixel_accuracy", "mean_iou", "images"}`` from a summed stats vector.
+
+    Every loop sums the per-replica stats vectors (over replicas, workers and steps), so the metrics follow
+    exactly, whatever the number of replicas. Mean IoU is ``keras.metrics.MeanIoU``'s: the mean, over classes
+    that occur in the labels or the predictions, of TP / (TP + FP + FN).
+    """
+    stats = np.asarray(stats, dtype=np.float64)
+    loss_sum, images = stats[0], stats[1]
+    confusion = stats[2:].reshape(num_classes, num_classes)
+    true_positive = np.diag(confusion)
+    denominator = confusion.sum(axis=0) + confusion.sum(axis=1) - true_positive
+    present = denominator > 0
+    iou = np.divide(true_positive, denominator, out=np.zeros_like(true_positive), where=present)
+    total = confusion.sum()
+    return {
+        "loss": float(loss_sum / images) if images else float("nan"),
+        "pixel_accuracy": float(true_positive.sum() / total) if total else float("nan"),
+        "mean_iou": float(iou[present].mean()) if present.any() else float("nan"),
+        "images": int(images),
+    }
 
 
 def step_stats(masks, logits, per_image, num_classes: int):
@@ -87,9 +111,7 @@ class Steps:
         return stats_size(self.num_classes)
 
     def metrics(self, stats) -> dict[str, float]:
-        """The metrics of a summed stats vector (``metrics.metrics_from_stats``)."""
-        from tfdist.segmentation.metrics import metrics_from_stats
-
+        """The metrics of a summed stats vector (``metrics_from_stats``)."""
         return metrics_from_stats(stats, self.num_classes)
 
     @staticmethod

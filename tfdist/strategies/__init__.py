@@ -9,6 +9,7 @@ from tfdist.strategies.host import (
     replicas_in_sync,
     set_grpc_fail_fast,
     setup_host,
+    setup_keras,
     visible_gpus,
 )
 from tfdist.strategies.registry import (
@@ -24,6 +25,7 @@ from tfdist.strategies.registry import (
 __all__ = [
     "AUTO", "NAMES", "PS_SHARDS_SUPPORTED", "PS_STEPS_PER_LOOP", "DevicesFixed", "Traits", "auto_strategy",
     "check_ps_shards", "check_strategy", "communication_options", "default_cpu_devices", "has_gpu",
-    "local_compute_devices", "make_strategy", "replicas_in_sync", "set_grpc_fail_fast", "setup_host", "traits",
+    "local_compute_devices", "make_strategy", "replicas_in_sync", "set_grpc_fail_fast", "setup_host", "setup_keras",
+    "traits",
     "visible_gpus",
 ]

@@ -1,4 +1,5 @@
-"""This host's devices for a strategy: GPUs, logical CPUs, the inter-op pool, and the replicas they make."""
+"""This host's devices for a strategy (GPUs, logical CPUs, the inter-op pool, the replicas they make) and the
+process's Keras settings set after it."""
 
 from __future__ import annotations
 
@@ -96,6 +97,18 @@ def setup_host(*, cpu_devices: int = 1, inter_op_threads: int = 0) -> None:
             tf.config.threading.set_inter_op_parallelism_threads(inter_op_threads)
         except RuntimeError:
             pass  # runtime already up: keep what it has, as TensorFlow itself does
+
+
+def setup_keras(precision: str, *, seed: int, deterministic: bool) -> None:
+    """Keras' precision policy, the seeds and op determinism: the rest of a process's set-up, after its strategy
+    (TensorFlow's collectives are configured first)."""
+    import keras
+    import tensorflow as tf
+
+    keras.mixed_precision.set_dtype_policy(precision)
+    keras.utils.set_random_seed(seed)
+    if deterministic:
+        tf.config.experimental.enable_op_determinism()
 
 
 def local_compute_devices(cpu_devices: int) -> list[str]:
