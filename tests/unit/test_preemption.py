@@ -41,6 +41,24 @@ def test_a_signal_before_the_loop_ends_at_once_and_inside_it_is_remembered():
 
 
 
+def test_a_signal_after_the_vote_does_not_change_what_asked_the_task_to_stop():
+    from tfdist.runtime.preemption import Preemption
+
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        with Preemption("worker:0") as preemption:
+            preemption.deferred()
+            assert preemption.vote() is False  # the cluster then agrees to stop on another task's vote
+            os.kill(os.getpid(), signal.SIGTERM)  # a launcher stopping the tasks left
+            time.sleep(0.1)
+            assert preemption.requested
+            assert preemption.reason().startswith("another task of the cluster received SIGTERM or SIGUSR1")
+            assert preemption.vote() is True
+            assert preemption.reason() == "worker:0 received SIGTERM"
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 PREEMPTED_SCRIPT = """
 import atexit
 from tfdist.errors import preempted_exit

@@ -41,7 +41,7 @@ class Controller:
       schedule: a ``Schedule``.
       checkpoints: a ``Checkpoints`` (or None to never save).
       outputs: a ``RunOutputs``.
-      preemption: this task's ``Preemption`` (its ``requested`` is the vote to stop after the next chunk), or None.
+      preemption: this task's ``Preemption`` (its ``vote()`` is the vote to stop after the next chunk), or None.
       watchdog: a ``Watchdog`` told what runs and when each finished, or None.
       verbose: print progress lines (the chief only).
     """
@@ -210,7 +210,7 @@ class Controller:
             self.checkpoints.save(step, np.append(self._window.total, self._window_seconds))
 
     def _stop_requested(self) -> bool:
-        return self.preemption is not None and self.preemption.requested
+        return self.preemption is not None and self.preemption.vote()
 
     def _preempted(self, step: int, *, saved: bool) -> NoReturn:
         """Every task agreed to stop after ``step``: save that step (every task, as for any save) and end, status 42."""

@@ -35,6 +35,8 @@ class Preemption:
     def __init__(self, where: str = "local"):
         self.where = where
         self.received: int | None = None
+        self._voted: int | None = None
+        self._has_voted = False
         self._deferred = False
         self._previous: dict[int, object] = {}
 
@@ -80,8 +82,18 @@ class Preemption:
         """Whether this process received a preemption signal."""
         return self.received is not None
 
+    def vote(self) -> bool:
+        """This task's vote to stop, cast before a chunk: the exit line names the signal it stood on.
+
+        A signal that arrives after the vote (a launcher stopping the tasks that are left once one ended)
+        does not change what asked this task to stop.
+        """
+        self._voted, self._has_voted = self.received, True
+        return self._voted is not None
+
     def reason(self) -> str:
-        """What asked this task to stop, for the exit line."""
-        if self.received is not None:
-            return f"{self.where} received {signal_name(self.received)}"
+        """What asked this task to stop, for the exit line: its own signal if it voted with one."""
+        received = self._voted if self._has_voted else self.received
+        if received is not None:
+            return f"{self.where} received {signal_name(received)}"
         return f"another task of the cluster received SIGTERM or SIGUSR1 (this is {self.where})"
