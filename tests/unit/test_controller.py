@@ -93,7 +93,9 @@ class Rows:
 class Asked:
     """A preemption vote that is never cast, with its reason."""
 
-    requested = False
+    @staticmethod
+    def vote():
+        return False
 
     def reason(self):
         return "SIGTERM received by local"
