@@ -42,3 +42,25 @@ def test_predict_refuses_a_bad_output_or_image_with_one_line_before_tensorflow_s
     assert_user_error(result, re.escape(needle))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.png"]  # nothing written
 
+
+
+#: Runs tfdist.train's entry with the flags in argv and prints, at exit, whether TensorFlow was imported.
+WITHOUT_TENSORFLOW = """
+import atexit, runpy, sys
+atexit.register(lambda: print("tensorflow imported:", "tensorflow" in sys.modules, flush=True))
+sys.argv = ["tfdist.train", *sys.argv[1:]]
+runpy.run_module("tfdist.train", run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["--strategy=parameter_server"], "Missing cluster for strategy=parameter_server"),
+    (["--dataset=folder", "--num_classes=3", "--data_dir=/nonexistent/dir"], "/nonexistent/dir"),
+    (["--strategy=mirrored", "--cpu_devices=2", "--global_batch_size=3"], "global_batch_size=3 with 2 replicas"),
+], ids=["no_cluster", "folder_missing", "batch_over_replicas"])
+def test_bad_input_checked_before_tensorflow_starts_is_refused_without_importing_it(tmp_path, python, flags, needle):
+    """A user error of the flags, the cluster, the dataset or the batch costs no TensorFlow start-up."""
+    result = python(["-c", WITHOUT_TENSORFLOW, f"--model_dir={tmp_path / 'run'}", *flags], timeout=120)
+    assert_user_error((result.returncode, "", result.stderr), re.escape(needle))
+    assert result.stdout.strip().endswith("tensorflow imported: False"), result.stdout
+    assert not (tmp_path / "run").exists()

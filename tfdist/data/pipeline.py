@@ -7,6 +7,7 @@ from typing import Callable
 import tensorflow as tf
 
 from tfdist.errors import UserError
+from tfdist.strategies import check_global_batch
 
 SPLITS = ("train", "eval")
 
@@ -86,15 +87,6 @@ def _per_replica_batch(global_batch_size: int, input_context: tf.distribute.Inpu
         return global_batch_size
     check_global_batch(global_batch_size, input_context.num_replicas_in_sync)
     return input_context.get_per_replica_batch_size(global_batch_size)
-
-
-def check_global_batch(global_batch_size: int, replicas: int) -> None:
-    """Refuse a global batch that does not split evenly over ``replicas`` (a ``UserError``, status 2)."""
-    if global_batch_size % replicas:
-        raise UserError(
-            f"Invalid value for `--global_batch_size`. Received: global_batch_size={global_batch_size} "
-            f"with {replicas} replicas. Expected a multiple of the number of replicas."
-        )
 
 
 def _flip(seed: int) -> Callable:

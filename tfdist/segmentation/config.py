@@ -157,13 +157,12 @@ def check_training(config: Config, placement, *, in_process_cluster: bool) -> No
     (``strategies.replicas_in_sync``); a cluster made in this process is checked once its strategy exists.
     """
     from tfdist import data as data_lib
-    from tfdist.data.pipeline import check_global_batch
 
     data_lib.validate_data(config.data)  # a bad dataset is one line on stderr
     if not in_process_cluster:
-        check_global_batch(config.train.global_batch_size,
-                           strategies.replicas_in_sync(placement.traits, cpu_devices=config.runtime.cpu_devices,
-                                                       task=placement.task))
+        replicas = strategies.replicas_in_sync(placement.traits, cpu_devices=config.runtime.cpu_devices,
+                                               task=placement.task)
+        strategies.check_global_batch(config.train.global_batch_size, replicas)
 
 
 def _check_data(data: DataConfig, model: ModelConfig) -> DataConfig:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Sequence
 
 from tfdist import config as config_lib
+from tfdist import strategies
 from tfdist.engine.controller import Schedule
 from tfdist.engine.task import Hook
 from tfdist.rundir import RunDir
@@ -49,16 +50,6 @@ def run(config, *, verbose: bool = True, cluster_resolver=None, weights_dir: str
       UserError: bad input (config, cluster, data, run directory).
       TrainingDiverged: the loss became NaN or Inf.
     """
-    import tensorflow as tf
-
-    from tfdist.data.pipeline import check_global_batch
-    from tfdist.engine.outputs import RunOutputs
-    from tfdist.engine.state import build_state
-    from tfdist.models import build_from_config
-    from tfdist.runtime.run_loop import run_loop
-    from tfdist.segmentation.optimizers import make_optimizer
-    from tfdist.segmentation.task import unet_task
-
     wall_start = time.perf_counter()
     config = experiment_config.validate(config)
     placement = place(config.runtime, in_process=cluster_resolver is not None)
@@ -72,12 +63,21 @@ def run(config, *, verbose: bool = True, cluster_resolver=None, weights_dir: str
 
         return run_evaluator(config, placement, verbose=verbose)
 
+    import tensorflow as tf  # after the checks: bad input is refused without TensorFlow's start-up
+
+    from tfdist.engine.outputs import RunOutputs
+    from tfdist.engine.state import build_state
+    from tfdist.models import build_from_config
+    from tfdist.runtime.run_loop import run_loop
+    from tfdist.segmentation.optimizers import make_optimizer
+    from tfdist.segmentation.task import unet_task
+
     train_cfg, runtime = config.train, config.runtime
     with training_task(runtime, placement, run_dir, where="tfdist.train", cluster_resolver=cluster_resolver,
                        verbose=verbose, seed=train_cfg.seed, deterministic=train_cfg.deterministic) as training:
         strategy = training.strategy
         # Checked before TensorFlow started (check_training); again with the replicas the strategy really has.
-        check_global_batch(train_cfg.global_batch_size, strategy.num_replicas_in_sync)
+        strategies.check_global_batch(train_cfg.global_batch_size, strategy.num_replicas_in_sync)
         schedule = schedule_of(config)
         state = build_state(
             strategy, lambda: (build_from_config(config.model, config.data),

@@ -4,17 +4,31 @@ process's Keras settings set after it."""
 from __future__ import annotations
 
 import os
+import sys
 
 from tfdist.cluster.task import Task
 from tfdist.errors import DevicesFixed, UserError
 from tfdist.strategies.registry import Traits
 
 
-def has_gpu() -> bool:
-    """Whether TensorFlow sees a GPU (does not initialise the runtime)."""
+#: What a host with a GPU TensorFlow could use has (NVIDIA's driver, ROCm's, WSL's DirectX): without any of
+#: them on Linux, TensorFlow sees no GPU, and the checks made before it starts need not import it.
+GPU_DRIVER_PATHS = ("/proc/driver/nvidia/gpus", "/dev/kfd", "/dev/dxg")
+
+
+def physical_gpus() -> int:
+    """The GPUs TensorFlow sees (it does not initialise the runtime); 0 on a Linux host with no GPU driver,
+    without importing TensorFlow, so that bad input is refused in a second."""
+    if sys.platform.startswith("linux") and not any(os.path.exists(path) for path in GPU_DRIVER_PATHS):
+        return 0
     import tensorflow as tf
 
-    return bool(tf.config.list_physical_devices("GPU"))
+    return len(tf.config.list_physical_devices("GPU"))
+
+
+def has_gpu() -> bool:
+    """Whether TensorFlow sees a GPU (does not initialise the runtime)."""
+    return physical_gpus() > 0
 
 
 def visible_gpus() -> int:
@@ -45,15 +59,22 @@ def default_cpu_devices(traits: Traits) -> int:
     return 2 if traits.local_devices and not has_gpu() else 1
 
 
+def check_global_batch(global_batch_size: int, replicas: int) -> None:
+    """Refuse a global batch that does not split evenly over ``replicas`` (a ``UserError``, status 2)."""
+    if global_batch_size % replicas:
+        raise UserError(
+            f"Invalid value for `--global_batch_size`. Received: global_batch_size={global_batch_size} "
+            f"with {replicas} replicas. Expected a multiple of the number of replicas."
+        )
+
+
 def replicas_in_sync(traits: Traits, *, cpu_devices: int, task: Task) -> int:
     """The replicas of the strategy of ``traits``, known before TensorFlow starts (it lists GPUs and starts nothing).
 
     Local devices: the GPUs, else ``cpu_devices`` (or the default) logical CPUs; multi_worker_mirrored: its
     chief and workers times this host's GPUs, as many on each (``python -m tfdist.doctor`` checks that).
     """
-    import tensorflow as tf
-
-    gpus, t = len(tf.config.list_physical_devices("GPU")), traits
+    gpus, t = physical_gpus(), traits
     if t.local_devices:
         return gpus or cpu_devices or default_cpu_devices(traits)
     workers = sum(task.training_spec.count(k) for k in ("chief", "worker")) if not t.coordinator else 1
