@@ -76,3 +76,29 @@ def test_a_preempted_exit_is_caught_as_a_system_exit_and_uncaught_ends_with_42_b
     assert proc.returncode == 42, proc.stdout + proc.stderr
     assert proc.stdout.splitlines() == ["caught PreemptedExit 42: Preempted at step 3 of 9: local received SIGTERM."]
     assert proc.stderr == ""
+
+
+#: A task preempted and on its way out (its line not yet written) when a launcher signals it again.
+SIGNALLED_BEFORE_ITS_LINE = """
+import os, signal, time
+from tfdist.errors import Preempted
+from tfdist.runtime import preemption as preemption_module
+
+preemption_module.LAST_LINE_SECONDS = 2.0
+try:
+    with preemption_module.Preemption("worker:1") as preemption:
+        preemption.deferred()
+        raise Preempted("Preempted at step 3 of 9: worker:1 received SIGTERM.")
+except Preempted as e:
+    os.kill(os.getpid(), signal.SIGTERM)  # the launcher stops the tasks left
+    time.sleep(0.5)
+    print(f"error: {e}", flush=True)  # its last line, after the signal
+time.sleep(60)
+print("teardown over", flush=True)
+"""
+
+
+def test_a_signal_on_a_preempted_tasks_way_out_lets_it_write_its_line_and_ends_it_with_42(python):
+    proc = python(SIGNALLED_BEFORE_ITS_LINE, timeout=50)
+    assert proc.returncode == 42, proc.stdout + proc.stderr  # not 143, and within the seconds left, not 60
+    assert proc.stdout.splitlines() == ["error: Preempted at step 3 of 9: worker:1 received SIGTERM."]

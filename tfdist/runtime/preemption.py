@@ -16,13 +16,22 @@ def signal_name(signum: int) -> str:
     return signal.Signals(signum).name
 
 
+#: Seconds a preempted task that is signalled again has to write its last line and end by itself, before
+#: it is ended with the preempted status.
+LAST_LINE_SECONDS = 5.0
+
+
 def exit_preempted(signum, frame) -> None:
-    """After a preempted end: a further signal ends the process at once, with the preempted status.
+    """After a preempted end: a further signal ends the process with the preempted status, within
+    ``LAST_LINE_SECONDS``.
 
     A launcher stopping the other tasks sends one too; handled by default, it would turn the status 42 of a
-    task that saved its step into a death by signal (143) while its teardown runs.
+    task that saved its step into a death by signal (143) while its teardown runs, and ended at once, the
+    task would lose its last line (what stopped it, the checkpoint to resume from) if it had not written it yet.
     """
-    end_process(PREEMPTED_EXIT_CODE)
+    timer = threading.Timer(LAST_LINE_SECONDS, end_process, args=(PREEMPTED_EXIT_CODE,))
+    timer.daemon = True
+    timer.start()
 
 
 class Preemption:
