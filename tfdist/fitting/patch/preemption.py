@@ -38,6 +38,7 @@ class PreemptionVote:
         self.placement = placement
         self.backups = [c for c in callbacks if _is_backup(c)]
         self.received: int | None = None
+        self._voted: int | None = None  # the signal this worker voted on; a later one does not change the reason
         self._previous: dict[int, object] = {}
         self._pending = None
         self._steps = 0
@@ -81,6 +82,7 @@ class PreemptionVote:
         def voting_train_function(iterator):
             if self.received is not None and not float(self.flag.numpy()):
                 self.flag.assign(1.0)
+                self._voted = self.received
             if self._pending is not None and float(self._pending) > 0:
                 self._stop()
             logs = train_function(iterator)
@@ -95,7 +97,7 @@ class PreemptionVote:
     def _stop(self) -> None:
         """Every worker, after the same step: save it through ``BackupAndRestore``, then end with status 42."""
         me = self.placement.name
-        why = (f"{me} received {signal_name(self.received)}" if self.received is not None
+        why = (f"{me} received {signal_name(self._voted)}" if self._voted is not None
                else f"another worker received SIGTERM or SIGUSR1 (this is {me})")
         for backup in self.backups:
             _compat.save_backup(backup)
