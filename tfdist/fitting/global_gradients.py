@@ -13,7 +13,7 @@ CROSS_REPLICA_METHODS = ("_backend_update_step", "_apply_weight_decay", "_backen
 #: Set on an optimizer whose gradients arrive summed over replicas: its one-device methods run.
 SUMMED = "_tfdist_summed_gradients"
 
-#: This replica thread's share of the global batch while a model's own step runs (``replica_share``).
+#: This replica thread's examples while a model's own step runs (``replica_share``).
 _share = threading.local()
 
 
@@ -42,12 +42,12 @@ def _unless_shared(scale, *, scales: bool):
     """Keras' loss scaling for N replicas, left out while a replica's share is set (``replica_share``).
 
     A loss Keras would have divided by the replicas is a mean over the replica's examples: its gradients are
-    then weighted by the replica's share (``scales`` marks that one was seen).
+    then weighted by the replica's share of the step's examples (``scales`` marks that one was seen).
     """
 
     @functools.wraps(scale)
     def wrapped(value):
-        if getattr(_share, "weight", None) is None:
+        if getattr(_share, "examples", None) is None:
             return scale(value)
         if scales:
             _share.scaled = True
@@ -57,20 +57,22 @@ def _unless_shared(scale, *, scales: bool):
 
 
 @contextlib.contextmanager
-def replica_share(weight):
-    """While a model's own step runs on this replica: losses as one device sees them, gradients weighted.
+def replica_share(examples, total=None):
+    """While a model's step runs on this replica: losses as one device sees them, gradients weighted.
 
-    Keras divides a replica's mean loss by the replicas so that summed gradients come out right; a step that
-    feeds that loss to its own metric then reports a fraction of it. Here the loss stays this replica's mean,
-    and the gradients of a step that computed one are weighted by ``weight`` (its examples over the step's)
-    before the sum. A loss Keras does not scale (a sum over examples) keeps its gradients as they are.
+    Keras divides a replica's mean loss by the replicas so that summed gradients come out right when every
+    replica holds as many examples; a step that feeds that loss to its own metric then reports a fraction of
+    it, and a batch split unevenly weighs each replica's mean alike. Here the loss stays this replica's mean,
+    and the gradients of a step that computed one are weighted by ``examples / total`` before the sum: this
+    replica's examples over the step's on every replica (``total`` None: summed over the replicas with the
+    gradients). A loss Keras does not scale (a sum over examples) keeps its gradients as they are.
     """
-    previous = getattr(_share, "weight", None), getattr(_share, "scaled", False)
-    _share.weight, _share.scaled = weight, False
+    previous = (getattr(_share, "examples", None), getattr(_share, "total", None), getattr(_share, "scaled", False))
+    _share.examples, _share.total, _share.scaled = examples, total, False
     try:
         yield
     finally:
-        _share.weight, _share.scaled = previous
+        _share.examples, _share.total, _share.scaled = previous
 
 
 def check(tf_optimizer, base, loss_scale) -> None:
@@ -112,34 +114,64 @@ def _replicas():
 
 
 def sum_over_replicas(context, grads):
-    """``grads`` summed over every replica (dense; ``None`` kept; weighted by a ``replica_share``)."""
+    """``grads`` summed over every replica, each in the form one device hands the optimizer.
+
+    A dense gradient is all-reduced. An ``IndexedSlices`` gradient (``Embedding``, ``tf.gather``) stays sparse:
+    the replicas' slices are gathered in replica order, which is the global batch's order, so the optimizer's
+    sparse update, and a clip of the slices, see the rows one device sees. ``None`` is kept. Under a
+    ``replica_share`` whose loss Keras would have scaled, each replica's part is weighted by its examples
+    over the step's.
+    """
     import tensorflow as tf
 
-    weight = getattr(_share, "weight", None) if getattr(_share, "scaled", False) else None
-    present = [i for i, g in enumerate(grads) if g is not None]
-    dense = [tf.convert_to_tensor(grads[i]) for i in present]
-    if weight is not None:
-        dense = [g * tf.cast(weight, g.dtype) for g in dense]
-    summed = context.all_reduce(tf.distribute.ReduceOp.SUM, dense)
+    SUM = tf.distribute.ReduceOp.SUM
     out = list(grads)
-    for i, g in zip(present, summed):
-        out[i] = g
+    dense = [i for i, g in enumerate(grads) if g is not None and not isinstance(g, tf.IndexedSlices)]
+    sparse = [i for i, g in enumerate(grads) if isinstance(g, tf.IndexedSlices)]
+    examples = getattr(_share, "examples", None) if getattr(_share, "scaled", False) else None
+    weight = None
+    if examples is not None:
+        examples = tf.cast(examples, tf.float32)
+        total = getattr(_share, "total", None)
+        if total is None:  # the step's examples over every replica, reduced with the dense gradients
+            summed = context.all_reduce(SUM, [examples] + [grads[i] * tf.cast(examples, grads[i].dtype)
+                                                           for i in dense])
+            total = summed[0]
+            for i, g in zip(dense, summed[1:]):
+                out[i] = g / tf.cast(total, g.dtype)
+            dense = []
+        weight = examples / tf.cast(total, tf.float32)
+
+    def weighted(value):
+        return value if weight is None else value * tf.cast(weight, value.dtype)
+
+    if dense:
+        for i, g in zip(dense, context.all_reduce(SUM, [weighted(grads[i]) for i in dense])):
+            out[i] = g
+    for i in sparse:
+        g = grads[i]
+        out[i] = tf.IndexedSlices(context.all_gather(weighted(g.values), axis=0),
+                                  context.all_gather(g.indices, axis=0), g.dense_shape)
     return out
 
 
 @contextlib.contextmanager
 def own_steps_as_one_device(model, replicas: int):
-    """While Keras' own ``fit`` runs: a model's own ``train_step``/``test_step`` see the loss one device sees.
+    """While Keras' own ``fit`` runs on several replicas: its steps see the loss one device sees.
 
-    Each step runs under ``replica_share(1 / replicas)``: Keras' even split of a global batch, so the gradients
-    are Keras' own and only what the step reports changes. Nothing changes for one replica or Keras' steps.
+    The model's ``train_step`` (Keras' own or the model's) runs under ``replica_share`` of its slice's examples,
+    so the gradients are weighted by each replica's share of the global batch (a last batch that splits
+    unevenly weighs as one device's mean), and a model's own ``test_step`` reports the loss one device sees.
+    Nothing changes for one replica.
     """
     import keras
 
-    names = [name for name in ("train_step", "test_step")
-             if getattr(type(model), name) is not getattr(keras.Model, name)] if replicas > 1 else []
+    names = []
+    if replicas > 1:
+        names = ["train_step"] + [name for name in ("test_step",)
+                                  if getattr(type(model), name) is not getattr(keras.Model, name)]
     for name in names:
-        setattr(model, name, _shared_step(getattr(type(model), name).__get__(model), 1.0 / replicas))
+        setattr(model, name, _shared_step(getattr(type(model), name).__get__(model)))
     try:
         yield
     finally:
@@ -147,10 +179,12 @@ def own_steps_as_one_device(model, replicas: int):
             vars(model).pop(name, None)  # the class' own step shows again
 
 
-def _shared_step(step, weight: float):
+def _shared_step(step):
     @functools.wraps(step)
     def shared(data):
-        with replica_share(weight):
+        import tensorflow as tf
+
+        with replica_share(tf.shape(tf.nest.flatten(data[0] if isinstance(data, tuple) else data)[0])[0]):
             return step(data)
 
     return shared

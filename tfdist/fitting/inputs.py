@@ -13,7 +13,9 @@ from tfdist.engine.inputs import batches_per_step
 def _cut(context, batch_size: int):
     """A flat_map fn: a global batch ``(x, y[, sample_weight])`` -> this pipeline's replicas' slices, ``p`` appended.
 
-    ``batch_size`` None (a Dataset's own batches): each replica takes a ``ceil(p / R)`` share of each.
+    Each replica takes a ``ceil(p / R)`` share of a batch of ``p`` examples, in replica order: a full batch
+    splits evenly, and a last, shorter one as Keras splits it (25 examples over 2 replicas: 13 and 12), so no
+    replica holds an empty slice while another holds more than its share.
     """
     replicas = context.num_replicas_in_sync
     local = batches_per_step(context)
@@ -21,8 +23,7 @@ def _cut(context, batch_size: int):
 
     def cut(*parts):
         p = tf.shape(tf.nest.flatten(parts[0])[0])[0]
-        # A Dataset's own batches (batch_size None): each replica a ceil(p / R) share.
-        per_replica = batch_size // replicas if batch_size else (p + replicas - 1) // replicas
+        per_replica = (p + replicas - 1) // replicas
 
         def piece(j):
             start = tf.minimum(tf.cast(first + j, tf.int32) * per_replica, p)
