@@ -1,0 +1,157 @@
+"""``python -m tfdist.check``: Keras training setups drawn from a seeded space, each trained in every mode and
+compared with Keras' own one-device ``fit`` on every worker (the space, the modes and the classes: docs/fit.md).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from absl import flags
+
+from tfdist.check import runs, space, verdict
+from tfdist.errors import UserError, run_main
+
+FLAGS = flags.FLAGS
+
+#: The modes a check runs unless ``--modes`` names others: every synchronous one.
+DEFAULT_MODES = ("one_device", "mirrored", "central_storage", "keras_mirrored", "multi_worker_mirrored",
+                 "keras_multi_worker_mirrored")
+
+
+def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
+    """Define this CLI's flags; called by ``entry`` so that importing the module defines none."""
+    fv = {"flag_values": flag_values}
+    flags.DEFINE_integer("cases", 20, "Cases to draw from the space.", lower_bound=1, **fv)
+    flags.DEFINE_integer("seed", 0, "The run's seed: the same seed draws the same cases.", lower_bound=0, **fv)
+    flags.DEFINE_list("case", [], "Run exactly these cases (each the seed a report prints), instead of drawing.", **fv)
+    flags.DEFINE_list("modes", list(DEFAULT_MODES), f"Modes to run, of {', '.join(runs.MODES)}.", **fv)
+    flags.DEFINE_string("output", None, "Where to write every verdict as JSON (default: none).", **fv)
+    flags.DEFINE_string("markdown", None, "Where to write the matrix of families (Markdown; default: none).", **fv)
+    flags.DEFINE_float("timeout", 3600.0, "Seconds each group of processes may run.", lower_bound=1.0, **fv)
+
+
+def _seeds() -> list[int]:
+    if not FLAGS.case:
+        return space.seeds(FLAGS.cases, FLAGS.seed)
+    bad = [c for c in FLAGS.case if not c.isdigit()]
+    if bad:
+        raise UserError(f"Invalid value for `--case`. Received: {','.join(FLAGS.case)}. Expected case seeds, "
+                        "non-negative integers as a report prints them.")
+    return [int(c) for c in FLAGS.case]
+
+
+def _modes() -> list[str]:
+    unknown = [m for m in FLAGS.modes if m not in runs.MODES]
+    if unknown or not FLAGS.modes:
+        raise UserError(f"Invalid value for `--modes`. Received: {','.join(FLAGS.modes)!r}. Expected one or more "
+                        f"of {', '.join(runs.MODES)}.")
+    return list(dict.fromkeys(FLAGS.modes))
+
+
+def _command(group: str, spec: dict, directory: Path) -> list[str]:
+    """The command of one group of processes: one process, or a 2-worker cluster under ``tfdist.launch``."""
+    worker = [sys.executable, "-m", "tfdist.check.worker", json.dumps(spec)]
+    if group != "workers":
+        return worker
+    cluster = directory / "cluster.yaml"
+    cluster.write_text("worker: [127.0.0.1:1, 127.0.0.1:2]\n")  # tfdist.launch --local picks free ports
+    return [sys.executable, "-m", "tfdist.launch", "--local", "--cluster", str(cluster), "--", *worker]
+
+
+def run_groups(seeds: list[int], modes: list[str], directory: Path, timeout: float) -> list[dict]:
+    """Run every group of processes the modes need, side by side; returns each process's report."""
+    groups = collections.defaultdict(list)
+    for mode in modes:
+        groups[runs.MODES[mode][2]].append(mode)
+    started = {}
+    for group, members in groups.items():
+        spec = {"group": group, "modes": members, "seeds": seeds, "output": str(directory)}
+        log = open(directory / f"{group}.log", "w")  # noqa: SIM115 - closed below, after the process ends
+        started[group] = (subprocess.Popen(_command(group, spec, directory), stdout=log, stderr=subprocess.STDOUT,
+                                           start_new_session=True), log)
+    for group, (process, log) in started.items():
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        log.close()
+    reports = []
+    for group, members in groups.items():
+        found = sorted(directory.glob(f"{group}-*.json"))
+        expected = 2 if group == "workers" else 1
+        for path in found:
+            reports.append(json.loads(path.read_text()))
+        if len(found) < expected or not all(r.get("done") for r in reports if r["group"] == group):
+            tail = (directory / f"{group}.log").read_text()[-2000:]
+            reports.append({"group": group, "task": group, "unfinished": tail, "records": []})
+    return reports
+
+
+def matrix(cases: dict[int, space.Case], records: list[dict], modes: list[str]) -> str:
+    """The Markdown matrix of a run: one row per family's value, in each mode the classes of its cases."""
+    cells = collections.defaultdict(collections.Counter)
+    for record in records:
+        case = cases.get(record["seed"])
+        if case is None or record["mode"] not in modes:
+            continue
+        for family, values in case.families().items():
+            for value in values:
+                cells[(family, value, record["mode"])][record["class"]] += 1
+    rows = sorted({(f, v) for f, v, _ in cells}, key=lambda fv: (space.FAMILIES.index(fv[0]), fv[1]))
+    lines = ["| family | value | " + " | ".join(modes) + " |", "|---|---|" + "---|" * len(modes)]
+    for family, value in rows:
+        text = [", ".join(f"{n} {c}" for c, n in sorted(cells[(family, value, m)].items())) or "–" for m in modes]
+        lines.append(f"| {family} | {value} | " + " | ".join(text) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) > 1:
+        raise UserError(f"Unexpected arguments. Received: {' '.join(argv[1:])}. Expected only --flags.")
+    seeds, modes = _seeds(), _modes()
+    cases = {seed: space.draw(seed) for seed in seeds}
+    with tempfile.TemporaryDirectory(prefix="tfdist-check-") as directory:
+        reports = run_groups(seeds, modes, Path(directory), FLAGS.timeout)
+    records, failing = [], 0
+    for report in reports:
+        if "unfinished" in report:
+            failing += 1
+            print(f"crashed  {report['group']}: the processes ended before every case ran; their last lines:\n"
+                  f"{report['unfinished']}")
+            continue
+        print(f"{report['task']}: noise floor {report['noise_floor']:.2g}, tolerance {report['tolerance']:.2g}")
+        for record in report["records"]:
+            records.append({**record, "task": report["task"]})
+            if record["class"] in verdict.FAILING or record["class"] == "invalid":
+                failing += record["class"] != "invalid"
+                case = cases[record["seed"]]
+                print(f"{record['class']:8} {record['mode']} on {report['task']}: {case.describe()}\n"
+                      f"         {record['detail']}\n"
+                      f"         alone: python -m tfdist.check --case {record['seed']} --modes {record['mode']}")
+    counts = collections.Counter((r["mode"], r["class"]) for r in records)
+    for mode in modes:
+        print(f"{mode}: " + ", ".join(f"{counts[(mode, c)]} {c}" for c in verdict.CLASSES if counts[(mode, c)]))
+    if FLAGS.output:
+        Path(FLAGS.output).write_text(json.dumps({"seeds": seeds, "modes": modes, "records": records}, indent=1))
+    if FLAGS.markdown:
+        Path(FLAGS.markdown).write_text(matrix(cases, records, modes) + "\n")
+    print(f"{len(seeds)} cases, {len(records)} verdicts: " + ("every one equal, trained or refused" if not failing
+                                                            else f"{failing} differ or crashed"))
+    return 1 if failing else 0
+
+
+def entry() -> None:
+    """The ``tfdist-check`` console script."""
+    run_main(main, define_flags)
+
+
+if __name__ == "__main__":
+    entry()

@@ -1,0 +1,119 @@
+"""One case trained in one mode, and what the check compares of it: the History, the final weights, the
+optimizer's state, every replica's copy of each variable, ``evaluate`` and ``predict`` afterwards.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+import numpy as np
+
+from tfdist.check import build
+from tfdist.check.space import Case
+
+#: What each mode trains with: ``tfdist.fit`` under a strategy's name, or Keras' own ``fit`` under a strategy,
+#: and the group of processes it runs in (a process is set up for one kind of strategy).
+MODES = {
+    "one_device": ("tfdist", "one_device", "local"),
+    "mirrored": ("tfdist", "mirrored", "local"),
+    "central_storage": ("tfdist", "central_storage", "local"),
+    "keras_mirrored": ("keras", "mirrored", "local"),
+    "multi_worker_mirrored": ("tfdist", "multi_worker_mirrored", "workers"),
+    "keras_multi_worker_mirrored": ("keras", "multi_worker_mirrored", "workers"),
+    "parameter_server": ("tfdist", "parameter_server", "coordinator"),
+}
+
+#: Modes whose workers apply their steps asynchronously: what the math allows there is a run that trains.
+ASYNCHRONOUS = ("parameter_server",)
+
+
+def _float(value) -> float:
+    return float(np.asarray(value, dtype=np.float64))
+
+
+def outcome(model, history) -> dict:
+    """What the check compares of a trained model and its History (numbers only, JSON-ready but the arrays)."""
+    import keras
+    import tensorflow as tf
+
+    optimizer = model.optimizer
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    strategy = model.distribute_strategy
+    copies = 0.0
+    for variable in model.variables:
+        local = [np.asarray(v) for v in strategy.experimental_local_results(variable.value)]
+        copies = max([copies] + [float(np.max(np.abs(c - local[0]))) if c.size else 0.0 for c in local[1:]])
+    return {
+        "history": {k: [_float(v) for v in values] for k, values in history.history.items()},
+        "weights": [np.asarray(w) for w in model.get_weights()],
+        "learning_rate": _float(keras.ops.convert_to_numpy(inner.learning_rate)),
+        "iterations": int(np.asarray(inner.iterations)),
+        "copies": copies,
+        "tf": tf.__version__,
+    }
+
+
+def after_training(case: Case, model) -> dict:
+    """``evaluate`` (every metric) and ``predict`` of the trained model on held-out rows."""
+    x, y = build.data(case, build.HELD_OUT, offset=2)
+    evaluated = model.evaluate(x, y, batch_size=case.batch, verbose=0, return_dict=True)
+    predicted = model.predict(x, batch_size=case.batch, verbose=0)
+    return {"evaluate": {k: _float(v) for k, v in evaluated.items()},
+            "predict": [np.asarray(p, dtype=np.float32) for p in
+                        (predicted.values() if isinstance(predicted, dict) else [predicted])]}
+
+
+def reference(case: Case) -> dict:
+    """Keras' own ``model.fit`` of ``case`` without a strategy: one device with the global batch."""
+    model = build.model_fn(case)()
+    x, y, kwargs = build.fit_arguments(case)
+    history = model.fit(x, y, **kwargs)
+    return {**outcome(model, history), **after_training(case, model)}
+
+
+@functools.cache
+def _keras_strategy(name: str):
+    """The one strategy of Keras' own ``fit`` in this process (a second ``MirroredStrategy`` may reuse the first
+    one's collective keys): ``tfdist.setup``'s across workers, two logical CPUs in one process."""
+    import tensorflow as tf
+
+    import tfdist
+
+    if name == "mirrored":
+        return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    return tfdist.setup(name)  # the process' own set-up, called again with the same arguments
+
+
+def train(case: Case, mode: str, *, cluster_resolver=None) -> dict:
+    """``case`` trained in ``mode``: its outcome, ``{"refused": line}`` or ``{"crashed": what}``."""
+    import tfdist
+    from tfdist.errors import UserError
+
+    how, strategy_name, group = MODES[mode]
+    x, y, kwargs = build.fit_arguments(case)
+    try:
+        if how == "tfdist":
+            extra = {"cluster_resolver": cluster_resolver} if cluster_resolver is not None else {}
+            named = None if group == "workers" else strategy_name  # across workers: the set-up's own
+            history = tfdist.fit(build.model_fn(case), x, y, strategy=named, **kwargs, **extra)
+            model = history.model
+        else:
+            with _keras_strategy(strategy_name).scope():
+                model = build.model_fn(case)()
+            history = model.fit(x, y, **kwargs)
+        return {**outcome(model, history), **after_training(case, model)}
+    except UserError as error:
+        return {"refused": str(error)}
+    except Exception as error:  # noqa: BLE001 - a crash is a verdict of the check, with its type and cause
+        return {"crashed": crash_line(error)}
+
+
+def crash_line(error: BaseException) -> str:
+    """An exception in one line: its type and the line that says what went wrong (TensorFlow's root error)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    causes = [line for line in lines if re.match(r"^(\(\d+\) )?[A-Z][A-Z_]+: ", line)]
+    causes += [before for before, line in zip(lines, lines[1:]) if line.startswith("[[")]  # a graph's op error
+    text = causes[0] if causes else (lines[0] if lines else "")
+    return f"{type(error).__name__}: {text[:300]}"
+

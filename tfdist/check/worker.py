@@ -1,0 +1,81 @@
+"""One process of a check: it sets itself up for its group of modes, then trains every case in each mode and
+beside Keras' own one-device ``fit``, writing each verdict as it comes (``python -m tfdist.check.worker SPEC``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+from pathlib import Path
+
+from tfdist.check import runs, space, verdict
+
+#: The control case: a dense model and plain SGD on batches that split evenly, whose difference from one device
+#: is the float32 noise floor of this process's replicas.
+CONTROL = dict(model="dense", labels="sparse", optimizer="SGD", options=(), schedule=False, loss_scale=False,
+               clip=None, rows=64, batch=16, epochs=2, dataset=False, sample_weight=False, class_weight=False,
+               callback=None, metrics=(), validation=None, validation_freq=1, steps_per_execution=1,
+               jit_compile=False, mixed_precision=False)
+
+
+def _set_up(group: str):
+    """Set this process up for ``group``; returns the cluster resolver of a coordinator's in-process cluster."""
+    import tfdist
+
+    if group == "workers":
+        tfdist.setup("multi_worker_mirrored")
+        return None
+    from tfdist.strategies import setup_host
+
+    coordinator = group == "coordinator"
+    os.environ["GRPC_FAIL_FAST"] = "use_caller"
+    setup_host(cpu_devices=1 if coordinator else 2, inter_op_threads=4 if coordinator else 0)
+    tfdist.patch_keras()
+    if not coordinator:
+        return None
+    from tfdist.deploy.in_process import in_process_cluster
+
+    return in_process_cluster(num_workers=2, num_ps=1)
+
+
+def _task() -> str:
+    """This process's task under TF_CONFIG (``worker-1``), or ``local``."""
+    task = json.loads(os.environ.get("TF_CONFIG") or "{}").get("task")
+    return f"{task['type']}-{task['index']}" if task else "local"
+
+
+def main(spec: dict) -> int:
+    group, modes, seeds = spec["group"], spec["modes"], spec["seeds"]
+    resolver = _set_up(group)
+    task = _task()
+    output = Path(spec["output"]) / f"{group}-{task}.json"
+    synchronous = [m for m in modes if m not in runs.ASYNCHRONOUS and m != "one_device"]
+    control = space.Case(seed=1, **CONTROL)
+    floor = 0.0
+    if synchronous:
+        measured = runs.train(control, synchronous[0], cluster_resolver=resolver)
+        floor = verdict.noise_floor(measured, runs.reference(control)) if "history" in measured else 0.0
+    tol = verdict.tolerance(floor)
+    records = []
+    report = {"task": task, "group": group, "noise_floor": floor, "tolerance": tol, "records": records}
+    for seed in seeds:
+        case = space.draw(seed)
+        print(f"{task}: {case.describe()}", file=sys.stderr, flush=True)
+        try:
+            want = runs.reference(case)
+        except Exception as error:  # noqa: BLE001 - a case Keras itself cannot train is out of the space
+            records.append({"seed": seed, "mode": "reference", "class": "invalid", "detail": runs.crash_line(error)})
+            continue
+        for mode in modes:
+            got = runs.train(case, mode, cluster_resolver=resolver)
+            found = verdict.verdict(got, want, tol=tol, asynchronous=mode in runs.ASYNCHRONOUS)
+            records.append({"seed": seed, "mode": mode, **found})
+        output.write_text(json.dumps(report, default=float))
+    output.write_text(json.dumps({**report, "done": True}, default=float))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(json.loads(sys.argv[1])))
