@@ -106,10 +106,46 @@ def _fixed_build(original, multi_worker):
         for _, _, batches in iterator:
             data_batch = tree.map_structure(local, next(batches))
             break
+        made_elsewhere = [c for c in _compiled(self) if _outside(c, strategy)]
+        for compiled in made_elsewhere:
+            _compat.unbuild_compiled(compiled)
         with strategy.scope():
             self._symbolic_build(data_batch=data_batch)
+        _refuse_metrics_outside(self, strategy)
 
     return _maybe_symbolic_build
+
+
+def _compiled(model) -> list:
+    """The model's ``CompileLoss`` and ``CompileMetrics`` that exist."""
+    return [c for c in (_compat.compiled_loss(model), _compat.compiled_metrics(model)) if c is not None]
+
+
+def _outside(compiled, strategy) -> bool:
+    """Whether ``compiled`` is built with a metric variable that ``strategy`` does not own.
+
+    Such a variable (a compiled metric that ``tfdist.fit``'s own loop or another strategy built) sums this
+    worker's examples only: Keras then reads this worker's share as the metric. Made under the strategy's
+    scope, it is a sync-on-read variable that Keras' reading sums over every replica and worker.
+    """
+    return bool(getattr(compiled, "built", False)) and any(
+        not strategy.extended.variable_created_in_scope(v.value) for v in compiled.variables)
+
+
+def _refuse_metrics_outside(model, strategy) -> None:
+    """Refuse a compiled metric whose variables the strategy does not own once Keras has built them again.
+
+    Raises:
+        UserError: a metric object given to ``compile`` was made outside ``strategy.scope()``.
+    """
+    for compiled in _compiled(model):
+        for variable in compiled.variables:
+            if not strategy.extended.variable_created_in_scope(variable.value):
+                raise UserError(
+                    f"Invalid metric for Keras' own fit and evaluate across workers: {variable.path} was made "
+                    "outside the strategy's scope, so each worker would report its own share of the examples. "
+                    f"Received: a metric object made outside strategy.scope(). Expected the model built and "
+                    "compiled inside `with strategy.scope():`.")
 
 
 def _wrapped_fit(original, multi_worker):
