@@ -149,8 +149,9 @@ def _refuse_metrics_outside(model, strategy) -> None:
 
 
 def _wrapped_fit(original, multi_worker):
-    """``fit`` that trains under a parameter-server strategy (``parameter_server``) and, across workers,
-    keeps files and preemption right (``callbacks``, ``preemption``)."""
+    """``fit`` that trains under a parameter-server strategy (``parameter_server``); over several replicas, says
+    once which batch norm layers normalize each replica's slice on their own, as ``tfdist.fit`` does; and, across
+    workers, keeps files and preemption right (``callbacks``, ``preemption``)."""
     signature = inspect.signature(original)
 
     @functools.wraps(original)
@@ -163,6 +164,7 @@ def _wrapped_fit(original, multi_worker):
         from tfdist.fitting.patch.finish import wait_for_every_worker
         from tfdist.fitting.patch.preemption import PreemptionVote, Stopped
         from tfdist.fitting.patch.xla import refuse_on_cpu
+        from tfdist.fitting.train import _warn_unsynchronized_batch_norm as warn_unsynchronized_batch_norm
         from tfdist.runtime.session import placement_of
 
         strategy = self.distribute_strategy
@@ -175,6 +177,7 @@ def _wrapped_fit(original, multi_worker):
             refuse_on_cpu(self, strategy)
             if not multi_worker(strategy):
                 refuse_in_one_process(self)
+            warn_unsynchronized_batch_norm(self, strategy.num_replicas_in_sync)
         one_device_loss = own_steps_as_one_device(self, strategy.num_replicas_in_sync)
         if not multi_worker(strategy):
             with one_device_loss:
