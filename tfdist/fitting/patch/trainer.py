@@ -144,7 +144,7 @@ def _refuse_metrics_outside(model, strategy) -> None:
                 raise UserError(
                     f"Invalid metric for Keras' own fit and evaluate across workers: {variable.path} was made "
                     "outside the strategy's scope, so each worker would report its own share of the examples. "
-                    f"Received: a metric object made outside strategy.scope(). Expected the model built and "
+                    "Received: a metric object made outside strategy.scope(). Expected the model built and "
                     "compiled inside `with strategy.scope():`.")
 
 
