@@ -51,6 +51,16 @@ def compiled_metrics(model) -> Any:
     return getattr(model, "_compile_metrics", None)
 
 
+def unbuild_compiled(compiled) -> None:
+    """Mark a ``CompileLoss`` or ``CompileMetrics`` unbuilt, so that Keras' next symbolic build makes its metrics
+    anew (a ``CompileLoss`` first drops its per-output loss trackers, ``_metrics``, which its build appends to)."""
+    from keras.src.trainers.compile_utils import CompileLoss
+
+    if isinstance(compiled, CompileLoss):
+        del compiled._metrics[:]
+    compiled.built = False
+
+
 def flat_losses(compile_loss) -> list:
     """The losses a ``CompileLoss`` holds, one entry per output (``_flat_losses``; each has ``.loss``)."""
     return list(getattr(compile_loss, "_flat_losses", None) or [])

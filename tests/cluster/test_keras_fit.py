@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.clis import HELPERS
+from helpers.clis import HELPERS, run_python
 from helpers.cluster_runs import (REPO, Processes, launcher, loopback_cluster, max_difference, npz_weights,
                                   started_pids)
 
@@ -226,3 +226,26 @@ def test_jit_compile_on_cpu_across_workers_is_one_line_and_status_2_before_train
             "on CPU devices" in lines[0], text[-3000:]
     assert "Traceback" not in text and "Collectives are not yet implemented" not in text, text[-3000:]
     assert not (tmp_path / "two" / "ckpt").exists()  # nothing trained, nothing written
+
+
+def test_keras_evaluate_on_the_model_tfdist_fit_returns_reports_the_global_figures_on_every_worker(tmp_path):
+    # tfdist.fit's loop builds the compiled metrics outside the strategy's scope; Keras' evaluate and fit's
+    # validation on its model must still sum every worker's examples, also where the last batch splits unevenly.
+    script = HELPERS / "keras_evaluate_worker.py"
+    out = tmp_path / "out"
+    out.mkdir()
+    cluster = loopback_cluster(tmp_path / "cluster.yaml", worker=2)
+    with Processes(tmp_path) as procs:
+        proc = procs.start("launch", launcher(cluster, sys.executable, str(script), f"--out={out}",
+                                              options=("--grace_seconds=20",)))
+        assert proc.wait(400) == 0, proc.text()[-4000:]
+    run_python([str(script), f"--reference={out}"], timeout=240, check=True)
+    for task in ("worker0", "worker1"):
+        got = json.loads((out / f"evaluate-{task}.json").read_text())
+        one_device = json.loads((out / f"reference-{task}.json").read_text())
+        assert len(got["evaluate_600"]) == 2, got
+        assert sorted(got["evaluate_601"]) == ["accuracy", "loss"], got
+        assert sorted(got) == sorted(one_device) == ["evaluate_600", "evaluate_601", "val"], got
+        for key in ("evaluate_600", "evaluate_601", "val"):
+            # One device sums the batches in another order: within 1e-7 relative here.
+            assert got[key] == pytest.approx(one_device[key], rel=1e-6), (task, key, got, one_device)

@@ -123,3 +123,32 @@ def test_setup_is_once_per_process(python):
     line = printed_line(python, TWICE, "LINE")
     assert line.startswith("Invalid second tfdist.setup: this process is already set up for strategy='one_device'.")
 
+
+
+BATCH_NORM = """
+import sys
+import numpy as np
+import tfdist
+strategy = tfdist.setup("mirrored", cpu_devices=2)
+import keras
+for synchronized in (False, True):
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(4),
+                                  keras.layers.BatchNormalization(synchronized=synchronized, name=f"bn_{synchronized}"),
+                                  keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse")
+    print(f"FIT synchronized={synchronized}", file=sys.stderr, flush=True)  # among absl's lines
+    model.fit(np.ones((16, 4)), np.ones((16, 1)), batch_size=8, epochs=2, verbose=0,
+              validation_data=(np.ones((8, 4)), np.ones((8, 1))))
+print("DONE", file=sys.stderr, flush=True)
+"""
+
+
+def test_keras_fit_after_setup_warns_once_per_fit_of_batch_norm_each_replica_normalizes_on_its_own(python):
+    # As tfdist.fit warns: over 2 replicas, a plain BatchNormalization differs from one device.
+    result = python(BATCH_NORM, timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    plain, synchronized = result.stderr.split("FIT synchronized=False", 1)[1].split("FIT synchronized=True", 1)
+    warning = "2 replicas and batch norm without synchronized=True (bn_False): each replica normalizes its own slice"
+    assert plain.count(warning) == 1, plain[-3000:]
+    assert "DONE" in synchronized and "batch norm without synchronized=True" not in synchronized, synchronized[-3000:]

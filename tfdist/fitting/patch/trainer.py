@@ -106,15 +106,52 @@ def _fixed_build(original, multi_worker):
         for _, _, batches in iterator:
             data_batch = tree.map_structure(local, next(batches))
             break
+        made_elsewhere = [c for c in _compiled(self) if _outside(c, strategy)]
+        for compiled in made_elsewhere:
+            _compat.unbuild_compiled(compiled)
         with strategy.scope():
             self._symbolic_build(data_batch=data_batch)
+        _refuse_metrics_outside(self, strategy)
 
     return _maybe_symbolic_build
 
 
+def _compiled(model) -> list:
+    """The model's ``CompileLoss`` and ``CompileMetrics`` that exist."""
+    return [c for c in (_compat.compiled_loss(model), _compat.compiled_metrics(model)) if c is not None]
+
+
+def _outside(compiled, strategy) -> bool:
+    """Whether ``compiled`` is built with a metric variable that ``strategy`` does not own.
+
+    Such a variable (a compiled metric that ``tfdist.fit``'s own loop or another strategy built) sums this
+    worker's examples only: Keras then reads this worker's share as the metric. Made under the strategy's
+    scope, it is a sync-on-read variable that Keras' reading sums over every replica and worker.
+    """
+    return bool(getattr(compiled, "built", False)) and any(
+        not strategy.extended.variable_created_in_scope(v.value) for v in compiled.variables)
+
+
+def _refuse_metrics_outside(model, strategy) -> None:
+    """Refuse a compiled metric whose variables the strategy does not own once Keras has built them again.
+
+    Raises:
+        UserError: a metric object given to ``compile`` was made outside ``strategy.scope()``.
+    """
+    for compiled in _compiled(model):
+        for variable in compiled.variables:
+            if not strategy.extended.variable_created_in_scope(variable.value):
+                raise UserError(
+                    f"Invalid metric for Keras' own fit and evaluate across workers: {variable.path} was made "
+                    "outside the strategy's scope, so each worker would report its own share of the examples. "
+                    "Received: a metric object made outside strategy.scope(). Expected the model built and "
+                    "compiled inside `with strategy.scope():`.")
+
+
 def _wrapped_fit(original, multi_worker):
-    """``fit`` that trains under a parameter-server strategy (``parameter_server``) and, across workers,
-    keeps files and preemption right (``callbacks``, ``preemption``)."""
+    """``fit`` that trains under a parameter-server strategy (``parameter_server``); over several replicas, says
+    once which batch norm layers normalize each replica's slice on their own, as ``tfdist.fit`` does; and, across
+    workers, keeps files and preemption right (``callbacks``, ``preemption``)."""
     signature = inspect.signature(original)
 
     @functools.wraps(original)
@@ -127,6 +164,7 @@ def _wrapped_fit(original, multi_worker):
         from tfdist.fitting.patch.finish import wait_for_every_worker
         from tfdist.fitting.patch.preemption import PreemptionVote, Stopped
         from tfdist.fitting.patch.xla import refuse_on_cpu
+        from tfdist.fitting.train import _warn_unsynchronized_batch_norm as warn_unsynchronized_batch_norm
         from tfdist.runtime.session import placement_of
 
         strategy = self.distribute_strategy
@@ -139,6 +177,7 @@ def _wrapped_fit(original, multi_worker):
             refuse_on_cpu(self, strategy)
             if not multi_worker(strategy):
                 refuse_in_one_process(self)
+            warn_unsynchronized_batch_norm(self, strategy.num_replicas_in_sync)
         one_device_loss = own_steps_as_one_device(self, strategy.num_replicas_in_sync)
         if not multi_worker(strategy):
             with one_device_loss:
