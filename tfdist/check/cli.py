@@ -21,8 +21,7 @@ from tfdist.errors import UserError, run_main
 FLAGS = flags.FLAGS
 
 #: The modes a check runs unless ``--modes`` names others: every synchronous one.
-DEFAULT_MODES = ("one_device", "mirrored", "central_storage", "keras_mirrored", "multi_worker_mirrored",
-                 "keras_multi_worker_mirrored")
+DEFAULT_MODES = tuple(name for name, mode in runs.MODES.items() if not mode.asynchronous)
 
 
 def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
@@ -69,7 +68,7 @@ def run_groups(seeds: list[int], modes: list[str], directory: Path, timeout: flo
     """Run every group of processes the modes need, side by side; returns each process's report."""
     groups = collections.defaultdict(list)
     for mode in modes:
-        groups[runs.MODES[mode][2]].append(mode)
+        groups[runs.MODES[mode].group].append(mode)
     started = {}
     for group, members in groups.items():
         spec = {"group": group, "modes": members, "seeds": seeds, "output": str(directory)}

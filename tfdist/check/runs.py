@@ -4,6 +4,7 @@ optimizer's state, every replica's copy of each variable, ``evaluate`` and ``pre
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 
@@ -12,20 +13,29 @@ import numpy as np
 from tfdist.check import build
 from tfdist.check.space import Case
 
-#: What each mode trains with: ``tfdist.fit`` under a strategy's name, or Keras' own ``fit`` under a strategy,
-#: and the group of processes it runs in (a process is set up for one kind of strategy).
-MODES = {
-    "one_device": ("tfdist", "one_device", "local"),
-    "mirrored": ("tfdist", "mirrored", "local"),
-    "central_storage": ("tfdist", "central_storage", "local"),
-    "keras_mirrored": ("keras", "mirrored", "local"),
-    "multi_worker_mirrored": ("tfdist", "multi_worker_mirrored", "workers"),
-    "keras_multi_worker_mirrored": ("keras", "multi_worker_mirrored", "workers"),
-    "parameter_server": ("tfdist", "parameter_server", "coordinator"),
-}
+@dataclasses.dataclass(frozen=True)
+class Mode:
+    """What a mode trains with: ``tfdist.fit`` under a strategy's name, or Keras' own ``fit`` under a strategy;
+    the group of processes it runs in (a process is set up for one kind of strategy); whether it runs more
+    than one replica, and whether its workers apply their steps asynchronously (the math allows a run that
+    trains there, not one device's numbers)."""
 
-#: Modes whose workers apply their steps asynchronously: what the math allows there is a run that trains.
-ASYNCHRONOUS = ("parameter_server",)
+    how: str
+    strategy: str
+    group: str
+    replicated: bool = True
+    asynchronous: bool = False
+
+
+MODES = {
+    "one_device": Mode("tfdist", "one_device", "local", replicated=False),
+    "mirrored": Mode("tfdist", "mirrored", "local"),
+    "central_storage": Mode("tfdist", "central_storage", "local"),
+    "keras_mirrored": Mode("keras", "mirrored", "local"),
+    "multi_worker_mirrored": Mode("tfdist", "multi_worker_mirrored", "workers"),
+    "keras_multi_worker_mirrored": Mode("keras", "multi_worker_mirrored", "workers"),
+    "parameter_server": Mode("tfdist", "parameter_server", "coordinator", asynchronous=True),
+}
 
 
 def _float(value) -> float:
@@ -73,16 +83,16 @@ def reference(case: Case) -> dict:
 
 
 @functools.cache
-def _keras_strategy(name: str):
+def _keras_strategy(mode: Mode):
     """The one strategy of Keras' own ``fit`` in this process (a second ``MirroredStrategy`` may reuse the first
     one's collective keys): ``tfdist.setup``'s across workers, two logical CPUs in one process."""
     import tensorflow as tf
 
     import tfdist
 
-    if name == "mirrored":
-        return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-    return tfdist.setup(name)  # the process' own set-up, called again with the same arguments
+    if mode.group == "workers":
+        return tfdist.setup(mode.strategy)  # the process' own set-up, called again with the same arguments
+    return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 
 
 def train(case: Case, mode: str, *, cluster_resolver=None) -> dict:
@@ -90,16 +100,16 @@ def train(case: Case, mode: str, *, cluster_resolver=None) -> dict:
     import tfdist
     from tfdist.errors import UserError
 
-    how, strategy_name, group = MODES[mode]
+    how = MODES[mode]
     x, y, kwargs = build.fit_arguments(case)
     try:
-        if how == "tfdist":
+        if how.how == "tfdist":
             extra = {"cluster_resolver": cluster_resolver} if cluster_resolver is not None else {}
-            named = None if group == "workers" else strategy_name  # across workers: the set-up's own
+            named = None if how.group == "workers" else how.strategy  # across workers: the set-up's own
             history = tfdist.fit(build.model_fn(case), x, y, strategy=named, **kwargs, **extra)
             model = history.model
         else:
-            with _keras_strategy(strategy_name).scope():
+            with _keras_strategy(how).scope():
                 model = build.model_fn(case)()
             history = model.fit(x, y, **kwargs)
         return {**outcome(model, history), **after_training(case, model)}

@@ -92,7 +92,8 @@ class Case:
         compiled = [f"steps_per_execution={self.steps_per_execution}"] * (self.steps_per_execution > 1)
         compiled += ["jit_compile=True"] * self.jit_compile + ["mixed_float16"] * self.mixed_precision
         split = self.rows % self.batch
-        last = "divides" if not split else ("last batch splits evenly" if split % 2 == 0 else "last batch splits unevenly")
+        last = ("divides" if not split else "last batch splits evenly" if split % 2 == 0
+                else "last batch splits unevenly")
         inputs = [("Dataset" if self.dataset else "numpy"), last]
         inputs += ["sample_weight"] * self.sample_weight + ["class_weight"] * self.class_weight
         return {

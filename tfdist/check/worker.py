@@ -4,7 +4,6 @@ beside Keras' own one-device ``fit``, writing each verdict as it comes (``python
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import sys
@@ -51,11 +50,11 @@ def main(spec: dict) -> int:
     resolver = _set_up(group)
     task = _task()
     output = Path(spec["output"]) / f"{group}-{task}.json"
-    synchronous = [m for m in modes if m not in runs.ASYNCHRONOUS and m != "one_device"]
+    replicated = [m for m in modes if runs.MODES[m].replicated and not runs.MODES[m].asynchronous]
     control = space.Case(seed=1, **CONTROL)
     floor = 0.0
-    if synchronous:
-        measured = runs.train(control, synchronous[0], cluster_resolver=resolver)
+    if replicated:
+        measured = runs.train(control, replicated[0], cluster_resolver=resolver)
         floor = verdict.noise_floor(measured, runs.reference(control)) if "history" in measured else 0.0
     tol = verdict.tolerance(floor)
     records = []
@@ -70,7 +69,7 @@ def main(spec: dict) -> int:
             continue
         for mode in modes:
             got = runs.train(case, mode, cluster_resolver=resolver)
-            found = verdict.verdict(got, want, tol=tol, asynchronous=mode in runs.ASYNCHRONOUS)
+            found = verdict.verdict(got, want, tol=tol, asynchronous=runs.MODES[mode].asynchronous)
             records.append({"seed": seed, "mode": mode, **found})
         output.write_text(json.dumps(report, default=float))
     output.write_text(json.dumps({**report, "done": True}, default=float))

@@ -1,0 +1,106 @@
+"""The differential check's space, verdicts and CLI without TensorFlow: what it draws, how it classifies."""
+
+from __future__ import annotations
+
+import collections
+import math
+
+import numpy as np
+import pytest
+
+from helpers.clis import assert_user_error, run_cli
+from tfdist.check import space, verdict
+from tfdist.check.cli import matrix
+
+DRAWS = [space.draw(seed) for seed in space.seeds(600, 0)]
+
+
+def test_a_seed_draws_the_same_case_and_a_run_seed_the_same_cases():
+    assert space.seeds(5, 3) == space.seeds(5, 3) != space.seeds(5, 4)
+    assert [space.draw(s) for s in space.seeds(5, 3)] == [space.draw(s) for s in space.seeds(5, 3)]
+    assert len({space.draw(s) for s in space.seeds(50, 0)}) == 50
+
+
+def test_the_draws_cover_every_choice_of_the_space():
+    seen = collections.defaultdict(set)
+    for case in DRAWS:
+        for family, values in case.families().items():
+            seen[family] |= set(values)
+    assert seen["model"] == set(space.MODELS)
+    assert seen["optimizer"] == set(space.OPTIMIZERS)
+    assert seen["clip"] == set(space.CLIPS)
+    assert seen["callback"] == set(space.CALLBACKS)
+    assert seen["metric"] == {name for table in space.METRICS.values() for name, _ in table}
+    assert {"divides", "last batch splits evenly", "last batch splits unevenly", "Dataset", "numpy",
+            "sample_weight", "class_weight"} <= seen["input"]
+    assert {"validation_data", "validation_split", "validation_freq=2"} <= seen["validation"]
+    assert {"steps_per_execution=2", "jit_compile=True", "mixed_float16"} <= seen["compile"]
+    assert {"use_ema=True", "gradient_accumulation_steps=2", "LearningRateSchedule", "LossScaleOptimizer",
+            "momentum=0.9", "nesterov=True", "centered=True", "weight_decay=0.05"} <= seen["option"]
+
+
+def test_clip_thresholds_span_clipping_every_step_to_never():
+    thresholds = [case.clip[1] for case in DRAWS if case.clip]
+    assert min(thresholds) < 0.01 and max(thresholds) > 3 and len(thresholds) > 100
+
+
+def test_every_draw_is_a_setup_keras_accepts():
+    for case in DRAWS:
+        assert not (case.dataset and (case.sample_weight or case.class_weight or case.validation == "split"))
+        assert not (case.schedule and case.callback in ("ReduceLROnPlateau", "LearningRateScheduler",
+                                                          "SetLearningRate"))
+        assert not (case.sample_weight and case.class_weight)
+        assert case.rows >= 2 * case.batch and (case.validation_freq == 1 or case.validation)
+
+
+def _result(loss=(1.0, 0.5), weight=1.0, iterations=4, **extra):
+    return {"history": {"loss": list(loss)}, "weights": [np.full((2, 2), weight)], "learning_rate": 0.01,
+            "iterations": iterations, "copies": 0.0, "evaluate": {"loss": 0.4}, "predict": [np.ones(3)], **extra}
+
+
+def test_a_result_within_the_tolerance_is_equal_and_one_beyond_it_differs_naming_the_part():
+    want = _result()
+    assert verdict.verdict(_result(loss=(1.0, 0.5 + 1e-7)), want, tol=1e-6)["class"] == "equal"
+    found = verdict.verdict(_result(loss=(1.0, 0.5001)), want, tol=1e-6)
+    assert found["class"] == "differs" and found["detail"].startswith("history") and "(loss)" in found["detail"]
+    assert verdict.verdict(_result(weight=1.001), want, tol=1e-6)["detail"].startswith("weights")
+    assert verdict.verdict(_result(iterations=5), want, tol=1e-6)["detail"].startswith("optimizer")
+    missing = verdict.verdict({**_result(), "history": {}}, want, tol=1e-6)
+    assert missing["class"] == "differs" and "loss (missing" in missing["detail"]
+    shorter = verdict.verdict(_result(loss=(1.0,)), want, tol=1e-6)
+    assert shorter["class"] == "differs"
+
+
+def test_refusals_and_crashes_keep_their_line_and_an_asynchronous_mode_needs_only_to_train():
+    want = _result()
+    assert verdict.verdict({"refused": "Invalid x"}, want, tol=1e-6) == {"class": "refused", "detail": "Invalid x"}
+    assert verdict.verdict({"crashed": "E: y"}, want, tol=1e-6)["class"] == "crashed"
+    assert verdict.verdict(_result(loss=(0.9, 0.7)), want, tol=1e-6, asynchronous=True)["class"] == "trained"
+    assert verdict.verdict(_result(loss=(0.9, math.nan)), want, tol=1e-6, asynchronous=True)["class"] == "differs"
+
+
+def test_the_tolerance_lies_a_factor_above_the_measured_noise_floor_and_never_below_the_minimum():
+    assert verdict.tolerance(0.0) == verdict.MINIMUM
+    assert verdict.tolerance(2e-7) == pytest.approx(verdict.FLOOR_FACTOR * 2e-7)
+    assert verdict.noise_floor(_result(loss=(1.0, 0.5 + 5e-8)), _result()) == pytest.approx(1e-7)
+
+
+def test_the_matrix_has_a_row_per_family_value_and_the_classes_of_its_cases_per_mode():
+    cases = {c.seed: c for c in DRAWS[:3]}
+    records = [{"seed": seed, "mode": "mirrored", "class": "equal"} for seed in cases]
+    records.append({"seed": DRAWS[0].seed, "mode": "keras_mirrored", "class": "refused"})
+    table = matrix(cases, records, ["mirrored", "keras_mirrored"])
+    row = next(line for line in table.splitlines() if line.startswith(f"| model | {DRAWS[0].model} |"))
+    assert row.split(" | ")[3].startswith("1 refused")
+    models = collections.Counter(c.model for c in cases.values())
+    assert f"{models[DRAWS[0].model]} equal" in row
+
+
+@pytest.mark.parametrize("args, match", [
+    (("--modes", "mirrored,nope"), "Invalid value for `--modes`"),
+    (("--case", "12,x"), "Invalid value for `--case`"),
+    (("--cases", "0"), "--cases"),
+    (("extra",), "Unexpected arguments"),
+])
+def test_bad_input_is_one_line_and_status_2(args, match):
+    assert match in assert_user_error(run_cli("tfdist.check", *args, timeout=60))
