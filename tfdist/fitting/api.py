@@ -49,7 +49,9 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy=
       validation_steps: eval steps, a positive int (default: all of ``validation_data``).
       shuffle: shuffle numpy rows each epoch (the same order on every worker).
       initial_epoch: the epoch to start at when no checkpoint is restored.
-      callbacks: Keras callbacks, run on the chief (epoch hooks; train-batch hooks when they have them).
+      callbacks: Keras callbacks, run on every task that runs the training loop with the same global logs
+        (epoch hooks; train-batch hooks when they have them), so that what they change (learning rate,
+        weights, ``stop_training``) changes alike everywhere; their files are written by the chief alone.
       verbose: 0 silent; otherwise a line per epoch on the chief.
       sample_weight: numpy weights, one per row of ``x`` (Keras' meaning; numpy ``x`` only).
       class_weight: ``{class: weight}``: each example weighted by its class, as in Keras.
