@@ -15,10 +15,10 @@ from tfdist.engine.outputs import RunOutputs
 from tfdist.engine.state import build_state
 from tfdist.engine.task import Task
 from tfdist.errors import UserError
-from tfdist.fitting.args import split_validation
+from tfdist.fitting.args import evaluates_after, split_validation
 from tfdist.fitting.callbacks import KerasCallbacks, chief_only_files, implements_batch_hooks
 from tfdist.fitting.custom_steps import KerasModelSteps, overrides_steps, refuse_under_coordinator
-from tfdist.fitting.inputs import check_batch, dataset_fns, rows_and_steps
+from tfdist.fitting.inputs import check_batch, dataset_fns, rows_and_steps, split_last_rows
 from tfdist.fitting.global_gradients import refuse_accumulation_under_coordinator
 from tfdist.fitting.steps import KerasSteps
 from tfdist.runtime.run_loop import run_loop
@@ -90,8 +90,8 @@ def _eval_fn(validation_data, *, batch_size, validation_steps, seed):
     return lambda context: eval_fn(context).take(validation_steps * batches_per_step(context))
 
 
-def train_keras(model_fn, x, y, *, training, batch_size, epochs, validation_data,
-                steps_per_epoch, validation_steps, shuffle, initial_epoch, callbacks, verbose, seed,
+def train_keras(model_fn, x, y, *, training, batch_size, epochs, validation_data, validation_split=0.0,
+                validation_freq=1, steps_per_epoch, validation_steps, shuffle, initial_epoch, callbacks, verbose, seed,
                 keep_checkpoints: bool, sample_weight=None, class_weight=None):
     """Train under ``training.strategy``; returns the ``keras.callbacks.History`` (see ``tfdist.fit``)."""
     import keras
@@ -99,6 +99,8 @@ def train_keras(model_fn, x, y, *, training, batch_size, epochs, validation_data
     from tfdist.fitting import global_gradients
 
     global_gradients.install()  # the optimizer applies the global batch's gradient, as on one device
+    if validation_split and validation_data is None:
+        (x, y, sample_weight), validation_data = split_last_rows((x, y, sample_weight), validation_split)
     placement, run_dir = training.placement, training.run_dir
     strategy, is_chief, coordinator = training.strategy, placement.is_chief, placement.coordinator
     replicas = strategy.num_replicas_in_sync
@@ -150,7 +152,8 @@ def train_keras(model_fn, x, y, *, training, batch_size, epochs, validation_data
         callback_list.on_epoch_begin(start_step // epoch_steps)
         run_loop(training, state, task,
                  Schedule(total_steps=total_steps, steps_per_epoch=epoch_steps, steps_per_loop=per_execution,
-                          log_every=epoch_steps, checkpoint_every=epoch_steps),
+                              log_every=epoch_steps, checkpoint_every=epoch_steps,
+                          evaluates_after=lambda epoch: evaluates_after(epoch, validation_freq)),
                  outputs=outputs, checkpoints=keep_checkpoints, verbose=bool(verbose) and is_chief)
         if epochs > 0:
             state.finalize_ema()  # the EMA weights into the model, as Keras' fit leaves them
