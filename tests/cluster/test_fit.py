@@ -11,20 +11,22 @@
   a run resumed from its run directory trains on as the straight run did;
   bad input is one ``UserError`` line.
 - the example under ``tfdist.launch``: 2 ``multi_worker_mirrored`` workers
-  (both return the same history, equal to one device's to 1e-5; the chief's
-  EarlyStopping stops both at the same epoch; only worker 0 writes the run's
-  outputs), and ``parameter_server`` (a chief, 2
+  (both return the same history, equal to one device's to 1e-5; EarlyStopping
+  stops both at the same epoch; only worker 0 writes the run's outputs);
+  callbacks that change the learning rate or the weights run on both workers,
+  which end as one device does, while only the chief writes their files; and ``parameter_server`` (a chief, 2
   workers, a ps): it learns (held-out accuracy far above chance).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import pytest
 
-from helpers.cluster_runs import REPO, Processes, launcher, loopback_cluster, shared
+from helpers.cluster_runs import REPO, Processes, launcher, loopback_cluster, max_difference, npz_weights, shared
 from helpers.outputs import tagged
 
 EXAMPLE = REPO / "examples" / "fit_classifier.py"
@@ -133,7 +135,7 @@ def _launched(tmp_path, strategy: str, *flags: str, **tasks: int) -> tuple[int, 
 
 @pytest.mark.xdist_group("fit")
 def test_fit_on_two_workers_equals_one_device_and_worker_0_alone_writes(tmp_path, tmp_path_factory, python):
-    # 5 epochs asked, but EarlyStopping (on the chief alone) ends the run after epoch 2: no epoch gains 10 in
+    # 5 epochs asked, but EarlyStopping (on every worker) ends the run after epoch 2: no epoch gains 10 in
     # val_loss. Both workers stop there (neither waits in a collective for the other) with the same history.
     status, text = _launched(tmp_path, "multi_worker_mirrored", "--epochs=5", "--patience=0", "--min_delta=10",
                              worker=2)
@@ -161,3 +163,96 @@ def test_fit_under_parameter_server_learns(tmp_path):
     for task in ("worker:0", "worker:1", "ps:0"):
         assert f"[launch] {task} exited with status 0" in text
     assert not (tmp_path / "run" / "fit-inputs").exists()  # the staged input is removed at the end
+
+
+CALLBACKS_ON_EVERY_WORKER = r"""
+import json, os, sys
+import numpy as np
+import tfdist
+tfdist.setup("multi_worker_mirrored")
+import keras
+
+out, files = sys.argv[1], sys.argv[2]
+task = json.loads(os.environ["TF_CONFIG"])["task"]
+rng = np.random.default_rng(0)
+x = rng.normal(size=(256, 8)).astype(np.float32)
+y = (x @ rng.normal(size=(8, 1)) + 0.1 * rng.normal(size=(256, 1))).astype(np.float32)
+
+def model_fn():
+    keras.utils.set_random_seed(1)
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="tanh"), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse", metrics=["mae"])
+    return model
+
+class Decay(keras.callbacks.Callback):  # a user's callback: the learning rate after every batch
+    def on_train_batch_end(self, batch, logs=None):
+        self.model.optimizer.learning_rate = float(np.asarray(self.model.optimizer.learning_rate)) * 0.99
+
+class Paths(keras.callbacks.Callback):  # where the file-writing callbacks write while fit runs
+    def __init__(self, checkpoint, csv):
+        super().__init__()
+        self.checkpoint, self.csv, self.seen = checkpoint, csv, None
+    def on_epoch_end(self, epoch, logs=None):
+        self.seen = [self.checkpoint.filepath, self.csv.filename]
+
+def callbacks(directory):
+    os.makedirs(directory, exist_ok=True)
+    checkpoint = keras.callbacks.ModelCheckpoint(os.path.join(directory, "model-{epoch}.weights.h5"),
+                                                 save_weights_only=True)
+    csv = keras.callbacks.CSVLogger(os.path.join(directory, "log.csv"), append=True)
+    # ReduceLROnPlateau: no epoch gains 10, so it halves the rate after every epoch but the first; EarlyStopping
+    # counts from epoch 3 and stops after epoch 4, restoring epoch 3's weights.
+    return [keras.callbacks.LearningRateScheduler(lambda epoch, lr: lr if epoch < 1 else lr * 0.7),
+            keras.callbacks.ReduceLROnPlateau(monitor="loss", factor=0.5, patience=0, min_delta=10.0),
+            Decay(),
+            keras.callbacks.EarlyStopping(monitor="loss", min_delta=10.0, patience=1, start_from_epoch=2,
+                                          restore_best_weights=True),
+            checkpoint, csv, Paths(checkpoint, csv)]
+
+def learning_rate(model):
+    return float(np.asarray(model.optimizer.learning_rate))
+
+reference = model_fn()
+reference_history = reference.fit(x, y, batch_size=32, epochs=6, shuffle=False, verbose=0,
+                                  callbacks=callbacks(os.path.join(out, f"reference-{task['index']}"))).history
+given = callbacks(files)
+history = tfdist.fit(model_fn, x, y, batch_size=32, epochs=6, shuffle=False, verbose=0, callbacks=given)
+np.savez(os.path.join(out, f"weights-{task['index']}.npz"), *history.model.get_weights())
+np.savez(os.path.join(out, f"reference-weights-{task['index']}.npz"), *reference.get_weights())
+with open(os.path.join(out, f"results-{task['index']}.json"), "w") as f:
+    json.dump({"history": history.history, "reference_history": reference_history,
+               "learning_rate": learning_rate(history.model), "reference_learning_rate": learning_rate(reference),
+               "paths": given[-1].seen}, f)
+"""
+
+
+def test_callbacks_run_on_every_worker_and_only_the_chief_writes_their_files(tmp_path):
+    # Callbacks that change the learning rate (a schedule, a plateau, a user's batch hook) or the weights
+    # (EarlyStopping restoring its best epoch) leave both workers' models as Keras' fit leaves one device's.
+    script, out, files = tmp_path / "callbacks.py", tmp_path / "out", tmp_path / "files"
+    script.write_text(CALLBACKS_ON_EVERY_WORKER)
+    out.mkdir()
+    cluster = loopback_cluster(tmp_path / "cluster.yaml", worker=2)
+    with Processes(tmp_path) as procs:
+        proc = procs.start("launch", launcher(cluster, sys.executable, str(script), str(out), str(files)))
+        status = proc.wait(300)
+    assert status == 0, proc.text()[-4000:]
+    results = [json.loads((out / f"results-{index}.json").read_text()) for index in (0, 1)]
+    for result in results:
+        assert len(result["history"]["loss"]) == len(result["reference_history"]["loss"]) == 4  # stopped alike
+        assert sorted(result["history"]) == sorted(result["reference_history"])  # learning_rate included
+        for key, values in result["reference_history"].items():
+            assert result["history"][key] == pytest.approx(values, rel=1e-6), key
+        assert result["learning_rate"] == pytest.approx(result["reference_learning_rate"], rel=1e-6)
+    assert results[0]["history"] == results[1]["history"]
+    assert results[0]["learning_rate"] == results[1]["learning_rate"] < 0.05 * 0.99 ** 30
+    for index in (0, 1):
+        weights = npz_weights(out / f"weights-{index}.npz")
+        reference = npz_weights(out / f"reference-weights-{index}.npz")
+        assert max_difference(weights, reference) <= 1e-6 * max(float(abs(r).max()) for r in reference), index
+    # The chief writes the real files; worker 1 wrote into a private directory, removed at its end.
+    assert results[0]["paths"] == [str(files / "model-{epoch}.weights.h5"), str(files / "log.csv")]
+    assert all(not path.startswith(str(files)) for path in results[1]["paths"]), results[1]["paths"]
+    assert not any(os.path.exists(os.path.dirname(path)) for path in results[1]["paths"])
+    assert sorted(p.name for p in files.iterdir()) == ["log.csv"] + [f"model-{e}.weights.h5" for e in range(1, 5)]
+    assert len((files / "log.csv").read_text().splitlines()) == 1 + 4  # a header and an epoch a row: one writer

@@ -108,6 +108,29 @@ CASES = {
     "cpu_devices absurd": ({"cpu_devices": 10**6},
                            "Invalid value for `--cpu_devices`. Received: cpu_devices=1000000. Expected an integer in "
                            "0..1024"),
+    "validation_split 1.0": ({"validation_split": 1.0},
+                             "Invalid value for `validation_split`. Received: validation_split=1.0. Expected a float "
+                             "between 0 and 1 (0: no split)."),
+    "validation_split -0.2": ({"validation_split": -0.2},
+                              "Invalid value for `validation_split`. Received: validation_split=-0.2."),
+    "validation_split a word": ({"validation_split": "0.2"},
+                                "Invalid value for `validation_split`. Received: validation_split='0.2'."),
+    "validation_split with a Dataset": ({"x": "dataset", "y": None, "batch_size": None, "validation_split": 0.2},
+                                        "Invalid `validation_split` with a dataset `x`. Received: "
+                                        "validation_split=0.2 and a "),
+    "validation_split leaving no row": ({"validation_split": 0.9},
+                                        "Invalid value for `validation_split`. Received: validation_split=0.9 of 8 "
+                                        "rows, which leaves no row to train or to validate."),
+    "validation_freq 0": ({"validation_freq": 0},
+                          "Invalid value for `validation_freq`. Received: validation_freq=0. Expected a positive int"),
+    "validation_freq a tuple": ({"validation_freq": (1, 2)},
+                                "Invalid value for `validation_freq`. Received: validation_freq=(1, 2)."),
+    "validation_freq an empty list": ({"validation_freq": []},
+                                      "Invalid value for `validation_freq`. Received: validation_freq=[]."),
+    "validation_freq a list of 0": ({"validation_freq": [0, 2]},
+                                    "Invalid value for `validation_freq`. Received: validation_freq=[0, 2]."),
+    "validation_freq 2.0": ({"validation_freq": 2.0},
+                            "Invalid value for `validation_freq`. Received: validation_freq=2.0."),
     "model_dir unwritable": ({"model_dir": "/proc/1/run"},
                              "Invalid `model_dir`: /proc/1 is not writable. Received: '/proc/1/run'."),
 }

@@ -7,7 +7,7 @@ import dataclasses
 import math
 import sys
 import time
-from typing import NoReturn
+from typing import Callable, NoReturn
 
 import numpy as np
 
@@ -30,6 +30,8 @@ class Schedule:
     steps_per_loop: int = 1
     log_every: int = 1
     checkpoint_every: int = 1
+    #: Whether the epoch that ends (counted from 1) is evaluated; the task's eval runs after every epoch by default.
+    evaluates_after: Callable[[int], bool] = lambda epoch: True
 
 
 class Controller:
@@ -67,9 +69,13 @@ class Controller:
         self._window_seconds = 0.0  # train seconds of the log window so far
 
     def run(self, start_step: int) -> dict | None:
-        """Train to the schedule's end (or until a hook's ``epoch_end`` says stop); the last eval metrics or None."""
+        """Train to the schedule's end (or until a hook's ``epoch_end`` says stop); the last eval metrics or None.
+
+        An epoch the schedule's ``evaluates_after`` skips shows no eval metrics to the hooks, and the run ends
+        without an eval of its own after it, as Keras' ``validation_freq`` has it.
+        """
         self._start(start_step)
-        step, final = start_step, None
+        step, final, skipped = start_step, None, False  # skipped: an epoch the schedule does not evaluate
         while step < self.schedule.total_steps:
             begin, step = step, self._chunk_end(step)
             stop = self._train(begin, step)
@@ -80,11 +86,14 @@ class Controller:
             for hook in self.task.hooks:
                 hook.chunk_done(begin, step, self)
             if step % self.schedule.steps_per_epoch == 0:
-                final = self.evaluate(step) if self.task.evaluates else None
-                if self._epoch_end(step, final):
+                due = self.schedule.evaluates_after(step // self.schedule.steps_per_epoch)
+                skipped = skipped or (self.task.evaluates and not due)
+                evaluated = self.evaluate(step) if self.task.evaluates and due else None
+                final = evaluated if evaluated is not None else final
+                if self._epoch_end(step, evaluated):
                     break
-        if final is None and self.task.evaluates:  # nothing ran (resumed at the end): evaluate what was restored
-            final = self.evaluate(step)
+        if final is None and self.task.evaluates and not skipped:
+            final = self.evaluate(step)  # nothing ran (resumed at the end): evaluate what was restored
         return final
 
     def _start(self, start_step: int) -> None:

@@ -19,7 +19,8 @@ from tfdist.runtime.lifecycle import training_task
 
 
 def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy=None,
-        validation_data=None, steps_per_epoch: int | None = None, validation_steps: int | None = None,
+        validation_data=None, validation_split: float = 0.0, validation_freq: int | list[int] = 1,
+        steps_per_epoch: int | None = None, validation_steps: int | None = None,
         shuffle: bool = True, initial_epoch: int = 0, callbacks=None, verbose: int = 1, sample_weight=None,
         class_weight: dict | None = None, model_dir=None,
         cluster: str | None = None, task: str | None = None, cpu_devices: int = 0, seed: int | None = None,
@@ -44,12 +45,19 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy=
         ``tfdist.setup``, ``strategy``, ``cpu_devices``, ``cluster`` and ``task`` are the session's (the process is
         set up once).
       validation_data: ``(x_val, y_val)``, ``(x_val, y_val, sample_weight_val)`` or a Dataset of global
-        batches, evaluated after each epoch.
+        batches, evaluated after each epoch (each ``validation_freq``-th).
+      validation_split: a fraction in [0, 1): the last rows of numpy ``x``, ``y`` and ``sample_weight`` (taken
+        before any shuffling) validate instead of training, as in Keras (``floor(rows * (1 - split))`` rows
+        train); ignored when ``validation_data`` is given; refused with a dataset ``x``.
+      validation_freq: evaluate after every N-th epoch (an int), or after the epochs (counted from 1) of a
+        list, as in Keras.
       steps_per_epoch: steps per epoch, a positive int (default: the whole of numpy data, or a finite Dataset).
       validation_steps: eval steps, a positive int (default: all of ``validation_data``).
       shuffle: shuffle numpy rows each epoch (the same order on every worker).
       initial_epoch: the epoch to start at when no checkpoint is restored.
-      callbacks: Keras callbacks, run on the chief (epoch hooks; train-batch hooks when they have them).
+      callbacks: Keras callbacks, run on every task that runs the training loop with the same global logs
+        (epoch hooks; train-batch hooks when they have them), so that what they change (learning rate,
+        weights, ``stop_training``) changes alike everywhere; their files are written by the chief alone.
       verbose: 0 silent; otherwise a line per epoch on the chief.
       sample_weight: numpy weights, one per row of ``x`` (Keras' meaning; numpy ``x`` only).
       class_weight: ``{class: weight}``: each example weighted by its class, as in Keras.
@@ -80,7 +88,8 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy=
     strategy = _strategy_name(strategy)
     check_fit_args(model_fn, x, y, batch_size=batch_size, epochs=epochs, initial_epoch=initial_epoch,
                    steps_per_epoch=steps_per_epoch, validation_data=validation_data,
-                   validation_steps=validation_steps, sample_weight=sample_weight, class_weight=class_weight)
+                   validation_steps=validation_steps, sample_weight=sample_weight, class_weight=class_weight,
+                   validation_split=validation_split, validation_freq=validation_freq)
     runtime = check_run_args(strategy=strategy or strategies.AUTO, cpu_devices=cpu_devices, cluster=cluster,
                              task=task, connect_timeout=connect_timeout, progress_timeout=progress_timeout, seed=seed,
                              model_dir=model_dir, shuffle=shuffle, verbose=verbose, callbacks=callbacks)
@@ -123,6 +132,7 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy=
             history = train_keras(
                 model_fn, x, y, training=training,
                 batch_size=batch_size, epochs=epochs, validation_data=validation_data,
+                validation_split=validation_split, validation_freq=validation_freq,
                 steps_per_epoch=steps_per_epoch, validation_steps=validation_steps, shuffle=shuffle,
                 initial_epoch=initial_epoch, callbacks=callbacks, verbose=verbose, seed=0 if seed is None else seed,
                 keep_checkpoints=not temporary, sample_weight=sample_weight, class_weight=class_weight,

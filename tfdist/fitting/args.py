@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import numbers
 
 from tfdist.errors import UserError, short
@@ -133,7 +134,7 @@ def _check_callbacks(callbacks) -> None:
 
 
 def check_fit_args(model_fn, x, y, *, batch_size, epochs, initial_epoch, steps_per_epoch, validation_data,
-                   validation_steps, sample_weight, class_weight) -> None:
+                   validation_steps, sample_weight, class_weight, validation_split=0.0, validation_freq=1) -> None:
     """Refuse a bad argument of ``tfdist.fit`` with one line naming it (see the module docstring)."""
     if not callable(model_fn) or _is_layer(model_fn):
         raise UserError(f"Invalid `model_fn`. Received: a {type(model_fn).__name__} ({model_fn!r:.60}). Expected "
@@ -149,6 +150,49 @@ def check_fit_args(model_fn, x, y, *, batch_size, epochs, initial_epoch, steps_p
         _check_class_weight(class_weight, x, y, sample_weight)
     if validation_data is not None:
         split_validation(validation_data)
+    _check_validation_split(validation_split, x, validation_data)
+    _check_validation_freq(validation_freq)
+
+
+def training_rows(rows: int, validation_split: float) -> int:
+    """The rows that train out of ``rows`` under ``validation_split`` (the others validate), as Keras counts them."""
+    return int(math.floor(rows * (1.0 - validation_split)))
+
+
+def _check_validation_split(validation_split, x, validation_data) -> None:
+    """A fraction in [0, 1) of numpy rows, leaving rows to train and to validate (ignored with validation_data)."""
+    if isinstance(validation_split, bool) or not isinstance(validation_split, numbers.Real) or not (
+            0 <= validation_split < 1):
+        raise UserError(f"Invalid value for `validation_split`. Received: validation_split={validation_split!r}. "
+                        "Expected a float between 0 and 1 (0: no split).")
+    if not validation_split or validation_data is not None:  # validation_data wins, as in Keras' fit
+        return
+    if _is_dataset(x) or callable(x):
+        raise UserError(f"Invalid `validation_split` with a dataset `x`. Received: validation_split="
+                        f"{validation_split!r} and a {type(x).__name__}. Expected numpy `x`/`y` (the split takes "
+                        "their last rows), or validation_data, as Keras' fit takes it.")
+    rows = next(iter(_rows("x", x)))
+    if training_rows(rows, validation_split) in (0, rows):
+        raise UserError(f"Invalid value for `validation_split`. Received: validation_split={validation_split!r} "
+                        f"of {rows} rows, which leaves no row to train or to validate. Expected a fraction that "
+                        "leaves rows to both, or more data.")
+
+
+def evaluates_after(epoch: int, validation_freq) -> bool:
+    """Whether Keras' ``fit`` evaluates after ``epoch`` (counted from 1) under ``validation_freq`` (an int or a list)."""
+    return epoch in validation_freq if isinstance(validation_freq, list) else epoch % validation_freq == 0
+
+
+def _check_validation_freq(validation_freq) -> None:
+    """Keras' ``validation_freq``: every N-th epoch (an int), or the epochs (counted from 1) in a list."""
+    def positive(value) -> bool:
+        return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1
+
+    if not (positive(validation_freq) or (isinstance(validation_freq, list) and validation_freq
+                                          and all(positive(epoch) for epoch in validation_freq))):
+        raise UserError(f"Invalid value for `validation_freq`. Received: validation_freq={validation_freq!r}. "
+                        "Expected a positive int (evaluate after every N-th epoch) or a list of epochs counted "
+                        "from 1, as Keras' fit takes it.")
 
 
 def _check_inputs(x, y, batch_size, sample_weight) -> None:

@@ -1,11 +1,19 @@
-"""Keras' callbacks as an engine hook: every task's ``History``, the chief's callbacks, ``model.stop_training``."""
+"""Keras' callbacks across workers: an engine hook calling every task's callbacks and ``History`` (its
+``model.stop_training`` stops every task), and the file-writing callbacks' outputs kept the chief's alone.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
+import shutil
+import tempfile
 from typing import Any, Callable
 
+from tfdist import _compat
 from tfdist.engine.task import Hook
+from tfdist.runtime.placement import Placement
 
 #: Keys of a train or eval result that are not Keras logs.
 NOT_LOGGED = ("examples", "examples_per_second", "learning_rate")
@@ -28,21 +36,21 @@ def keras_logs(train: dict | None, evaluated: dict | None) -> dict:
 
 @dataclasses.dataclass(eq=False)
 class KerasCallbacks(Hook):
-    """Calls ``history`` and the chief's ``callbacks`` as Keras' ``fit`` does, at each epoch's end and chunk.
+    """Calls the ``callbacks`` as Keras' ``fit`` does, at each epoch's end and chunk.
 
     Attributes:
       model: the model (its ``stop_training`` stops the run on every task).
-      history: this task's ``keras.callbacks.History``.
-      callbacks: the chief's ``keras.callbacks.CallbackList`` (empty elsewhere).
+      callbacks: a ``keras.callbacks.CallbackList`` of the user's callbacks and this task's ``History`` (last),
+        run on every task that runs the loop, with the same global logs (their files are the chief's:
+        ``chief_only_files``).
       reset: resets the model's own metrics (a no-op for a compiled model's steps), before each epoch.
       epoch_steps, total_steps: the steps of an epoch and of the run.
       per_execution: the model's ``steps_per_execution``: the steps of a chunk, as Keras numbers batches.
-      batch_hooks: call the callbacks' train-batch hooks at each chunk (the chief, when one has them).
+      batch_hooks: call the callbacks' train-batch hooks at each chunk (when one has them).
       eval_reset: reset the model's own metrics before each eval pass too.
     """
 
     model: Any
-    history: Any
     callbacks: Any
     reset: Callable[[], None]
     epoch_steps: int
@@ -53,7 +61,6 @@ class KerasCallbacks(Hook):
 
     def epoch_end(self, step: int, train: dict | None, evaluated: dict | None) -> bool:
         epoch, logs = step // self.epoch_steps - 1, keras_logs(train, evaluated)
-        self.history.on_epoch_end(epoch, logs)
         self.callbacks.on_epoch_end(epoch, logs)
         stop = bool(getattr(self.model, "stop_training", False))
         if not stop and step < self.total_steps:
@@ -76,3 +83,60 @@ class KerasCallbacks(Hook):
         if self.batch_hooks:
             self.callbacks.on_train_batch_end(step % self.epoch_steps + self.per_execution - 1,
                                               keras_logs(window, None))
+
+
+def _inside(directory: str, path: str) -> str:
+    """``path``'s last component (a file or a directory) placed inside ``directory``."""
+    return os.path.join(directory, os.path.basename(os.path.normpath(str(path))) or "files")
+
+
+def _redirect(callback, directory: str) -> list[tuple[object, str, object]]:
+    """Point ``callback``'s outputs into ``directory``; returns ``(object, attribute, old value)`` to restore."""
+    import keras
+
+    changed = []
+
+    def move(obj, attribute, value):
+        changed.append((obj, attribute, getattr(obj, attribute)))
+        setattr(obj, attribute, value)
+
+    if isinstance(callback, keras.callbacks.ModelCheckpoint):
+        move(callback, "filepath", _inside(directory, callback.filepath))
+    elif isinstance(callback, keras.callbacks.TensorBoard):
+        move(callback, "log_dir", _inside(directory, callback.log_dir))
+    elif isinstance(callback, keras.callbacks.CSVLogger):
+        move(callback, "filename", _inside(directory, callback.filename))
+    elif isinstance(callback, keras.callbacks.BackupAndRestore):
+        # Restore from the real backup (every worker resumes from the same state), then write a private one.
+        restore = callback.on_train_begin
+        private = _inside(directory, callback.backup_dir)
+
+        def on_train_begin(logs=None):
+            restore(logs)
+            move(callback, "backup_dir", private)
+            for attribute in _compat.BACKUP_PATHS:
+                move(callback, attribute, _inside(private, getattr(callback, attribute)))
+
+        move(callback, "on_train_begin", on_train_begin)
+    return changed
+
+
+@contextlib.contextmanager
+def chief_only_files(callbacks, placement: Placement):
+    """While ``fit`` runs: on a worker that is not the chief, the callbacks write into a temporary directory."""
+    if placement.is_chief:
+        yield
+        return
+    directory = tempfile.mkdtemp(prefix=f"tfdist-{placement.task.slug}-")
+    changed = []
+    try:
+        for callback in callbacks:
+            changed += _redirect(callback, directory)
+        yield
+    finally:
+        for obj, attribute, value in reversed(changed):
+            if attribute == "on_train_begin":
+                delattr(obj, attribute)  # the instance's own wrapper; the class' method shows again
+            else:
+                setattr(obj, attribute, value)
+        shutil.rmtree(directory, ignore_errors=True)

@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from tfdist.errors import UserError
 from tfdist.engine.inputs import batches_per_step
+from tfdist.fitting.args import training_rows
 
 
 def _cut(context, batch_size: int):
@@ -34,6 +35,15 @@ def _cut(context, batch_size: int):
         return tf.data.Dataset.range(local).map(piece)
 
     return cut
+
+
+def split_last_rows(arrays, validation_split: float) -> tuple:
+    """``(train arrays, validation arrays)``: the last rows of every numpy array in ``arrays`` validate, the
+    first ``args.training_rows`` train, as Keras' ``validation_split`` cuts them (None stays None)."""
+    rows = next(len(a) for a in tf.nest.flatten(arrays) if a is not None)
+    at = training_rows(rows, validation_split)
+    cut = lambda begin, end: tf.nest.map_structure(lambda a: None if a is None else a[begin:end], arrays)
+    return cut(0, at), cut(at, rows)
 
 
 def class_weights_map(class_weight: dict):

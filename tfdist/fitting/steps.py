@@ -39,6 +39,11 @@ class KerasSteps:
         compiled = _compat.compiled_metrics(model)
         if compiled is not None and not compiled.built:
             compiled.build(y, y_pred)
+        if compiled is not None:
+            # A metric that creates its variables at its first update (F1Score, FBetaScore: from y_true's
+            # shape) makes them here, under the model's strategy, before they are read; reset below.
+            with model.distribute_strategy.scope():
+                compiled.update_state(y, y_pred)
         self._compiled = compiled
         variables = list(compiled.variables) if compiled is not None else []
         for variable in variables:

@@ -15,10 +15,10 @@ from tfdist.engine.outputs import RunOutputs
 from tfdist.engine.state import build_state
 from tfdist.engine.task import Task
 from tfdist.errors import UserError
-from tfdist.fitting.args import split_validation
-from tfdist.fitting.callbacks import KerasCallbacks, implements_batch_hooks
+from tfdist.fitting.args import evaluates_after, split_validation
+from tfdist.fitting.callbacks import KerasCallbacks, chief_only_files, implements_batch_hooks
 from tfdist.fitting.custom_steps import KerasModelSteps, overrides_steps, refuse_under_coordinator
-from tfdist.fitting.inputs import check_batch, dataset_fns, rows_and_steps
+from tfdist.fitting.inputs import check_batch, dataset_fns, rows_and_steps, split_last_rows
 from tfdist.fitting.global_gradients import refuse_accumulation_under_coordinator
 from tfdist.fitting.steps import KerasSteps
 from tfdist.runtime.run_loop import run_loop
@@ -90,8 +90,8 @@ def _eval_fn(validation_data, *, batch_size, validation_steps, seed):
     return lambda context: eval_fn(context).take(validation_steps * batches_per_step(context))
 
 
-def train_keras(model_fn, x, y, *, training, batch_size, epochs, validation_data,
-                steps_per_epoch, validation_steps, shuffle, initial_epoch, callbacks, verbose, seed,
+def train_keras(model_fn, x, y, *, training, batch_size, epochs, validation_data, validation_split=0.0,
+                validation_freq=1, steps_per_epoch, validation_steps, shuffle, initial_epoch, callbacks, verbose, seed,
                 keep_checkpoints: bool, sample_weight=None, class_weight=None):
     """Train under ``training.strategy``; returns the ``keras.callbacks.History`` (see ``tfdist.fit``)."""
     import keras
@@ -99,6 +99,8 @@ def train_keras(model_fn, x, y, *, training, batch_size, epochs, validation_data
     from tfdist.fitting import global_gradients
 
     global_gradients.install()  # the optimizer applies the global batch's gradient, as on one device
+    if validation_split and validation_data is None:
+        (x, y, sample_weight), validation_data = split_last_rows((x, y, sample_weight), validation_split)
     placement, run_dir = training.placement, training.run_dir
     strategy, is_chief, coordinator = training.strategy, placement.is_chief, placement.coordinator
     replicas = strategy.num_replicas_in_sync
@@ -125,37 +127,37 @@ def train_keras(model_fn, x, y, *, training, batch_size, epochs, validation_data
                               own_order_per_worker=coordinator, stage_dir=run_dir.fit_inputs if coordinator else None)
     outputs = RunOutputs(run_dir=run_dir, is_chief=is_chief)
 
-    history = keras.callbacks.History()
-    history.set_model(model)
     params = {"verbose": verbose, "epochs": epochs, "steps": epoch_steps}
-    history.set_params(params)
-    chief_callbacks = keras.callbacks.CallbackList(callbacks if is_chief else None, add_history=False,
-                                                   add_progbar=False, model=model, **params)
+    # Every task that runs this loop runs the callbacks, with the same global logs, so that what they change
+    # (the learning rate, the weights, stop_training) changes alike on every worker; their files are the chief's.
+    # The History comes last, as in Keras' fit: it records what the callbacks add to the logs (learning_rate).
+    history = keras.callbacks.History()
+    callback_list = keras.callbacks.CallbackList([*(callbacks or []), history], add_history=False,
+                                                 add_progbar=False, model=model, **params)
     reset = steps.reset if own_steps else (lambda: None)  # a model's own metrics: reset as Keras' fit does
     reset()
-    history.on_train_begin()
-    chief_callbacks.on_train_begin()
-    chief_callbacks.on_epoch_begin(start_step // epoch_steps)
-
     per_execution = max(1, int(getattr(model, "steps_per_execution", 1) or 1))
     keras_callbacks = KerasCallbacks(
-        model=model, history=history, callbacks=chief_callbacks, reset=reset, epoch_steps=epoch_steps,
+        model=model, callbacks=callback_list, reset=reset, epoch_steps=epoch_steps,
         total_steps=total_steps, per_execution=per_execution, eval_reset=own_steps,
-        # Batch hooks on the chief, only when a callback has them.
-        batch_hooks=is_chief and any(implements_batch_hooks(c) for c in callbacks or []))
+        batch_hooks=any(implements_batch_hooks(c) for c in callbacks or []))  # only when a callback has them
     if verbose and is_chief:
         print(f"tfdist.fit: {placement.strategy} with {replicas} replicas, global batch {batch_size}, "
               f"{total_steps} steps ({epoch_steps} an epoch); {state.start()}", flush=True)
     task = Task(steps=steps, train_dataset_fn=train_fn, eval_dataset_fn=eval_fn,
                 learning_rate=lambda _: _learning_rate(optimizer), global_batch_size=batch_size or 0,
                 hooks=(keras_callbacks,))
-    run_loop(training, state, task,
-             Schedule(total_steps=total_steps, steps_per_epoch=epoch_steps, steps_per_loop=per_execution,
-                      log_every=epoch_steps, checkpoint_every=epoch_steps),
-             outputs=outputs, checkpoints=keep_checkpoints, verbose=bool(verbose) and is_chief)
-    if epochs > 0:
-        state.finalize_ema()  # the EMA weights into the model, as Keras' fit leaves them
-    chief_callbacks.on_train_end()
+    with chief_only_files(callbacks or [], placement):
+        callback_list.on_train_begin()
+        callback_list.on_epoch_begin(start_step // epoch_steps)
+        run_loop(training, state, task,
+                 Schedule(total_steps=total_steps, steps_per_epoch=epoch_steps, steps_per_loop=per_execution,
+                              log_every=epoch_steps, checkpoint_every=epoch_steps,
+                          evaluates_after=lambda epoch: evaluates_after(epoch, validation_freq)),
+                 outputs=outputs, checkpoints=keep_checkpoints, verbose=bool(verbose) and is_chief)
+        if epochs > 0:
+            state.finalize_ema()  # the EMA weights into the model, as Keras' fit leaves them
+        callback_list.on_train_end()
     if coordinator:
         shutil.rmtree(run_dir.fit_inputs, ignore_errors=True)
     return history

@@ -159,7 +159,7 @@ def _wrapped_fit(original, multi_worker):
         import tensorflow as tf
 
         from tfdist.fitting.global_gradients import own_steps_as_one_device
-        from tfdist.fitting.patch.callbacks import chief_only_files
+        from tfdist.fitting.callbacks import chief_only_files
         from tfdist.fitting.patch.executions import refuse_in_one_process
         from tfdist.fitting.patch.finish import wait_for_every_worker
         from tfdist.fitting.patch.preemption import PreemptionVote, Stopped
