@@ -30,12 +30,12 @@ labels = (x[:, 0] > 0).astype(np.int64) + (x[:, 1] > 0.5)
 sw = (0.5 + rng.random(203)).astype(np.float32)
 xv, yv = rng.normal(size=(40, 6)).astype(np.float32), rng.integers(0, 3, 40)
 
-def classifier(loss="sparse_categorical_crossentropy", metrics=("accuracy",)):
+def classifier(loss="sparse_categorical_crossentropy", metrics=lambda: ["accuracy"]):
     def model_fn():
         keras.utils.set_random_seed(2)
         model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="relu"),
                                   keras.layers.Dense(3, activation="softmax")])
-        model.compile(optimizer=keras.optimizers.SGD(0.1), loss=loss, metrics=list(metrics))
+        model.compile(optimizer=keras.optimizers.SGD(0.1), loss=loss, metrics=metrics())  # new metric objects
         return model
     return model_fn
 
@@ -46,7 +46,8 @@ runs = {
     "freq_list": (classifier(), dict(x=x, y=labels, validation_split=0.2, validation_freq=[1, 4])),
     "data_wins": (classifier(), dict(x=x, y=labels, validation_data=(xv, yv), validation_split=0.5)),
     "f1": (classifier("categorical_crossentropy",
-                      [keras.metrics.F1Score(average="macro"), keras.metrics.FBetaScore(beta=2.0, average="micro")]),
+                      lambda: [keras.metrics.F1Score(average="macro"),
+                               keras.metrics.FBetaScore(beta=2.0, average="micro")]),
            dict(x=x, y=np.eye(3, dtype=np.float32)[labels], validation_data=(xv, np.eye(3, dtype=np.float32)[yv]))),
 }
 out = {}

@@ -179,7 +179,7 @@ def _check_validation_split(validation_split, x, validation_data) -> None:
 
 
 def evaluates_after(epoch: int, validation_freq) -> bool:
-    """Whether Keras' ``fit`` evaluates after ``epoch`` (counted from 1) under ``validation_freq`` (an int or a list)."""
+    """Whether Keras' ``fit`` evaluates after ``epoch`` (counted from 1) under ``validation_freq`` (int or list)."""
     return epoch in validation_freq if isinstance(validation_freq, list) else epoch % validation_freq == 0
 
 

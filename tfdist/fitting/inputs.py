@@ -42,7 +42,10 @@ def split_last_rows(arrays, validation_split: float) -> tuple:
     first ``args.training_rows`` train, as Keras' ``validation_split`` cuts them (None stays None)."""
     rows = next(len(a) for a in tf.nest.flatten(arrays) if a is not None)
     at = training_rows(rows, validation_split)
-    cut = lambda begin, end: tf.nest.map_structure(lambda a: None if a is None else a[begin:end], arrays)
+
+    def cut(begin: int, end: int):
+        return tf.nest.map_structure(lambda a: None if a is None else a[begin:end], arrays)
+
     return cut(0, at), cut(at, rows)
 
 
