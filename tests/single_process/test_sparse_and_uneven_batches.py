@@ -1,0 +1,71 @@
+"""Sparse gradients and batches that split unevenly over replicas, against Keras' own one-device ``fit``.
+
+One fresh process of 2 logical CPUs (``tfdist.setup("mirrored")``) trains each model with Keras' ``fit`` on one
+device, then with ``tfdist.fit`` and with Keras' own ``fit`` under the set-up's strategy: an ``Embedding`` under
+Adam (whose update of ``IndexedSlices`` differs from that of the same gradient made dense) and under a
+``clipnorm`` that clips some steps, and a conv net on rows whose last batch splits 13/12 (one device's mean,
+not a mean of the replicas' means) or that a split of the global batch in equal halves would leave one replica nothing (8 of 64).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers.clis import run_python
+from helpers.outputs import tagged
+
+SCRIPT = r'''
+import json, numpy as np, tfdist
+strategy = tfdist.setup("mirrored", cpu_devices=2)
+import keras
+
+def embedding(optimizer):
+    def make():
+        keras.utils.set_random_seed(1)
+        model = keras.Sequential([keras.Input((10,), dtype="int32"), keras.layers.Embedding(60, 8),
+                                  keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(2, activation="softmax")])
+        model.compile(optimizer=optimizer(), loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+        return model
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 60, size=(256, 10)).astype("int32")
+    return make, x, ((x % 7).mean(axis=1) > 3).astype("int64")
+
+def conv(rows):
+    def make():
+        keras.utils.set_random_seed(1)
+        model = keras.Sequential([keras.Input((6, 6, 1)), keras.layers.Conv2D(4, 3, activation="relu"),
+                                  keras.layers.Flatten(), keras.layers.Dense(2, activation="softmax")])
+        model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9), loss="sparse_categorical_crossentropy")
+        return model
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(rows, 6, 6, 1)).astype("float32")
+    return make, x, (x.mean(axis=(1, 2, 3)) > 0).astype("int64")
+
+def spread(a, b):
+    return max(float(np.linalg.norm(u - v) / max(np.linalg.norm(v), 1e-12)) for u, v in zip(a, b))
+
+cases = {"embedding adam": embedding(lambda: keras.optimizers.Adam(0.02)),
+         "embedding clipnorm": embedding(lambda: keras.optimizers.SGD(1.0, clipnorm=0.02)),
+         "last batch 25 of 64": conv(601), "last batch 8 of 64": conv(584)}
+results = {}
+for name, (make, x, y) in cases.items():
+    reference = make()
+    loss = reference.fit(x, y, batch_size=64, epochs=3, shuffle=False, verbose=0).history["loss"]
+    fitted = tfdist.fit(make, x, y, batch_size=64, epochs=3, shuffle=False, verbose=0).model
+    with strategy.scope():
+        keras_model = make()
+    keras_loss = keras_model.fit(x, y, batch_size=64, epochs=3, shuffle=False, verbose=0).history["loss"]
+    results[name] = {"tfdist.fit": spread(fitted.get_weights(), reference.get_weights()),
+                     "keras fit": spread(keras_model.get_weights(), reference.get_weights()),
+                     "keras loss": max(abs(a - b) / b for a, b in zip(keras_loss, loss))}
+print("RESULTS " + json.dumps(results))
+'''
+
+
+@pytest.mark.slow
+def test_sparse_gradients_and_uneven_last_batches_train_as_one_device():
+    proc = run_python(SCRIPT, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = tagged(proc.stdout, "RESULTS")
+    for name, row in results.items():
+        assert all(v < 2e-6 for v in row.values()), (name, row)
