@@ -104,3 +104,13 @@ def test_the_matrix_has_a_row_per_family_value_and_the_classes_of_its_cases_per_
 ])
 def test_bad_input_is_one_line_and_status_2(args, match):
     assert match in assert_user_error(run_cli("tfdist.check", *args, timeout=60))
+
+
+@pytest.mark.parametrize("model, match", [
+    ("no_colon", "Expected MODULE:FUNCTION"),
+    ("tfdist_no_such_module:setup", "cannot be imported"),
+    ("/nonexistent/model.py:setup", "cannot be imported"),
+    ("tfdist.check.space:no_such_function", "has no function 'no_such_function'"),
+])
+def test_a_model_that_cannot_be_found_is_one_line_before_any_process_starts(model, match):
+    assert match in assert_user_error(run_cli("tfdist.check", "--model", model, timeout=60))

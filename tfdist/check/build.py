@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from tfdist.check.space import CLASSES, METRICS, OPTIMIZERS, Case
@@ -182,3 +184,22 @@ def fit_arguments(case: Case) -> tuple[object, object, dict]:
     if case.validation:
         kwargs["validation_freq"] = case.validation_freq
     return x, y, kwargs
+
+
+@dataclasses.dataclass(frozen=True)
+class Drawn:
+    """A drawn case as the runs take a setup: its ``model_fn``, ``fit`` arguments and held-out rows."""
+
+    case: Case
+
+    def model_fn(self):
+        return model_fn(self.case)
+
+    def fit_arguments(self):
+        return fit_arguments(self.case)
+
+    def held_out(self):
+        return (*data(self.case, HELD_OUT, offset=2), self.case.batch)
+
+    def describe(self) -> str:
+        return self.case.describe()

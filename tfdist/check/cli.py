@@ -16,6 +16,7 @@ from pathlib import Path
 from absl import flags
 
 from tfdist.check import runs, space, verdict
+from tfdist.check.user import check_name
 from tfdist.errors import UserError, run_main
 
 FLAGS = flags.FLAGS
@@ -30,6 +31,8 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
     flags.DEFINE_integer("cases", 20, "Cases to draw from the space.", lower_bound=1, **fv)
     flags.DEFINE_integer("seed", 0, "The run's seed: the same seed draws the same cases.", lower_bound=0, **fv)
     flags.DEFINE_list("case", [], "Run exactly these cases (each the seed a report prints), instead of drawing.", **fv)
+    flags.DEFINE_string("model", None, "Check your own setup instead of drawn cases: MODULE:FUNCTION (or "
+                        "path/to/file.py:FUNCTION) of a function returning (model_fn, x, y, fit_kwargs).", **fv)
     flags.DEFINE_list("modes", list(DEFAULT_MODES), f"Modes to run, of {', '.join(runs.MODES)}.", **fv)
     flags.DEFINE_string("output", None, "Where to write every verdict as JSON (default: none).", **fv)
     flags.DEFINE_string("markdown", None, "Where to write the matrix of families (Markdown; default: none).", **fv)
@@ -64,14 +67,15 @@ def _command(group: str, spec: dict, directory: Path) -> list[str]:
     return [sys.executable, "-m", "tfdist.launch", "--local", "--cluster", str(cluster), "--", *worker]
 
 
-def run_groups(seeds: list[int], modes: list[str], directory: Path, timeout: float) -> list[dict]:
+def run_groups(seeds: list[int], modes: list[str], directory: Path, timeout: float,
+               model: str | None = None) -> list[dict]:
     """Run every group of processes the modes need, side by side; returns each process's report."""
     groups = collections.defaultdict(list)
     for mode in modes:
         groups[runs.MODES[mode].group].append(mode)
     started = {}
     for group, members in groups.items():
-        spec = {"group": group, "modes": members, "seeds": seeds, "output": str(directory)}
+        spec = {"group": group, "modes": members, "seeds": seeds, "output": str(directory), "model": model}
         log = open(directory / f"{group}.log", "w")  # noqa: SIM115 - closed below, after the process ends
         started[group] = (subprocess.Popen(_command(group, spec, directory), stdout=log, stderr=subprocess.STDOUT,
                                            start_new_session=True), log)
@@ -115,10 +119,12 @@ def matrix(cases: dict[int, space.Case], records: list[dict], modes: list[str]) 
 def main(argv: list[str]) -> int:
     if len(argv) > 1:
         raise UserError(f"Unexpected arguments. Received: {' '.join(argv[1:])}. Expected only --flags.")
-    seeds, modes = _seeds(), _modes()
-    cases = {seed: space.draw(seed) for seed in seeds}
+    if FLAGS.model:
+        check_name(FLAGS.model)
+    seeds, modes = ([0] if FLAGS.model else _seeds()), _modes()
+    cases = {} if FLAGS.model else {seed: space.draw(seed) for seed in seeds}
     with tempfile.TemporaryDirectory(prefix="tfdist-check-") as directory:
-        reports = run_groups(seeds, modes, Path(directory), FLAGS.timeout)
+        reports = run_groups(seeds, modes, Path(directory), FLAGS.timeout, FLAGS.model)
     records, failing = [], 0
     for report in reports:
         if "unfinished" in report:
@@ -131,10 +137,11 @@ def main(argv: list[str]) -> int:
             records.append({**record, "task": report["task"]})
             if record["class"] in verdict.FAILING or record["class"] == "invalid":
                 failing += record["class"] != "invalid"
-                case = cases[record["seed"]]
-                print(f"{record['class']:8} {record['mode']} on {report['task']}: {case.describe()}\n"
+                what, alone = ((FLAGS.model, f"--model {FLAGS.model}") if FLAGS.model else
+                               (cases[record["seed"]].describe(), f"--case {record['seed']}"))
+                print(f"{record['class']:8} {record['mode']} on {report['task']}: {what}\n"
                       f"         {record['detail']}\n"
-                      f"         alone: python -m tfdist.check --case {record['seed']} --modes {record['mode']}")
+                      f"         alone: python -m tfdist.check {alone} --modes {record['mode']}")
     counts = collections.Counter((r["mode"], r["class"]) for r in records)
     for mode in modes:
         print(f"{mode}: " + ", ".join(f"{counts[(mode, c)]} {c}" for c in verdict.CLASSES if counts[(mode, c)]))
@@ -142,8 +149,8 @@ def main(argv: list[str]) -> int:
         Path(FLAGS.output).write_text(json.dumps({"seeds": seeds, "modes": modes, "records": records}, indent=1))
     if FLAGS.markdown:
         Path(FLAGS.markdown).write_text(matrix(cases, records, modes) + "\n")
-    print(f"{len(seeds)} cases, {len(records)} verdicts: " + ("every one equal, trained or refused" if not failing
-                                                            else f"{failing} differ or crashed"))
+    verdicts = "every one equal, trained or refused" if not failing else f"{failing} differ or crashed"
+    print(f"{len(seeds)} case{'s' * (len(seeds) != 1)}, {len(records)} verdicts: {verdicts}")
     return 1 if failing else 0
 
 

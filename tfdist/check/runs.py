@@ -10,8 +10,7 @@ import re
 
 import numpy as np
 
-from tfdist.check import build
-from tfdist.check.space import Case
+
 
 @dataclasses.dataclass(frozen=True)
 class Mode:
@@ -51,11 +50,12 @@ def outcome(model, history) -> dict:
     inner = getattr(optimizer, "inner_optimizer", optimizer)
     strategy = model.distribute_strategy
     copies = 0.0
-    for variable in model.variables:
+    for variable in model.weights:
         local = [np.asarray(v) for v in strategy.experimental_local_results(variable.value)]
         copies = max([copies] + [float(np.max(np.abs(c - local[0]))) if c.size else 0.0 for c in local[1:]])
     return {
-        "history": {k: [_float(v) for v in values] for k, values in history.history.items()},
+        "history": {k: [np.asarray(v, dtype=np.float64).tolist() for v in values]  # a metric may be an array
+                    for k, values in history.history.items()},
         "weights": [np.asarray(w) for w in model.get_weights()],
         "learning_rate": _float(keras.ops.convert_to_numpy(inner.learning_rate)),
         "iterations": int(np.asarray(inner.iterations)),
@@ -64,22 +64,26 @@ def outcome(model, history) -> dict:
     }
 
 
-def after_training(case: Case, model) -> dict:
-    """``evaluate`` (every metric) and ``predict`` of the trained model on held-out rows."""
-    x, y = build.data(case, build.HELD_OUT, offset=2)
-    evaluated = model.evaluate(x, y, batch_size=case.batch, verbose=0, return_dict=True)
-    predicted = model.predict(x, batch_size=case.batch, verbose=0)
-    return {"evaluate": {k: _float(v) for k, v in evaluated.items()},
+def after_training(setup, model) -> dict:
+    """``evaluate`` (every metric) and ``predict`` of the trained model on the setup's held-out rows."""
+    x, y, batch = setup.held_out()
+    evaluated = model.evaluate(x, y, batch_size=batch, verbose=0, return_dict=True)
+    predicted = model.predict(x, batch_size=batch, verbose=0)
+    return {"evaluate": {k: np.asarray(v, dtype=np.float64).tolist() for k, v in evaluated.items()},
             "predict": [np.asarray(p, dtype=np.float32) for p in
                         (predicted.values() if isinstance(predicted, dict) else [predicted])]}
 
 
-def reference(case: Case) -> dict:
-    """Keras' own ``model.fit`` of ``case`` without a strategy: one device with the global batch."""
-    model = build.model_fn(case)()
-    x, y, kwargs = build.fit_arguments(case)
+def reference(setup) -> dict:
+    """Keras' own ``model.fit`` of a setup without a strategy: one device with the global batch.
+
+    A setup (``build.Drawn``, ``user.UserSetup``) gives ``model_fn()``, ``fit_arguments() -> (x, y, kwargs)``
+    and ``held_out() -> (x, y, batch)``.
+    """
+    model = setup.model_fn()()
+    x, y, kwargs = setup.fit_arguments()
     history = model.fit(x, y, **kwargs)
-    return {**outcome(model, history), **after_training(case, model)}
+    return {**outcome(model, history), **after_training(setup, model)}
 
 
 @functools.cache
@@ -95,24 +99,24 @@ def _keras_strategy(mode: Mode):
     return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 
 
-def train(case: Case, mode: str, *, cluster_resolver=None) -> dict:
-    """``case`` trained in ``mode``: its outcome, ``{"refused": line}`` or ``{"crashed": what}``."""
+def train(setup, mode: str, *, cluster_resolver=None) -> dict:
+    """A setup trained in ``mode``: its outcome, ``{"refused": line}`` or ``{"crashed": what}``."""
     import tfdist
     from tfdist.errors import UserError
 
     how = MODES[mode]
-    x, y, kwargs = build.fit_arguments(case)
+    x, y, kwargs = setup.fit_arguments()
     try:
         if how.how == "tfdist":
             extra = {"cluster_resolver": cluster_resolver} if cluster_resolver is not None else {}
             named = None if how.group == "workers" else how.strategy  # across workers: the set-up's own
-            history = tfdist.fit(build.model_fn(case), x, y, strategy=named, **kwargs, **extra)
+            history = tfdist.fit(setup.model_fn(), x, y, strategy=named, **kwargs, **extra)
             model = history.model
         else:
             with _keras_strategy(how).scope():
-                model = build.model_fn(case)()
+                model = setup.model_fn()()
             history = model.fit(x, y, **kwargs)
-        return {**outcome(model, history), **after_training(case, model)}
+        return {**outcome(model, history), **after_training(setup, model)}
     except UserError as error:
         return {"refused": str(error)}
     except Exception as error:  # noqa: BLE001 - a crash is a verdict of the check, with its type and cause

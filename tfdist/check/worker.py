@@ -9,7 +9,8 @@ import os
 import sys
 from pathlib import Path
 
-from tfdist.check import runs, space, verdict
+from tfdist.check import build, runs, space, verdict
+from tfdist.check.user import UserSetup
 
 #: The control case: a dense model and plain SGD on batches that split evenly, whose difference from one device
 #: is the float32 noise floor of this process's replicas.
@@ -45,13 +46,22 @@ def _task() -> str:
     return f"{task['type']}-{task['index']}" if task else "local"
 
 
+def _setups(spec: dict):
+    """``(seed, setup)`` of every case of the spec: drawn from the space, or the user's own (seed 0)."""
+    if spec.get("model"):
+        yield 0, UserSetup(spec["model"])
+        return
+    for seed in spec["seeds"]:
+        yield seed, build.Drawn(space.draw(seed))
+
+
 def main(spec: dict) -> int:
-    group, modes, seeds = spec["group"], spec["modes"], spec["seeds"]
+    group, modes = spec["group"], spec["modes"]
     resolver = _set_up(group)
     task = _task()
     output = Path(spec["output"]) / f"{group}-{task}.json"
     replicated = [m for m in modes if runs.MODES[m].replicated and not runs.MODES[m].asynchronous]
-    control = space.Case(seed=1, **CONTROL)
+    control = build.Drawn(space.Case(seed=1, **CONTROL))
     floor = 0.0
     if replicated:
         measured = runs.train(control, replicated[0], cluster_resolver=resolver)
@@ -59,16 +69,15 @@ def main(spec: dict) -> int:
     tol = verdict.tolerance(floor)
     records = []
     report = {"task": task, "group": group, "noise_floor": floor, "tolerance": tol, "records": records}
-    for seed in seeds:
-        case = space.draw(seed)
-        print(f"{task}: {case.describe()}", file=sys.stderr, flush=True)
+    for seed, setup in _setups(spec):
+        print(f"{task}: {setup.describe()}", file=sys.stderr, flush=True)
         try:
-            want = runs.reference(case)
+            want = runs.reference(setup)
         except Exception as error:  # noqa: BLE001 - a case Keras itself cannot train is out of the space
             records.append({"seed": seed, "mode": "reference", "class": "invalid", "detail": runs.crash_line(error)})
             continue
         for mode in modes:
-            got = runs.train(case, mode, cluster_resolver=resolver)
+            got = runs.train(setup, mode, cluster_resolver=resolver)
             found = verdict.verdict(got, want, tol=tol, asynchronous=runs.MODES[mode].asynchronous)
             records.append({"seed": seed, "mode": mode, **found})
         output.write_text(json.dumps(report, default=float))
