@@ -10,7 +10,7 @@ import pytest
 
 from helpers.clis import assert_user_error, run_cli
 from tfdist.check import space, verdict
-from tfdist.check.cli import matrix
+from tfdist.check.cli import cells, render
 
 DRAWS = [space.draw(seed) for seed in space.seeds(600, 0)]
 
@@ -36,7 +36,7 @@ def test_the_draws_cover_every_choice_of_the_space():
     assert {"validation_data", "validation_split", "validation_freq=2"} <= seen["validation"]
     assert {"steps_per_execution=2", "jit_compile=True", "mixed_float16"} <= seen["compile"]
     assert {"use_ema=True", "gradient_accumulation_steps=2", "LearningRateSchedule", "LossScaleOptimizer",
-            "momentum=0.9", "nesterov=True", "centered=True", "weight_decay=0.05"} <= seen["option"]
+            "momentum=0.9", "nesterov=True", "centered=True", "weight_decay=0.05", "ema_overwrite_frequency=3"} <= seen["option"]
 
 
 def test_clip_thresholds_span_clipping_every_step_to_never():
@@ -89,7 +89,7 @@ def test_the_matrix_has_a_row_per_family_value_and_the_classes_of_its_cases_per_
     cases = {c.seed: c for c in DRAWS[:3]}
     records = [{"seed": seed, "mode": "mirrored", "class": "equal"} for seed in cases]
     records.append({"seed": DRAWS[0].seed, "mode": "keras_mirrored", "class": "refused"})
-    table = matrix(cases, records, ["mirrored", "keras_mirrored"])
+    table = render(cells(cases, records), ["mirrored", "keras_mirrored"])
     row = next(line for line in table.splitlines() if line.startswith(f"| model | {DRAWS[0].model} |"))
     assert row.split(" | ")[3].startswith("1 refused")
     models = collections.Counter(c.model for c in cases.values())

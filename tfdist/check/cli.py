@@ -36,6 +36,8 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
     flags.DEFINE_list("modes", list(DEFAULT_MODES), f"Modes to run, of {', '.join(runs.MODES)}.", **fv)
     flags.DEFINE_string("output", None, "Where to write every verdict as JSON (default: none).", **fv)
     flags.DEFINE_string("markdown", None, "Where to write the matrix of families (Markdown; default: none).", **fv)
+    flags.DEFINE_string("matrix", None, "Where to write the matrix of families as JSON, with the command that made "
+                        "it (docs/check-matrix.json is one; default: none).", **fv)
     flags.DEFINE_float("timeout", 3600.0, "Seconds each group of processes may run.", lower_bound=1.0, **fv)
 
 
@@ -98,20 +100,28 @@ def run_groups(seeds: list[int], modes: list[str], directory: Path, timeout: flo
     return reports
 
 
-def matrix(cases: dict[int, space.Case], records: list[dict], modes: list[str]) -> str:
-    """The Markdown matrix of a run: one row per family's value, in each mode the classes of its cases."""
-    cells = collections.defaultdict(collections.Counter)
+def cells(cases: dict[int, space.Case], records: list[dict]) -> list[list]:
+    """The matrix of a run as data: ``[family, value, mode, {class: cases}]`` for each family's value and mode."""
+    counts = collections.defaultdict(collections.Counter)
     for record in records:
         case = cases.get(record["seed"])
-        if case is None or record["mode"] not in modes:
+        if case is None:
             continue
         for family, values in case.families().items():
             for value in values:
-                cells[(family, value, record["mode"])][record["class"]] += 1
-    rows = sorted({(f, v) for f, v, _ in cells}, key=lambda fv: (space.FAMILIES.index(fv[0]), fv[1]))
+                counts[(family, value, record["mode"])][record["class"]] += 1
+    return [[f, v, m, dict(sorted(c.items()))] for (f, v, m), c in
+            sorted(counts.items(), key=lambda item: (space.FAMILIES.index(item[0][0]), item[0][1], item[0][2]))]
+
+
+def render(matrix: list[list], modes: list[str]) -> str:
+    """The Markdown table of a matrix: one row per family's value, in each mode the classes of its cases."""
+    by_row = collections.defaultdict(dict)
+    for family, value, mode, classes in matrix:
+        by_row[(family, value)][mode] = classes
     lines = ["| family | value | " + " | ".join(modes) + " |", "|---|---|" + "---|" * len(modes)]
-    for family, value in rows:
-        text = [", ".join(f"{n} {c}" for c, n in sorted(cells[(family, value, m)].items())) or "–" for m in modes]
+    for (family, value), row in by_row.items():
+        text = [", ".join(f"{n} {c}" for c, n in row[m].items()) if m in row else "–" for m in modes]
         lines.append(f"| {family} | {value} | " + " | ".join(text) + " |")
     return "\n".join(lines)
 
@@ -147,8 +157,13 @@ def main(argv: list[str]) -> int:
         print(f"{mode}: " + ", ".join(f"{counts[(mode, c)]} {c}" for c in verdict.CLASSES if counts[(mode, c)]))
     if FLAGS.output:
         Path(FLAGS.output).write_text(json.dumps({"seeds": seeds, "modes": modes, "records": records}, indent=1))
+    matrix = cells(cases, records)
     if FLAGS.markdown:
-        Path(FLAGS.markdown).write_text(matrix(cases, records, modes) + "\n")
+        Path(FLAGS.markdown).write_text(render(matrix, modes) + "\n")
+    if FLAGS.matrix:
+        command = " ".join(["python -m tfdist.check", *sys.argv[1:]])
+        Path(FLAGS.matrix).write_text(json.dumps({"command": command, "cases": len(seeds), "modes": modes,
+                                                  "cells": matrix}, indent=0) + "\n")
     verdicts = "every one equal, trained or refused" if not failing else f"{failing} differ or crashed"
     print(f"{len(seeds)} case{'s' * (len(seeds) != 1)}, {len(records)} verdicts: {verdicts}")
     return 1 if failing else 0

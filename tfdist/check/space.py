@@ -123,6 +123,8 @@ def draw(seed: int) -> Case:
     on = {k: rng.random() < p for k, p in COMMON_OPTIONS.items()}
     if on["use_ema"]:
         options += [("use_ema", True), ("ema_momentum", 0.9)]
+        if rng.random() < 0.4:
+            options.append(("ema_overwrite_frequency", 3))
     if on["gradient_accumulation_steps"]:
         options.append(("gradient_accumulation_steps", 2))
     if on["weight_decay"] and "weight_decay" not in dict(options) and optimizer not in ("Muon",):
