@@ -3,8 +3,10 @@
 One fresh process of 2 logical CPUs (``tfdist.setup("mirrored")``) trains each model with Keras' ``fit`` on one
 device, then with ``tfdist.fit`` and with Keras' own ``fit`` under the set-up's strategy: an ``Embedding`` under
 Adam (whose update of ``IndexedSlices`` differs from that of the same gradient made dense) and under a
-``clipnorm`` that clips some steps, and a conv net on rows whose last batch splits 13/12 (one device's mean,
-not a mean of the replicas' means) or that a split of the global batch in equal halves would leave one replica nothing (8 of 64).
+``clipnorm`` that clips some steps, a conv net on rows whose last batch splits 13/12 (one device's mean,
+not a mean of the replicas' means) or that a split of the global batch in equal halves would leave one replica
+nothing (8 of 64), and synchronized batch norm, whose cross-replica statistics carry gradients from one replica
+to another, on a last training batch of 21 and a validation batch of 17.
 """
 
 from __future__ import annotations
@@ -41,20 +43,35 @@ def conv(rows):
     x = rng.normal(size=(rows, 6, 6, 1)).astype("float32")
     return make, x, (x.mean(axis=(1, 2, 3)) > 0).astype("int64")
 
+def synchronized_bn(rows):
+    def make():
+        keras.utils.set_random_seed(1)
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(8, activation="relu"),
+                                  keras.layers.BatchNormalization(synchronized=True),
+                                  keras.layers.Dense(2, activation="softmax")])
+        model.compile(optimizer=keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
+        return model
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(rows, 8)).astype("float32")
+    return make, x, (x.sum(axis=1) > 0).astype("int64")
+
 def spread(a, b):
     return max(float(np.linalg.norm(u - v) / max(np.linalg.norm(v), 1e-12)) for u, v in zip(a, b))
 
 cases = {"embedding adam": embedding(lambda: keras.optimizers.Adam(0.02)),
          "embedding clipnorm": embedding(lambda: keras.optimizers.SGD(1.0, clipnorm=0.02)),
-         "last batch 25 of 64": conv(601), "last batch 8 of 64": conv(584)}
+         "last batch 25 of 64": conv(601), "last batch 8 of 64": conv(584),
+         "synchronized batch norm, last batches 21 of 32 and 17 of 32": synchronized_bn(102)}
 results = {}
 for name, (make, x, y) in cases.items():
+    args = dict(batch_size=64 if x.shape[0] > 200 else 32, epochs=3, shuffle=False, verbose=0,
+                validation_split=0.0 if x.shape[0] > 200 else 1 / 6)
     reference = make()
-    loss = reference.fit(x, y, batch_size=64, epochs=3, shuffle=False, verbose=0).history["loss"]
-    fitted = tfdist.fit(make, x, y, batch_size=64, epochs=3, shuffle=False, verbose=0).model
+    loss = reference.fit(x, y, **args).history["loss"]
+    fitted = tfdist.fit(make, x, y, **args).model
     with strategy.scope():
         keras_model = make()
-    keras_loss = keras_model.fit(x, y, batch_size=64, epochs=3, shuffle=False, verbose=0).history["loss"]
+    keras_loss = keras_model.fit(x, y, **args).history["loss"]
     results[name] = {"tfdist.fit": spread(fitted.get_weights(), reference.get_weights()),
                      "keras fit": spread(keras_model.get_weights(), reference.get_weights()),
                      "keras loss": max(abs(a - b) / b for a, b in zip(keras_loss, loss))}

@@ -39,14 +39,19 @@ def install() -> None:
 
 
 def _unless_shared(scale, *, scales: bool):
-    """Keras' loss scaling for N replicas, left out while a replica's share is set (``replica_share``).
+    """Keras' loss scaling for N replicas, replaced while a replica's share is set.
 
-    A loss Keras would have divided by the replicas is a mean over the replica's examples: its gradients are
-    then weighted by the replica's share of the step's examples (``scales`` marks that one was seen).
+    Under ``loss_share`` a replica's mean loss is scaled by its share of the step's examples (and unscaled by
+    it), so the gradients, those that flow through a cross-replica op included, are the global batch's. Under
+    ``replica_share`` the loss is left as it is, and its gradients are weighted by the replica's share after
+    (``scales`` marks that a loss Keras would have scaled was seen).
     """
 
     @functools.wraps(scale)
     def wrapped(value):
+        weight = getattr(_share, "loss_weight", None)
+        if weight is not None:
+            return value * _cast(weight if scales else 1.0 / weight, value)
         if getattr(_share, "examples", None) is None:
             return scale(value)
         if scales:
@@ -54,6 +59,25 @@ def _unless_shared(scale, *, scales: bool):
         return value
 
     return wrapped
+
+
+def _cast(weight, value):
+    import tensorflow as tf
+
+    return tf.cast(weight, tf.convert_to_tensor(value).dtype)
+
+
+@contextlib.contextmanager
+def loss_share(weight):
+    """While Keras' own ``train_step`` runs on this replica: its loss is scaled by ``weight``, this replica's
+    examples over the step's on every replica, in place of ``1 / replicas`` (one device's mean when a batch
+    splits unevenly, through cross-replica ops such as synchronized batch norm too)."""
+    previous = getattr(_share, "loss_weight", None)
+    _share.loss_weight = weight
+    try:
+        yield
+    finally:
+        _share.loss_weight = previous
 
 
 @contextlib.contextmanager
@@ -157,21 +181,20 @@ def sum_over_replicas(context, grads):
 
 @contextlib.contextmanager
 def own_steps_as_one_device(model, replicas: int):
-    """While Keras' own ``fit`` runs on several replicas: its steps see the loss one device sees.
+    """While Keras' own ``fit`` runs on several replicas: its steps compute what one device computes.
 
-    The model's ``train_step`` (Keras' own or the model's) runs under ``replica_share`` of its slice's examples,
-    so the gradients are weighted by each replica's share of the global batch (a last batch that splits
-    unevenly weighs as one device's mean), and a model's own ``test_step`` reports the loss one device sees.
-    Nothing changes for one replica.
+    Keras' own ``train_step`` runs under ``loss_share`` of its slice (a last batch that splits unevenly weighs
+    as one device's mean). A model's own ``train_step``/``test_step`` runs under ``replica_share``: the loss it
+    sees, and may feed its own metric, is the one device sees, and its gradients are weighted by the replica's
+    share. Nothing changes for one replica.
     """
     import keras
 
-    names = []
-    if replicas > 1:
-        names = ["train_step"] + [name for name in ("test_step",)
-                                  if getattr(type(model), name) is not getattr(keras.Model, name)]
+    own = [name for name in ("train_step", "test_step")
+           if getattr(type(model), name) is not getattr(keras.Model, name)] if replicas > 1 else []
+    names = sorted({"train_step", *own}) if replicas > 1 else []
     for name in names:
-        setattr(model, name, _shared_step(getattr(type(model), name).__get__(model)))
+        setattr(model, name, _shared_step(getattr(type(model), name).__get__(model), own=name in own))
     try:
         yield
     finally:
@@ -179,12 +202,18 @@ def own_steps_as_one_device(model, replicas: int):
             vars(model).pop(name, None)  # the class' own step shows again
 
 
-def _shared_step(step):
+def _shared_step(step, *, own: bool):
     @functools.wraps(step)
     def shared(data):
         import tensorflow as tf
 
-        with replica_share(tf.shape(tf.nest.flatten(data[0] if isinstance(data, tuple) else data)[0])[0]):
+        examples = tf.shape(tf.nest.flatten(data[0] if isinstance(data, tuple) else data)[0])[0]
+        if own:
+            with replica_share(examples):
+                return step(data)
+        examples = tf.cast(examples, tf.float32)
+        total = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, examples)
+        with loss_share(examples / total):
             return step(data)
 
     return shared

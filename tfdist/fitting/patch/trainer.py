@@ -87,7 +87,11 @@ def _fixed_reduce(original, multi_worker):
 
 
 def _fixed_build(original, multi_worker):
-    """``_maybe_symbolic_build`` that builds from this worker's first replica's slice across workers."""
+    """``_maybe_symbolic_build`` that builds from this worker's first replica's slice over several replicas.
+
+    Keras reduces the first batch's replica slices into one, which fails across workers and, in one process,
+    on a batch that splits unevenly (its slices differ in shape); a slice builds the same model.
+    """
 
     @functools.wraps(original)
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):
@@ -95,7 +99,7 @@ def _fixed_build(original, multi_worker):
         from keras import tree
 
         strategy = self._distribute_strategy
-        if strategy is None or iterator is None or not multi_worker(strategy):
+        if strategy is None or iterator is None or strategy.num_replicas_in_sync < 2:
             return original(self, iterator=iterator, data_batch=data_batch)
 
         def local(value):
@@ -106,6 +110,10 @@ def _fixed_build(original, multi_worker):
         for _, _, batches in iterator:
             data_batch = tree.map_structure(local, next(batches))
             break
+        if not multi_worker(strategy):
+            with strategy.scope():
+                self._symbolic_build(data_batch=data_batch)
+            return
         made_elsewhere = [c for c in _compiled(self) if _outside(c, strategy)]
         for compiled in made_elsewhere:
             _compat.unbuild_compiled(compiled)
