@@ -51,8 +51,17 @@ def _metrics(case: Case) -> list:
     import keras
 
     table = dict(METRICS["sparse" if case.model == "two_outputs" else case.labels])
-    made = [name if table[name] is None else getattr(keras.metrics, name)(**table[name]) for name in case.metrics]
+    made = [name if table[name] is None else _metric(getattr(keras.metrics, name), table[name])
+            for name in case.metrics]
     return {"label": made} if case.model == "two_outputs" and made else made
+
+
+def _metric(cls, arguments: dict):
+    """A metric with its class' default name: a process that makes several gets ``precision``, not ``precision_3``,
+    so every mode's History names it as the reference's does."""
+    import inspect
+
+    return cls(name=inspect.signature(cls.__init__).parameters["name"].default, **arguments)
 
 
 def _own_step_model(inputs, outputs):
