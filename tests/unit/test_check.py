@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import collections
+import json
 import math
 
 import numpy as np
 import pytest
 
-from helpers.clis import assert_user_error, run_cli
+from helpers.clis import REPO, assert_user_error, run_cli
 from tfdist.check import space, verdict
-from tfdist.check.cli import cells, render
+from tfdist.check.cli import BEGIN, END, cells, page_block, render
 
 DRAWS = [space.draw(seed) for seed in space.seeds(600, 0)]
 
@@ -101,6 +102,9 @@ def test_the_matrix_has_a_row_per_family_value_and_the_classes_of_its_cases_per_
     (("--case", "12,x"), "Invalid value for `--case`"),
     (("--cases", "0"), "--cases"),
     (("extra",), "Unexpected arguments"),
+    (("--output", "/nonexistent/dir/out.json"), "Invalid value for `--output`"),
+    (("--markdown", "docs"), "Invalid value for `--markdown`"),
+    (("--page", "README.md"), "Invalid value for `--page`"),
 ])
 def test_bad_input_is_one_line_and_status_2(args, match):
     assert match in assert_user_error(run_cli("tfdist.check", *args, timeout=60))
@@ -114,3 +118,13 @@ def test_bad_input_is_one_line_and_status_2(args, match):
 ])
 def test_a_model_that_cannot_be_found_is_one_line_before_any_process_starts(model, match):
     assert match in assert_user_error(run_cli("tfdist.check", "--model", model, timeout=60))
+
+
+def test_docs_fit_shows_the_matrix_of_the_committed_run_by_its_command():
+    report = json.loads((REPO / "docs" / "check-matrix.json").read_text())
+    text = (REPO / "docs" / "fit.md").read_text()
+    block = text[text.index(BEGIN) + len(BEGIN):text.index(END)].strip("\n")
+    assert block == page_block(report)
+    assert report["command"].startswith("python -m tfdist.check") and report["cases"] >= 20
+    families = {row[0] for row in report["cells"]}
+    assert families == set(space.FAMILIES), families

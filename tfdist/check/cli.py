@@ -38,6 +38,8 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
     flags.DEFINE_string("markdown", None, "Where to write the matrix of families (Markdown; default: none).", **fv)
     flags.DEFINE_string("matrix", None, "Where to write the matrix of families as JSON, with the command that made "
                         "it (docs/check-matrix.json is one; default: none).", **fv)
+    flags.DEFINE_string("page", None, "A Markdown page whose `<!-- check-matrix -->` block this run's matrix "
+                        "replaces, with the command that made it (docs/fit.md's; default: none).", **fv)
     flags.DEFINE_float("timeout", 3600.0, "Seconds each group of processes may run.", lower_bound=1.0, **fv)
 
 
@@ -126,9 +128,41 @@ def render(matrix: list[list], modes: list[str]) -> str:
     return "\n".join(lines)
 
 
+#: The markers of a page's generated matrix.
+BEGIN, END = "<!-- check-matrix -->", "<!-- /check-matrix -->"
+
+
+def page_block(report: dict) -> str:
+    """The text between a page's markers: the command, the cases and the matrix of a run's JSON report."""
+    return (f"Measured by `{report['command']}` ({report['cases']} cases):\n\n"
+            + render(report["cells"], report["modes"]))
+
+
+def check_outputs() -> None:
+    """Refuse, before any case runs, an output path that cannot be written and a page without the markers."""
+    for name in ("output", "markdown", "matrix", "page"):
+        value = getattr(FLAGS, name)
+        if value and (Path(value).is_dir() or not Path(value).parent.is_dir()):
+            raise UserError(f"Invalid value for `--{name}`. Received: {value!r}, a directory or a path whose "
+                            "folder does not exist. Expected a file path in an existing folder.")
+    if FLAGS.page:
+        text = Path(FLAGS.page).read_text(errors="replace") if Path(FLAGS.page).is_file() else ""
+        if BEGIN not in text or END not in text:
+            raise UserError(f"Invalid value for `--page`. Received: {FLAGS.page!r}, without the lines {BEGIN} and "
+                            f"{END}. Expected a Markdown page with both, around the block to generate.")
+
+
+def write_page(page: Path, report: dict) -> None:
+    """Replace the block between ``page``'s markers with ``page_block(report)``."""
+    text = page.read_text()
+    head, rest = text[:text.index(BEGIN) + len(BEGIN)], text[text.index(END):]
+    page.write_text(f"{head}\n{page_block(report)}\n{rest}")
+
+
 def main(argv: list[str]) -> int:
     if len(argv) > 1:
         raise UserError(f"Unexpected arguments. Received: {' '.join(argv[1:])}. Expected only --flags.")
+    check_outputs()
     if FLAGS.model:
         check_name(FLAGS.model)
     seeds, modes = ([0] if FLAGS.model else _seeds()), _modes()
@@ -158,12 +192,14 @@ def main(argv: list[str]) -> int:
     if FLAGS.output:
         Path(FLAGS.output).write_text(json.dumps({"seeds": seeds, "modes": modes, "records": records}, indent=1))
     matrix = cells(cases, records)
+    report = {"command": " ".join(["python -m tfdist.check", *sys.argv[1:]]), "cases": len(seeds),
+              "modes": modes, "cells": matrix}
     if FLAGS.markdown:
         Path(FLAGS.markdown).write_text(render(matrix, modes) + "\n")
     if FLAGS.matrix:
-        command = " ".join(["python -m tfdist.check", *sys.argv[1:]])
-        Path(FLAGS.matrix).write_text(json.dumps({"command": command, "cases": len(seeds), "modes": modes,
-                                                  "cells": matrix}, indent=0) + "\n")
+        Path(FLAGS.matrix).write_text(json.dumps(report, indent=0) + "\n")
+    if FLAGS.page:
+        write_page(Path(FLAGS.page), report)
     verdicts = "every one equal, trained or refused" if not failing else f"{failing} differ or crashed"
     print(f"{len(seeds)} case{'s' * (len(seeds) != 1)}, {len(records)} verdicts: {verdicts}")
     return 1 if failing else 0
