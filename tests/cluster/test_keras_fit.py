@@ -11,6 +11,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from helpers.clis import HELPERS, run_python
@@ -132,7 +133,8 @@ def test_a_signal_to_one_worker_stops_both_at_one_step_saves_it_and_the_same_com
 
 
 #: A Keras script with tfdist's line for parameter_server: the same on every task (ps and workers serve
-#: inside setup); the chief's model.fit is trained by tfdist.fit's coordinator loop.
+#: inside setup); the chief's model.fit is trained by tfdist.fit's coordinator loop, once (the chief's end
+#: ends the serving tasks). What tfdist.fit cannot take is refused before it.
 PS_SCRIPT = """
 import json, sys
 import tfdist
@@ -141,21 +143,25 @@ import numpy as np, keras, tensorflow as tf
 rng = np.random.default_rng(0)
 x = rng.normal(size=(512, 8)).astype("float32")
 y = (x[:, :4].sum(axis=1) > 0).astype("int64")
-dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(32)   # built before fit, as keras.io examples do
 with strategy.scope():
     model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(2)])
     model.compile(optimizer=keras.optimizers.SGD(0.1), metrics=["accuracy"],
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-history = model.fit(dataset, epochs=4, validation_data=(x[:64], y[:64]), verbose=0)
-print("RESULT " + json.dumps({"history": history.history}), flush=True)
-try:
-    model.fit(x, y, epochs=1, validation_split=0.2)
-except tfdist.errors.UserError as e:
-    print("REFUSED", e, flush=True)
+refused = {}
+for name, kwargs in {"validation_batch_size": dict(validation_split=0.1, validation_batch_size=16),
+                     "dataset_split": dict(validation_split=0.1, dataset=True)}.items():
+    data = (tf.data.Dataset.from_tensor_slices((x, y)).batch(32),) if kwargs.pop("dataset", False) else (x, y)
+    try:
+        model.fit(*data, epochs=1, **kwargs)
+    except tfdist.errors.UserError as e:
+        refused[name] = str(e)
+# The last 64 rows validate, after epochs 2 and 4.
+history = model.fit(x, y, batch_size=32, epochs=4, validation_split=0.125, validation_freq=2, verbose=0)
+print("RESULT " + json.dumps({"history": history.history, "refused": refused}), flush=True)
 """
 
 
-def test_keras_fit_under_parameter_server_is_trained_by_the_coordinator_and_learns(tmp_path):
+def test_keras_fit_under_parameter_server_is_trained_by_the_coordinator_with_validation_split_and_freq(tmp_path):
     script = tmp_path / "ps_script.py"
     script.write_text(PS_SCRIPT)
     cluster = loopback_cluster(tmp_path / "cluster.yaml", chief=1, worker=2, ps=1)
@@ -163,12 +169,17 @@ def test_keras_fit_under_parameter_server_is_trained_by_the_coordinator_and_lear
         proc = procs.start("launch", launcher(cluster, sys.executable, str(script)))
         status, text = proc.wait(400), proc.text()
     assert status == 0, text[-3000:]
-    history = results(text)["chief:0"]["history"]
+    result = results(text)["chief:0"]
+    history = result["history"]
     assert sorted(history) == ["accuracy", "loss", "val_accuracy", "val_loss"]
     assert len(history["loss"]) == 4 and history["loss"][-1] < 0.8 * history["loss"][0], history
-    assert history["val_accuracy"][-1] > 0.8, history
-    # The second fit asks for what tfdist.fit does not take: one line, before anything runs.
-    assert "[chief:0] REFUSED Invalid argument for model.fit under parameter_server: validation_split." in text
+    assert len(history["val_loss"]) == 2 and history["val_accuracy"][-1] > 0.8, history  # validation_freq=2
+    # What tfdist.fit does not take: one line each, before anything runs.
+    refused = result["refused"]
+    assert refused["validation_batch_size"].startswith(
+        "Invalid argument for model.fit under parameter_server: validation_batch_size. Received: "
+        "validation_batch_size=16."), refused
+    assert refused["dataset_split"].startswith("Invalid `validation_split` with a dataset `x`."), refused
 
 
 def test_the_readme_example_trains_on_two_workers_and_the_chief_alone_writes(tmp_path):
@@ -228,9 +239,11 @@ def test_jit_compile_on_cpu_across_workers_is_one_line_and_status_2_before_train
     assert not (tmp_path / "two" / "ckpt").exists()  # nothing trained, nothing written
 
 
-def test_keras_evaluate_on_the_model_tfdist_fit_returns_reports_the_global_figures_on_every_worker(tmp_path):
-    # tfdist.fit's loop builds the compiled metrics outside the strategy's scope; Keras' evaluate and fit's
-    # validation on its model must still sum every worker's examples, also where the last batch splits unevenly.
+def test_keras_evaluate_predict_and_fit_on_the_model_tfdist_fit_returns_without_setup_equal_one_device(tmp_path):
+    # The script calls tfdist.fit alone (no tfdist.setup, no patch_keras): tfdist.fit installs Keras' patch for
+    # the model it returns. Its loop builds the compiled metrics outside the strategy's scope; Keras' evaluate
+    # and fit's validation on its model must still sum every worker's examples, also where the last batch splits
+    # unevenly, and predict must gather every example.
     script = HELPERS / "keras_evaluate_worker.py"
     out = tmp_path / "out"
     out.mkdir()
@@ -245,7 +258,9 @@ def test_keras_evaluate_on_the_model_tfdist_fit_returns_reports_the_global_figur
         one_device = json.loads((out / f"reference-{task}.json").read_text())
         assert len(got["evaluate_600"]) == 2, got
         assert sorted(got["evaluate_601"]) == ["accuracy", "loss"], got
-        assert sorted(got) == sorted(one_device) == ["evaluate_600", "evaluate_601", "val"], got
+        assert sorted(got) == sorted(one_device) == ["evaluate_600", "evaluate_601", "predict", "val"], got
         for key in ("evaluate_600", "evaluate_601", "val"):
             # One device sums the batches in another order: within 1e-7 relative here.
-            assert got[key] == pytest.approx(one_device[key], rel=1e-6), (task, key, got, one_device)
+            assert got[key] == pytest.approx(one_device[key], rel=1e-6), (task, key, got[key], one_device[key])
+        assert np.shape(got["predict"]) == (601, 2)  # every example, gathered from both workers
+        np.testing.assert_allclose(got["predict"], one_device["predict"], rtol=1e-6)

@@ -1,11 +1,12 @@
-"""Keras' own ``evaluate`` and ``fit``'s validation on the model ``tfdist.fit`` returns, across workers.
+"""Keras' own ``evaluate``, ``predict`` and ``fit`` on the model ``tfdist.fit`` returns, across workers.
 
-Run once per task under ``tfdist.launch`` (``--out``): ``tfdist.setup``, then
-``tfdist.fit`` of a small classifier; on the model it returns, Keras'
-``evaluate`` (600 rows; 601 rows, whose last batch does not split evenly over
-the workers, with ``return_dict=True``), then Keras' own ``fit`` with
-``validation_data`` of 601 rows. Writes ``evaluate-<task>.json`` (the figures)
-and ``weights-<task>-<when>.npz`` (the weights they were computed with).
+Run once per task under ``tfdist.launch`` (``--out``): ``tfdist.fit`` of a
+small classifier, with neither ``tfdist.setup`` nor ``tfdist.patch_keras``;
+on the model it returns, Keras' ``evaluate`` (600 rows; 601 rows, whose last
+batch does not split evenly over the workers, with ``return_dict=True``) and
+``predict`` (601 rows), then Keras' own ``fit`` with ``validation_data`` of
+601 rows. Writes ``evaluate-<task>.json`` (the figures) and
+``weights-<task>-<when>.npz`` (the weights they were computed with).
 
 ``--reference DIR``: one process, one device: for each ``evaluate-*.json`` in
 DIR, the same figures from the weights that worker saved, into
@@ -21,11 +22,6 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--out")
 parser.add_argument("--reference")
 args = parser.parse_args()
-
-if not args.reference:
-    import tfdist
-
-    tfdist.setup("multi_worker_mirrored")
 
 import numpy as np  # noqa: E402
 import keras  # noqa: E402
@@ -51,9 +47,10 @@ def model_fn():
 
 
 def figures(model, x, y) -> dict:
-    """What the test compares: ``evaluate`` as a list (600 rows) and as a dict (601 rows)."""
+    """What the test compares: ``evaluate`` as a list (600 rows) and as a dict (601 rows), ``predict`` (601 rows)."""
     return {"evaluate_600": model.evaluate(x[:600], y[:600], verbose=0),
-            "evaluate_601": model.evaluate(x, y, return_dict=True, verbose=0)}
+            "evaluate_601": model.evaluate(x, y, return_dict=True, verbose=0),
+            "predict": model.predict(x, verbose=0).tolist()}
 
 
 def save(model, name: str) -> None:
@@ -82,6 +79,8 @@ def reference(directory: str) -> None:
 if args.reference:
     reference(args.reference)
 else:
+    import tfdist
+
     x, y = data()
     history = tfdist.fit(model_fn, x[:600], y[:600], batch_size=64, epochs=3, shuffle=False, verbose=0)
     model = history.model

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import types
 
+import numpy as np
 import pytest
 
 
@@ -78,13 +79,13 @@ def test_install_itself_refuses_a_trainer_that_reads_otherwise_and_changes_nothi
 
     stand_in_class = type("TensorFlowTrainer", (), {
         name: inspect.unwrap(getattr(real.TensorFlowTrainer, name))
-        for name in ("_maybe_symbolic_build", "_symbolic_build", "fit")})
+        for name in ("_maybe_symbolic_build", "_symbolic_build", "fit", "_make_function", "make_test_function")})
     stand_in = types.SimpleNamespace(TensorFlowTrainer=stand_in_class, reduce_per_replica=reduce_per_replica,
                                      _collective_all_reduce_multi_worker=real._collective_all_reduce_multi_worker)
     before = {**vars(stand_in), **dict(vars(stand_in_class))}
     monkeypatch.setattr(_compat, "keras_tensorflow_trainer", lambda: stand_in)
     with pytest.raises(UserError) as caught:
-        trainer.install()
+        trainer.install(fit=None)
     assert str(caught.value).startswith("Unsupported Keras ") and "\n" not in str(caught.value)
     assert "differs in reduce_per_replica. Received: keras " in str(caught.value)
     assert {**vars(stand_in), **dict(vars(stand_in_class))} == before  # nothing replaced, nothing wrapped
@@ -152,3 +153,90 @@ def test_keras_fit_after_setup_warns_once_per_fit_of_batch_norm_each_replica_nor
     warning = "2 replicas and batch norm without synchronized=True (bn_False): each replica normalizes its own slice"
     assert plain.count(warning) == 1, plain[-3000:]
     assert "DONE" in synchronized and "batch norm without synchronized=True" not in synchronized, synchronized[-3000:]
+
+
+JIT_EVALUATE = """
+import json
+import numpy as np
+import tfdist
+import keras
+
+rng = np.random.default_rng(0)
+x = rng.normal(size=(97, 8)).astype("float32")   # 97 rows: the last batch of 32 splits 1/0 over 2 replicas
+y = (x[:, 0] + 0.5 * x[:, 1] > 0).astype("int64")
+
+
+def model_fn():
+    keras.utils.set_random_seed(1)
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(2)])
+    model.compile(optimizer=keras.optimizers.SGD(0.1), metrics=["accuracy"], jit_compile=True,
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def figures(model):
+    return {"evaluate": model.evaluate(x, y, verbose=0), "evaluate_dict": model.evaluate(x, y, return_dict=True,
+            verbose=0), "predict": model.predict(x, verbose=0).tolist(), "jit_compile": model.jit_compile}
+
+
+history = tfdist.fit(model_fn, x, y, batch_size=32, epochs=2, strategy="mirrored", cpu_devices=2, verbose=0)
+model = history.model
+replicas = model.distribute_strategy.num_replicas_in_sync
+two = figures(model)
+one_device = model_fn()   # outside any strategy's scope: one device, compiled with XLA
+one_device.set_weights(model.get_weights())
+print("RESULT " + json.dumps({"replicas": replicas, "two": two, "one_device": figures(one_device)}))
+"""
+
+
+def test_keras_evaluate_and_predict_after_a_jit_compiled_tfdist_fit_on_two_cpus_equal_one_device(python):
+    # Keras compiles its whole test step with XLA, which cannot read replica 1's variables from CPU:0: the patch
+    # runs that step without XLA there, the same forward pass, loss and metrics.
+    import json
+
+    result = json.loads(printed_line(python, JIT_EVALUATE, "RESULT"))
+    two, one_device = result["two"], result["one_device"]
+    assert result["replicas"] == 2
+    assert two["jit_compile"] is True and one_device["jit_compile"] is True  # the model's setting is left as given
+    assert sorted(two["evaluate_dict"]) == ["accuracy", "loss"]
+    for key in ("evaluate", "evaluate_dict"):
+        # One device sums the examples in another order: within 1e-7 relative here.
+        assert two[key] == pytest.approx(one_device[key], rel=1e-6), (key, two[key], one_device[key])
+    np.testing.assert_allclose(two["predict"], one_device["predict"], rtol=1e-6)
+
+
+OTHER_TRAINER = """
+import numpy as np
+import tfdist
+from tfdist.errors import UserError
+from tfdist.fitting.patch import trainer
+
+
+def check(module):
+    raise UserError("Unsupported Keras for tfdist's fix of Keras' own fit across workers: a stand-in.")
+
+
+trainer.check = check   # a Keras whose trainer differs from the one the patch was made for
+import keras
+
+
+def model_fn():
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    return model
+
+
+x = np.arange(32, dtype="float32").reshape(16, 2) / 32
+history = tfdist.fit(model_fn, x, x[:, :1], batch_size=8, epochs=2, strategy="one_device", verbose=0)
+print("LOSSES", len(history.history["loss"]), history.model.evaluate(x, x[:, :1], verbose=0) > 0)
+"""
+
+
+def test_tfdist_fit_on_a_keras_whose_trainer_differs_trains_and_says_keras_calls_are_left_as_they_are(python):
+    # tfdist.fit's own loop does not use Keras' trainer: the refusal of the patch is a warning there, not a stop.
+    result = python(OTHER_TRAINER, timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split("LOSSES ", 1)[1].split() == ["2", "True"], result.stdout[-2000:]
+    warning = ("tfdist.fit trains, but leaves Keras' own fit, evaluate and predict on the model it returns as this "
+               "Keras has them: Unsupported Keras for tfdist's fix of Keras' own fit across workers: a stand-in.")
+    assert result.stderr.count(warning) == 1, result.stderr[-3000:]

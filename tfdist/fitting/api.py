@@ -12,6 +12,7 @@ import tempfile
 from tfdist import config as config_lib
 from tfdist import strategies
 from tfdist.errors import Preempted, preempted_exit, UserError, check_keras_backend, short
+from tfdist.fitting import patch
 from tfdist.fitting.args import check_fit_args, check_run_args
 from tfdist.rundir import RunDir
 from tfdist.runtime import session as session_lib
@@ -125,6 +126,7 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy=
                            verbose=bool(verbose), keras_setup=False, session=session) as training:
             from tfdist.fitting.train import train_keras  # TensorFlow and Keras: once the process is set up
 
+            _patch_keras()
             if seed is not None:
                 import keras
 
@@ -150,6 +152,22 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy=
     finally:
         if temporary:
             shutil.rmtree(model_dir, ignore_errors=True)
+
+
+def _patch_keras() -> None:
+    """Make Keras' own ``fit``, ``evaluate`` and ``predict`` work on the model ``fit`` returns (``patch.install``).
+
+    Its model lives under ``fit``'s strategy, where Keras' own trainer fails across workers without the patch.
+    ``fit``'s own loop does not use Keras' trainer, so on a Keras whose trainer differs from the one the patch
+    was made for, ``fit`` trains all the same and a warning says that Keras' calls are left as they are.
+    """
+    from absl import logging
+
+    try:
+        patch.install(fit)
+    except UserError as e:
+        logging.warning("tfdist.fit trains, but leaves Keras' own fit, evaluate and predict on the model it returns "
+                        "as this Keras has them: %s", e)
 
 
 def _strategy_name(strategy):

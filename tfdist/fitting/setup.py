@@ -60,6 +60,7 @@ def patch_keras() -> None:
         fix was made for.
     """
     check_keras_backend()
+    from tfdist.fitting.api import fit
     from tfdist.fitting.patch import install
 
-    install()
+    install(fit)

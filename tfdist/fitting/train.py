@@ -16,13 +16,14 @@ from tfdist.engine.state import build_state
 from tfdist.engine.task import Task
 from tfdist.errors import UserError
 from tfdist.fitting.args import evaluates_after, split_validation
+from tfdist.fitting.batch_norm import warn_unsynchronized_batch_norm
 from tfdist.fitting.callbacks import KerasCallbacks, chief_only_files, implements_batch_hooks
 from tfdist.fitting.custom_steps import KerasModelSteps, overrides_steps, refuse_under_coordinator
 from tfdist.fitting.inputs import check_batch, dataset_fns, rows_and_steps, split_last_rows
 from tfdist.fitting.global_gradients import refuse_accumulation_under_coordinator
 from tfdist.fitting.steps import KerasSteps
 from tfdist.runtime.run_loop import run_loop
-from tfdist import _compat
+
 
 def _sample(x, y) -> tuple:
     """A couple of examples ``(x, y)`` to build the model, its loss and metrics with, from any kind of input."""
@@ -31,26 +32,6 @@ def _sample(x, y) -> tuple:
         xb, yb = tuple(next(iter(first.take(1))))[:2]
         return tf.nest.map_structure(lambda t: t[:2], xb), tf.nest.map_structure(lambda t: t[:2], yb)
     return tf.nest.map_structure(lambda a: np.asarray(a)[:2], x), tf.nest.map_structure(lambda a: np.asarray(a)[:2], y)
-
-
-def _warn_unsynchronized_batch_norm(model, replicas: int) -> None:
-    """With several replicas, a ``BatchNormalization(synchronized=False)`` differs from one device: say so once."""
-    import keras
-    from absl import logging
-
-    from tfdist.models import ReplicaBatchNorm
-
-    if replicas < 2:
-        return
-    layers = [layer.name for layer in _compat.sublayers(model)
-              if isinstance(layer, keras.layers.BatchNormalization) and not layer.synchronized
-              and not isinstance(layer, ReplicaBatchNorm)]  # it all-reduces its statistics itself
-    if layers:
-        logging.warning(
-            "%d replicas and batch norm without synchronized=True (%s): each replica normalizes its own slice "
-            "of the global batch, so training differs from one device. "
-            "keras.layers.BatchNormalization(synchronized=True) all-reduces the statistics.",
-            replicas, ", ".join(layers))
 
 
 def _build(model_fn, strategy_name: str, coordinator: bool):
@@ -109,7 +90,7 @@ def train_keras(model_fn, x, y, *, training, batch_size, epochs, validation_data
     state = build_state(strategy, lambda: _build(model_fn, placement.strategy, coordinator), run_dir=run_dir,
                         is_chief=is_chief, task=placement.name)
     model, optimizer, step_counter = state.model, state.optimizer, state.step
-    _warn_unsynchronized_batch_norm(model, replicas)
+    warn_unsynchronized_batch_norm(model, replicas)
     own_steps = bool(overrides_steps(model))
     sample = _sample(x, y)
     steps = (KerasModelSteps(model=model, sample=sample) if own_steps

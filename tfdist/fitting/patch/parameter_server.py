@@ -1,24 +1,27 @@
-"""Keras' own ``model.fit`` under ``ParameterServerStrategy``: trained by ``tfdist.fit``'s coordinator loop."""
+"""Keras' own ``model.fit`` under ``ParameterServerStrategy``: trained by ``tfdist.fit``'s coordinator loop.
+
+``tfdist.fit`` is passed in (``install(fit)``) rather than imported: ``tfdist.fit`` installs this package.
+"""
 
 from __future__ import annotations
 
 from tfdist.errors import UserError
 
 #: Keras ``fit`` arguments that ``tfdist.fit`` does not take, with the value that means "not used".
-NOT_TAKEN = (("validation_split", 0.0), ("validation_batch_size", None), ("validation_freq", 1))
-#: Keras ``fit`` arguments passed on to ``tfdist.fit`` as they are (when given).
-PASSED = ("batch_size", "epochs", "callbacks", "validation_data", "shuffle", "class_weight", "sample_weight",
-          "initial_epoch", "steps_per_epoch", "validation_steps")
+NOT_TAKEN = (("validation_batch_size", None),)
+#: Keras ``fit`` arguments passed on to ``tfdist.fit`` as they are (when given); ``tfdist.fit`` checks them.
+PASSED = ("batch_size", "epochs", "callbacks", "validation_data", "validation_split", "validation_freq", "shuffle",
+          "class_weight", "sample_weight", "initial_epoch", "steps_per_epoch", "validation_steps")
 
 
-def fit_under_coordinator(model, arguments: dict):
-    """``model.fit(**arguments)`` under the session's ``ParameterServerStrategy``, by ``tfdist.fit``.
+def fit_under_coordinator(model, arguments: dict, fit):
+    """``model.fit(**arguments)`` under the session's ``ParameterServerStrategy``, by ``fit`` (``tfdist.fit``).
 
     Raises:
-        UserError: the strategy is not the session's, or an argument ``tfdist.fit`` does not take.
+        UserError: the strategy is not the session's, an argument ``tfdist.fit`` does not take, or one it
+          refuses (``tfdist.fit``'s checks).
     """
     from tfdist.runtime import session as session_lib
-    from tfdist.fitting.api import fit
 
     session = session_lib.current()
     if session is None or session.strategy is not model.distribute_strategy:
@@ -33,7 +36,8 @@ def fit_under_coordinator(model, arguments: dict):
     if used:
         raise UserError(
             f"Invalid argument for model.fit under parameter_server: {used[0].split('=')[0]}. Received: "
-            f"{', '.join(used)}. Expected validation_data=(x_val, y_val) or a Dataset, evaluated after every epoch."
+            f"{', '.join(used)}. Expected validation_batch_size=None (validation runs in batches of batch_size), "
+            "or validation_data as a Dataset batched as it should run."
         )
     verbose = arguments.get("verbose", "auto")
     passed = {name: arguments[name] for name in PASSED if arguments.get(name) is not None}

@@ -7,6 +7,7 @@ import inspect
 
 from tfdist.errors import UserError, preempted_exit
 from tfdist import _compat
+from tfdist.fitting.patch.parameter_server import fit_under_coordinator
 
 #: The line of ``reduce_per_replica`` that fails on scalar logs across workers.
 BUGGY_REDUCE = 'strategy.reduce("MEAN", v, axis=0)'
@@ -29,6 +30,9 @@ def check(module) -> None:
         "_symbolic_build": callable(getattr(cls, "_symbolic_build", None)),
         "_collective_all_reduce_multi_worker": callable(getattr(module, "_collective_all_reduce_multi_worker", None)),
         "fit": "callbacks" in _parameters(getattr(cls, "fit", None)),
+        # Its test step reads the model's jit_compile when it is made (xla.install).
+        "_make_function": "jit_compile=self.jit_compile" in _source(getattr(cls, "_make_function", None))
+        and callable(getattr(cls, "make_test_function", None)),
     }
     differs = [name for name, ok in found.items() if not ok]
     if differs:
@@ -54,8 +58,11 @@ def _parameters(function) -> tuple[str, ...]:
         return ()
 
 
-def install() -> None:
+def install(fit) -> None:
     """Replace the two failing places and wrap ``fit`` (once per process).
+
+    Args:
+        fit: ``tfdist.fit``, which trains Keras' own ``fit`` under a parameter-server strategy.
 
     Raises:
         UserError: Keras' trainer differs (``check``).
@@ -65,9 +72,10 @@ def install() -> None:
     if getattr(cls.fit, "_tfdist_fit", False):
         return
     check(module)
-    module.reduce_per_replica = _fixed_reduce(module.reduce_per_replica, module._collective_all_reduce_multi_worker)
-    cls._maybe_symbolic_build = _fixed_build(cls._maybe_symbolic_build, module._collective_all_reduce_multi_worker)
-    cls.fit = _wrapped_fit(cls.fit, module._collective_all_reduce_multi_worker)
+    multi_worker = module._collective_all_reduce_multi_worker
+    module.reduce_per_replica = _fixed_reduce(module.reduce_per_replica, multi_worker)
+    cls._maybe_symbolic_build = _fixed_build(cls._maybe_symbolic_build, multi_worker)
+    cls.fit = _wrapped_fit(cls.fit, multi_worker, functools.partial(fit_under_coordinator, fit=fit))
 
 
 def _fixed_reduce(original, multi_worker):
@@ -156,10 +164,10 @@ def _refuse_metrics_outside(model, strategy) -> None:
                     "compiled inside `with strategy.scope():`.")
 
 
-def _wrapped_fit(original, multi_worker):
-    """``fit`` that trains under a parameter-server strategy (``parameter_server``); over several replicas, says
-    once which batch norm layers normalize each replica's slice on their own, as ``tfdist.fit`` does; and, across
-    workers, keeps files and preemption right (``callbacks``, ``preemption``)."""
+def _wrapped_fit(original, multi_worker, coordinated_fit):
+    """``fit`` that trains under a parameter-server strategy by ``coordinated_fit(model, arguments)``; over
+    several replicas, says once which batch norm layers normalize each replica's slice on their own, as
+    ``tfdist.fit`` does; and, across workers, keeps files and preemption right (``callbacks``, ``preemption``)."""
     signature = inspect.signature(original)
 
     @functools.wraps(original)
@@ -172,15 +180,13 @@ def _wrapped_fit(original, multi_worker):
         from tfdist.fitting.patch.finish import wait_for_every_worker
         from tfdist.fitting.patch.preemption import PreemptionVote, Stopped
         from tfdist.fitting.patch.xla import refuse_on_cpu
-        from tfdist.fitting.train import _warn_unsynchronized_batch_norm as warn_unsynchronized_batch_norm
+        from tfdist.fitting.batch_norm import warn_unsynchronized_batch_norm
         from tfdist.runtime.session import placement_of
 
         strategy = self.distribute_strategy
         arguments = signature.bind(self, *args, **kwargs).arguments
         if isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):
-            from tfdist.fitting.patch.parameter_server import fit_under_coordinator
-
-            return fit_under_coordinator(self, {k: v for k, v in arguments.items() if k != "self"})
+            return coordinated_fit(self, {k: v for k, v in arguments.items() if k != "self"})
         if strategy.num_replicas_in_sync > 1:
             refuse_on_cpu(self, strategy)
             if not multi_worker(strategy):
