@@ -1,8 +1,7 @@
 """``tfdist.fit`` resuming a directory written otherwise: one ``UserError`` naming ``model_dir``, the directory unchanged.
 
-Issue 32: a 5-class model on a 3-class run, or a truncated latest checkpoint, were raw TensorFlow errors; another
-``batch_size`` on a finished run was accepted with an empty History; fit on a ``tfdist.train`` directory failed
-deep in TensorFlow. Every case runs in one process (a TensorFlow start costs seconds), on copies of one fitted run.
+A 5-class model on a 3-class run, a truncated latest checkpoint, another ``batch_size`` on a finished run and
+a ``tfdist.train`` directory are each refused in one line, never a raw TensorFlow error or an empty History. Every case runs in one process (a TensorFlow start costs seconds), on copies of one fitted run.
 """
 
 from __future__ import annotations

@@ -61,7 +61,7 @@ def test_the_fix_refuses_a_keras_whose_trainer_differs():
 
 
 def test_install_itself_refuses_a_trainer_that_reads_otherwise_and_changes_nothing(monkeypatch):
-    """Issue 32: ``install()`` (not only ``check``) refuses a trainer module whose ``reduce_per_replica`` differs.
+    """``install()`` (not only ``check``) refuses a trainer module whose ``reduce_per_replica`` differs.
 
     The stand-in module has the real trainer's parts, unpatched, but a ``reduce_per_replica`` of its own; an
     ``install`` that skipped the check would replace its functions and wrap its ``fit``.

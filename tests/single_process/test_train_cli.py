@@ -274,7 +274,7 @@ BAD_INPUT = [
      "Invalid value for `--dump_weights`: README.md is a file. Received: 'README.md/weights'"),
     ("seed_out_of_range", ["--seed=-1"], "seed=-1. Expected an integer in 0..2**32-1."),
     ("shapes_fewer_classes", ["--num_classes=3"], "`--num_classes` for shapes. Received: num_classes=3."),
-    # In a --config, as issue 32 found it; the flag here, as TINY_FLAGS' own --train_examples would win over a file's.
+    # Seen in a --config; the flag here, as TINY_FLAGS' own --train_examples would win over a file's.
     ("train_examples_past_memory", ["--train_examples=1000000000000"],
      "Invalid value for `--train_examples`: its shapes split would take"),
     ("config_duplicate_key", _config("train:\n  epochs: 2\n  epochs: 3\n",

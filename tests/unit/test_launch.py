@@ -92,7 +92,7 @@ print("trained")
                                                       ([], {"TFDIST_TF_LOGS": "1"}, True)],
                          ids=["default", "show_startup_noise", "opt_out"])
 def test_the_launcher_drops_tensorflows_start_up_lines_from_its_tasks_unless_asked(tmp_path, flags_, env, noise_shown):
-    """Issue 32: a script under tfdist.launch on a CPU-only machine printed ``failed call to cuInit`` once per task."""
+    """A script under tfdist.launch on a CPU-only machine does not print ``failed call to cuInit`` once per task."""
     spec = tmp_path / "cluster.yaml"
     spec.write_text("worker: [127.0.0.1:2222, 127.0.0.1:2223]\n")
     proc = run_cli("tfdist.launch", f"--cluster={spec}", "--local", *flags_, "--", *python_argv(NOISY_TASK),
