@@ -176,7 +176,9 @@ def main(argv: list[str]) -> int:
             print(f"crashed  {report['group']}: the processes ended before every case ran; their last lines:\n"
                   f"{report['unfinished']}")
             continue
-        print(f"{report['task']}: noise floor {report['noise_floor']:.2g}, tolerance {report['tolerance']:.2g}")
+        mixed = report["mixed_float16"]
+        print(f"{report['task']}: noise floor {report['noise_floor']:.2g}, tolerance {report['tolerance']:.2g} "
+              f"(mixed_float16: {mixed['noise_floor']:.2g}, {mixed['tolerance']:.2g})")
         for record in report["records"]:
             records.append({**record, "task": report["task"]})
             if record["class"] in verdict.FAILING or record["class"] == "invalid":

@@ -13,7 +13,7 @@ from tfdist.check import build, runs, space, verdict
 from tfdist.check.user import UserSetup
 
 #: The control case: a dense model and plain SGD on batches that split evenly, whose difference from one device
-#: is the float32 noise floor of this process's replicas.
+#: is the noise floor of this process's replicas, in float32 and in mixed_float16 (a drawn case's own).
 CONTROL = dict(model="dense", labels="sparse", optimizer="SGD", options=(), schedule=False, loss_scale=False,
                clip=None, rows=64, batch=16, epochs=2, dataset=False, sample_weight=False, class_weight=False,
                callback=None, metrics=(), validation=None, validation_freq=1, steps_per_execution=1,
@@ -46,6 +46,15 @@ def _task() -> str:
     return f"{task['type']}-{task['index']}" if task else "local"
 
 
+def _noise_floor(mode: str | None, mixed_precision: bool, resolver) -> float:
+    """The control case's difference from one device in ``mode`` (float32, or mixed_float16): 0 without one."""
+    if mode is None:
+        return 0.0
+    control = build.Drawn(space.Case(seed=1, **{**CONTROL, "mixed_precision": mixed_precision}))
+    measured = runs.train(control, mode, cluster_resolver=resolver)
+    return verdict.noise_floor(measured, runs.reference(control)) if "history" in measured else 0.0
+
+
 def _setups(spec: dict):
     """``(seed, setup)`` of every case of the spec: drawn from the space, or the user's own (seed 0)."""
     if spec.get("model"):
@@ -61,14 +70,12 @@ def main(spec: dict) -> int:
     task = _task()
     output = Path(spec["output"]) / f"{group}-{task}.json"
     replicated = [m for m in modes if runs.MODES[m].replicated and not runs.MODES[m].asynchronous]
-    control = build.Drawn(space.Case(seed=1, **CONTROL))
-    floor = 0.0
-    if replicated:
-        measured = runs.train(control, replicated[0], cluster_resolver=resolver)
-        floor = verdict.noise_floor(measured, runs.reference(control)) if "history" in measured else 0.0
-    tol = verdict.tolerance(floor)
+    floors = {precision: _noise_floor(replicated[0] if replicated else None, precision, resolver)
+              for precision in (False, True)}
+    tolerances = {precision: verdict.tolerance(floor) for precision, floor in floors.items()}
     records = []
-    report = {"task": task, "group": group, "noise_floor": floor, "tolerance": tol, "records": records}
+    report = {"task": task, "group": group, "noise_floor": floors[False], "tolerance": tolerances[False],
+              "mixed_float16": {"noise_floor": floors[True], "tolerance": tolerances[True]}, "records": records}
     for seed, setup in _setups(spec):
         print(f"{task}: {setup.describe()}", file=sys.stderr, flush=True)
         try:
@@ -78,6 +85,7 @@ def main(spec: dict) -> int:
             continue
         for mode in modes:
             got = runs.train(setup, mode, cluster_resolver=resolver)
+            tol = tolerances[bool(getattr(getattr(setup, "case", None), "mixed_precision", False))]
             found = verdict.verdict(got, want, tol=tol, asynchronous=runs.MODES[mode].asynchronous)
             records.append({"seed": seed, "mode": mode, **found})
         output.write_text(json.dumps(report, default=float))
