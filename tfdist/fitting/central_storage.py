@@ -1,12 +1,13 @@
-"""Keras' additions to a variable under ``CentralStorageStrategy``: each replica's addition counted once.
+"""Keras' metric updates under ``CentralStorageStrategy``: each replica's addition counted once.
 
-Keras adds to a variable as ``assign(variable + value)``. Under ``CentralStorageStrategy`` with several replicas
-a variable is one ``AggregatingVariable`` for every replica, and an assign in a replica context reduces the
-replicas' values by the variable's aggregation: a metric's ``total`` and ``count`` (aggregation ``sum``) become
-``replicas * old + the additions`` at each update, so that Keras' own ``evaluate`` (and a model's own
-``train_step``) reports other figures than one device. The ``AggregatingVariable``'s own ``assign_add`` reduces
-the additions alone and adds them once; ``install`` makes Keras' ``assign_add`` and ``assign_sub`` call it on such a
-variable (for the other aggregations both agree: ``mean`` and ``only_first_replica`` of ``old + value``).
+A Keras metric adds to its variables as ``variable.assign(variable + addition)`` (``assign_add`` too). Under
+``CentralStorageStrategy`` with several replicas a variable is one ``AggregatingVariable`` for every replica,
+and an assign in a replica context assigns the reduction of the replicas' values: with aggregation ``sum`` (a
+metric's totals and counts) ``replicas * old + the additions``, at each update, so that Keras' own ``evaluate``
+(and a model's own ``train_step``) reports other figures than one device. ``install`` makes such an assign add
+this replica's change (``value - old``) with the ``AggregatingVariable``'s own ``assign_add``, which sums the
+replicas' changes and adds them once: ``old + the additions``, what one device holds. Every replica reads
+``old`` before the merged update runs.
 """
 
 from __future__ import annotations
@@ -17,27 +18,27 @@ from tfdist import _compat
 
 
 def install() -> None:
-    """Wrap ``keras.Variable.assign_add`` and ``assign_sub`` once per process; idempotent."""
+    """Wrap ``keras.Variable.assign`` (which ``assign_add`` and ``assign_sub`` call) once per process; idempotent."""
     import keras
 
-    if getattr(keras.Variable.assign_add, "_tfdist", False):
-        return
-    keras.Variable.assign_add = _added_once(keras.Variable.assign_add)
-    keras.Variable.assign_sub = _added_once(keras.Variable.assign_sub)
+    if not getattr(keras.Variable.assign, "_tfdist", False):
+        keras.Variable.assign = _summed_once(keras.Variable.assign)
 
 
-def _added_once(method):
-    """Keras' ``method`` (``assign_add`` or ``assign_sub``), through the ``AggregatingVariable``'s own
-    ``assign_add`` where the Keras variable holds one."""
+def _summed_once(assign):
+    """Keras' ``assign``, as an addition of this replica's change on a sum-aggregated ``AggregatingVariable``
+    in a replica context."""
+    import tensorflow as tf
 
-    @functools.wraps(method)
+    @functools.wraps(assign)
     def wrapped(self, value):
         aggregating = _compat.aggregating_value(self)
-        if aggregating is None:
-            return method(self, value)
-        import tensorflow as tf
-
-        return getattr(aggregating, method.__name__)(tf.cast(value, aggregating.dtype))
+        if (aggregating is None or aggregating.aggregation != tf.VariableAggregation.SUM
+                or tf.distribute.in_cross_replica_context()):
+            return assign(self, value)
+        value = tf.cast(value, aggregating.dtype)
+        aggregating.assign_add(value - aggregating.read_value())
+        return value
 
     wrapped._tfdist = True
     return wrapped
