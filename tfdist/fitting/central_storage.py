@@ -16,12 +16,15 @@ import functools
 
 from tfdist import _compat
 
+#: Set on Keras' ``assign`` once ``install`` has wrapped it.
+MARK = "tfdist_summed_once"
+
 
 def install() -> None:
     """Wrap ``keras.Variable.assign`` (which ``assign_add`` and ``assign_sub`` call) once per process; idempotent."""
     import keras
 
-    if not getattr(keras.Variable.assign, "_tfdist", False):
+    if not getattr(keras.Variable.assign, MARK, False):
         keras.Variable.assign = _summed_once(keras.Variable.assign)
 
 
@@ -40,5 +43,5 @@ def _summed_once(assign):
         aggregating.assign_add(value - aggregating.read_value())
         return value
 
-    wrapped._tfdist = True
+    setattr(wrapped, MARK, True)
     return wrapped
