@@ -51,6 +51,23 @@ def compiled_metrics(model) -> Any:
     return getattr(model, "_compile_metrics", None)
 
 
+def loss_trackers(compile_loss) -> list:
+    """A built ``CompileLoss``'s per-output loss trackers (its ``metrics``: a ``Mean`` named ``<output>_loss`` per
+    output when the model has several losses, none otherwise), in Keras' order."""
+    return list(compile_loss.metrics)
+
+
+def aggregating_value(variable) -> Any:
+    """The TensorFlow ``AggregatingVariable`` (``ps_values``) a Keras variable holds (``variable._value``): one
+    variable for every replica, as ``CentralStorageStrategy`` makes them; None for another kind, and inside a
+    Keras ``StatelessScope`` (its updates are the scope's)."""
+    from keras.src.backend.common.stateless_scope import in_stateless_scope
+    from tensorflow.python.distribute.ps_values import AggregatingVariable
+
+    value = getattr(variable, "_value", None)
+    return value if isinstance(value, AggregatingVariable) and not in_stateless_scope() else None
+
+
 def unbuild_compiled(compiled) -> None:
     """Mark a ``CompileLoss`` or ``CompileMetrics`` unbuilt, so that Keras' next symbolic build makes its metrics
     anew (a ``CompileLoss`` first drops its per-output loss trackers, ``_metrics``, which its build appends to)."""

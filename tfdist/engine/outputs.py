@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import tensorflow as tf
 
 from tfdist import config as config_lib
@@ -12,7 +13,10 @@ from tfdist.rundir import RunDir
 
 
 def _finite(value):
-    """JSON has no NaN: write non-finite floats as null, in nested dicts and lists too."""
+    """JSON has no NaN: write non-finite floats as null, in nested dicts and lists too (a numpy array, a metric
+    with one value per class, as a list)."""
+    if isinstance(value, np.ndarray):
+        return _finite(value.tolist())
     if isinstance(value, dict):
         return {k: _finite(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

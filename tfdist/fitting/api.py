@@ -124,8 +124,10 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy=
     try:
         with training_task(runtime, placement, run_dir, where="tfdist.fit", cluster_resolver=cluster_resolver,
                            verbose=bool(verbose), keras_setup=False, session=session) as training:
+            from tfdist.fitting import central_storage
             from tfdist.fitting.train import train_keras  # TensorFlow and Keras: once the process is set up
 
+            central_storage.install()  # Keras' metric updates add each replica's examples once there
             _patch_keras()
             if seed is not None:
                 import keras

@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from tfdist.errors import UserError
 from tfdist.fitting.global_gradients import replica_share
+from tfdist.fitting.steps import describe, log_value
 from tfdist import _compat
 
 
@@ -106,8 +107,7 @@ class KerasModelSteps:
         """The model's metrics now (reduced over every replica and worker), and ``examples`` of ``stats``."""
         result = {}
         for name, value in self.model.get_metrics_result().items():
-            array = np.asarray(value)
-            result[name] = float(array) if array.size == 1 else array.tolist()
+            result[name] = log_value(value)
         for step, keys in self._returned.items():
             if keys != sorted(result):
                 raise UserError(
@@ -122,6 +122,4 @@ class KerasModelSteps:
 
     @staticmethod
     def describe(split: str, result: dict) -> str:
-        """Every scalar metric of a result, as Keras prints them: ``loss 0.1234  mae 0.5000``."""
-        return "  ".join(f"{k} {v:.4f}" for k, v in result.items()
-                         if isinstance(v, float) and k not in ("examples_per_second", "learning_rate"))
+        return describe(result)

@@ -31,19 +31,20 @@ class KerasSteps:
         self.model = model
         self.optimizer = optimizer
         x, y = sample[:2]
-        y_pred = model(x, training=False)
-        compile_loss = _compat.compiled_loss(model)
-        if not compile_loss.built:  # built here, not inside a step: it may make loss trackers
-            compile_loss.build(y, y_pred)
-        _check_reductions(compile_loss)
-        compiled = _compat.compiled_metrics(model)
-        if compiled is not None and not compiled.built:
-            compiled.build(y, y_pred)
-        if compiled is not None:
-            # A metric that creates its variables at its first update (F1Score, FBetaScore: from y_true's
-            # shape) makes them here, under the model's strategy, before they are read; reset below.
-            with model.distribute_strategy.scope():
+        compile_loss, compiled = _compat.compiled_loss(model), _compat.compiled_metrics(model)
+        # Built here, not inside a step, and under the model's strategy as Keras' fit builds them: the loss
+        # trackers and metrics are the strategy's variables, which Keras' own evaluate of the model updates.
+        with model.distribute_strategy.scope():
+            y_pred = model(x, training=False)
+            if not compile_loss.built:
+                compile_loss.build(y, y_pred)
+            if compiled is not None and not compiled.built:
+                compiled.build(y, y_pred)
+            if compiled is not None:
+                # A metric that creates its variables at its first update (F1Score, FBetaScore: from y_true's
+                # shape) makes them here, before they are read; reset below.
                 compiled.update_state(y, y_pred)
+        _check_reductions(compile_loss)
         self._compiled = compiled
         variables = list(compiled.variables) if compiled is not None else []
         for variable in variables:
@@ -64,26 +65,53 @@ class KerasSteps:
         self._shapes = [v.shape for v in self._initial]
         self._dtypes = [v.dtype for v in variables]
         self._sizes = [int(np.prod(shape)) for shape in self._shapes]
+        self._trackers = _compat.loss_trackers(compile_loss)
+        # [loss_sum, examples], then with per-output losses: [batches, each output's batch mean].
+        self._head = 2 + (1 + len(self._trackers) if self._trackers else 0)
 
     @property
     def stats_size(self) -> int:
-        return 2 + sum(self._sizes)
+        return self._head + sum(self._sizes)
+
+    def _compiled_loss(self, y, y_pred, sample_weight):
+        """The compiled loss of this replica's slice as Keras' step computes it, and each output's loss.
+
+        Keras' per-output loss trackers (a ``Mean`` per output when there are several) see each output's
+        unweighted mean loss over the replica's examples; their update runs in a ``StatelessScope``, so that
+        the trackers' variables stay as they are and the update is read back as that mean.
+        """
+        import keras
+
+        compile_loss = _compat.compiled_loss(self.model)
+        mapping = [(v, tf.zeros(v.shape, v.dtype)) for tracker in self._trackers for v in tracker.variables]
+        with keras.StatelessScope(state_mapping=mapping) as scope:
+            total = compile_loss(y, y_pred, sample_weight)
+        outputs = [tracker.stateless_result([scope.get_current_value(v) for v in tracker.variables])
+                   for tracker in self._trackers]
+        return tf.cast(total, tf.float32), [tf.cast(value, tf.float32) for value in outputs]
 
     def _objective(self, x, y, sample_weight, p, training: bool):
-        """Predictions, this replica's ``n/p * (mean loss + regularization)`` and its ``loss_sum``."""
+        """Predictions, this replica's ``n/p * (mean loss + regularization)`` and the head of its stats vector.
+
+        The head is ``[loss_sum, n]``, and with per-output losses ``[n/p, n/p * each output's mean]``: summed
+        over the replicas, one per step and the global batch's mean of each output, which Keras' trackers
+        average over the steps alike (one device weighs each step's mean as one, whatever its examples).
+        """
         y_pred = self.model(x, training=training)
         n = tf.cast(tf.shape(tf.nest.flatten(x)[0])[0], tf.float32)
-        mean = tf.cast(_compat.compiled_loss(self.model)(y, y_pred, sample_weight), tf.float32)
+        share = n / tf.cast(p, tf.float32)
+        mean, outputs = self._compiled_loss(y, y_pred, sample_weight)
         replicas = tf.distribute.get_strategy().num_replicas_in_sync
         if replicas > 1:  # Keras divides a loss inside a replica by the replicas (scale_loss_for_distribution)
             mean = mean * replicas
         regularization = tf.add_n([tf.cast(tf.reduce_sum(l), tf.float32) for l in self.model.losses]) \
             if self.model.losses else tf.constant(0.0)
         loss_sum = tf.where(n > 0, n * (mean + regularization), 0.0)
-        return y_pred, loss_sum / tf.cast(p, tf.float32), loss_sum, n
+        head = [loss_sum, n] + ([share] + [tf.where(n > 0, share * value, 0.0) for value in outputs]
+                                if outputs else [])
+        return y_pred, loss_sum / tf.cast(p, tf.float32), tf.stack(head)
 
-    def _stats(self, y, y_pred, sample_weight, loss_sum, n):
-        head = tf.stack([loss_sum, n])
+    def _stats(self, y, y_pred, sample_weight, head):
         if self._compiled is None:
             return head
         initial = [tf.constant(v) for v in self._initial]
@@ -93,11 +121,11 @@ class KerasSteps:
         return tf.concat([head, *deltas], axis=0)
 
     def _forward_backward(self, x, y, sample_weight, p):
-        """This replica's gradients, predictions, ``loss_sum`` and examples (compiled with XLA on ``jit_compile``)."""
+        """This replica's gradients, predictions and stats head (compiled with XLA on ``jit_compile``)."""
         with tf.GradientTape() as tape:
-            y_pred, objective, loss_sum, n = self._objective(x, y, sample_weight, p, training=True)
+            y_pred, objective, head = self._objective(x, y, sample_weight, p, training=True)
             scaled = self.optimizer.scale_loss(objective)
-        return tape.gradient(scaled, self.model.trainable_variables), y_pred, loss_sum, n
+        return tape.gradient(scaled, self.model.trainable_variables), y_pred, head
 
     def train(self, batch):
         """One optimisation step on this replica's slice; returns its stats vector.
@@ -106,36 +134,56 @@ class KerasSteps:
         applies them (``fitting.global_gradients``): the all-reduce stays outside the XLA-compiled part.
         """
         x, y, sample_weight, p = _unpack(batch)
-        grads, y_pred, loss_sum, n = self._gradients(x, y, sample_weight, p)
+        grads, y_pred, head = self._gradients(x, y, sample_weight, p)
         self.optimizer.apply(grads, self.model.trainable_variables)
-        return self._stats(y, y_pred, sample_weight, loss_sum, n)
+        return self._stats(y, y_pred, sample_weight, head)
 
     def evaluate(self, batch):
         """Forward pass in inference mode on this replica's slice; returns its stats vector."""
         x, y, sample_weight, p = _unpack(batch)
-        y_pred, _, loss_sum, n = self._objective(x, y, sample_weight, p, training=False)
-        return self._stats(y, y_pred, sample_weight, loss_sum, n)
+        y_pred, _, head = self._objective(x, y, sample_weight, p, training=False)
+        return self._stats(y, y_pred, sample_weight, head)
 
-    def metrics(self, stats) -> dict[str, float]:
-        """``{"loss", <each compiled metric>, "examples"}`` of a summed stats vector, as Keras names them."""
+    def metrics(self, stats) -> dict:
+        """``{"loss", <each compiled metric>, <each output's loss>, "examples"}`` of a summed stats vector, as
+        Keras names them and holds them in its logs (``log_value``)."""
         stats = np.asarray(stats, dtype=np.float64)
         result = {"loss": float(stats[0] / stats[1]) if stats[1] else float("nan")}
         if self._compiled is not None:
-            values, offset = [], 2
+            values, offset = [], self._head
             for initial, shape, dtype, size in zip(self._initial, self._shapes, self._dtypes, self._sizes):
                 total = initial.astype(np.float64) + stats[offset:offset + size].reshape(shape)
                 values.append(tf.constant(total.astype(dtype)))
                 offset += size
             for name, value in self._compiled.stateless_result(values).items():
-                result[name] = float(np.asarray(value))
+                result[name] = log_value(value)
+        batches = stats[2] if self._trackers else 0.0
+        for i, tracker in enumerate(self._trackers):
+            result[tracker.name] = float(stats[3 + i] / batches) if batches else float("nan")
         result["examples"] = int(stats[1])
         return result
 
     @staticmethod
     def describe(split: str, result: dict) -> str:
-        """Every metric of a result, as Keras prints them: ``loss 0.1234  accuracy 0.9000``."""
-        return "  ".join(f"{k} {v:.4f}" for k, v in result.items() if k not in ("examples", "examples_per_second",
-                                                                               "learning_rate"))
+        return describe(result)
+
+
+def log_value(value):
+    """A metric's result as Keras' logs hold it (``pythonify_logs``): a float, or a numpy array of the metric's
+    dtype for a result of several values (``F1Score(average=None)``: one value per class)."""
+    array = np.asarray(value)
+    return float(array.reshape(-1)[0]) if array.size == 1 else array
+
+
+def describe(result: dict) -> str:
+    """Every metric of a result, as Keras prints them: ``loss 0.1234  f1_score [0.5000 0.2500]``."""
+    def text(value) -> str:
+        if isinstance(value, np.ndarray):
+            return "[" + " ".join(f"{v:.4f}" for v in value.ravel()) + "]"
+        return f"{value:.4f}"
+
+    return "  ".join(f"{k} {text(v)}" for k, v in result.items()
+                     if isinstance(v, (float, np.ndarray)) and k not in ("examples_per_second", "learning_rate"))
 
 
 def _unpack(batch):

@@ -17,7 +17,7 @@ def install(fit) -> None:
     Raises:
         UserError: this Keras' trainer differs from the one the fix was made for.
     """
-    from tfdist.fitting import global_gradients
+    from tfdist.fitting import central_storage, global_gradients
     from tfdist.fitting.patch import executions, strategy_once, trainer, user_errors, xla
 
     trainer.install(fit)
@@ -26,3 +26,4 @@ def install(fit) -> None:
     strategy_once.install()
     user_errors.install()
     global_gradients.install()
+    central_storage.install()

@@ -1,0 +1,47 @@
+"""Keras' metric updates under ``CentralStorageStrategy``: each replica's addition counted once.
+
+A Keras metric adds to its variables as ``variable.assign(variable + addition)`` (``assign_add`` too). Under
+``CentralStorageStrategy`` with several replicas a variable is one ``AggregatingVariable`` for every replica,
+and an assign in a replica context assigns the reduction of the replicas' values: with aggregation ``sum`` (a
+metric's totals and counts) ``replicas * old + the additions``, at each update, so that Keras' own ``evaluate``
+(and a model's own ``train_step``) reports other figures than one device. ``install`` makes such an assign add
+this replica's change (``value - old``) with the ``AggregatingVariable``'s own ``assign_add``, which sums the
+replicas' changes and adds them once: ``old + the additions``, what one device holds. Every replica reads
+``old`` before the merged update runs.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from tfdist import _compat
+
+#: Set on Keras' ``assign`` once ``install`` has wrapped it.
+MARK = "tfdist_summed_once"
+
+
+def install() -> None:
+    """Wrap ``keras.Variable.assign`` (which ``assign_add`` and ``assign_sub`` call) once per process; idempotent."""
+    import keras
+
+    if not getattr(keras.Variable.assign, MARK, False):
+        keras.Variable.assign = _summed_once(keras.Variable.assign)
+
+
+def _summed_once(assign):
+    """Keras' ``assign``, as an addition of this replica's change on a sum-aggregated ``AggregatingVariable``
+    in a replica context."""
+    import tensorflow as tf
+
+    @functools.wraps(assign)
+    def wrapped(self, value):
+        aggregating = _compat.aggregating_value(self)
+        if (aggregating is None or aggregating.aggregation != tf.VariableAggregation.SUM
+                or tf.distribute.in_cross_replica_context()):
+            return assign(self, value)
+        value = tf.cast(value, aggregating.dtype)
+        aggregating.assign_add(value - aggregating.read_value())
+        return value
+
+    setattr(wrapped, MARK, True)
+    return wrapped
