@@ -45,11 +45,6 @@ REFUSED = {
     ("gradient_accumulation_steps=2", "parameter_server"): "Invalid optimizer for strategy=",
 }
 
-#: ``(feature, mode)`` whose weights equal one device's but whose own loss metric reads as Keras' own run under
-#: that strategy reads it (a model's own metrics under ``CentralStorageStrategy``; test_fit_custom_steps.py).
-METRICS_AS_KERAS = {("own train_step (compute_loss)", "central_storage"),
-                    ("own train_step + clipnorm", "central_storage")}
-
 #: Modes whose workers apply steps asynchronously, each reading the batches in its own order: their cells say
 #: that they trained (and how far from one device they ended), not that they are equal.
 ASYNCHRONOUS = ("parameter_server",)
@@ -66,9 +61,6 @@ def cell(feature: str, mode: str, result: dict) -> dict:
     assert expected is None, (feature, mode, "trained; expected the refusal", expected)
     if mode in ASYNCHRONOUS:
         return {"kind": "trained", "loss": result["loss"], "weights": result["weights"]}
-    if (feature, mode) in METRICS_AS_KERAS:
-        assert result["weights"] <= TOLERANCE["weights"], (feature, mode, result)
-        return {"kind": "weights", "loss": result["loss"], "weights": result["weights"]}
     assert result["loss"] <= TOLERANCE["loss"] and result["weights"] <= TOLERANCE["weights"], (feature, mode, result)
     return {"kind": "equal", "loss": result["loss"], "weights": result["weights"]}
 
@@ -94,9 +86,7 @@ def _text(value: dict, refusals: list[str]) -> str:
             refusals.append(value["line"])
         return f"refused ({refusals.index(value['line']) + 1})"
     figures = f"loss {value['loss']:.0e}, weights {value['weights']:.0e}"
-    return {"equal": f"≡ one device ({figures})", "trained": f"trains, asynchronous ({figures})",
-            "weights": f"weights ≡ one device ({value['weights']:.0e}); its loss metric as Keras' own "
-                       f"central_storage reads it ({value['loss']:.0e})"}[value["kind"]]
+    return {"equal": f"≡ one device ({figures})", "trained": f"trains, asynchronous ({figures})"}[value["kind"]]
 
 
 def render(matrix: dict) -> str:
