@@ -60,8 +60,12 @@ def _metric(cls, arguments: dict):
     """A metric with its class' default name: a process that makes several gets ``precision``, not ``precision_3``,
     so every mode's History names it as the reference's does."""
     import inspect
+    import re
 
-    return cls(name=inspect.signature(cls.__init__).parameters["name"].default, **arguments)
+    name = inspect.signature(cls.__init__).parameters["name"].default
+    if name is None:  # Keras names it after its class, in snake case, then numbers each further one
+        name = re.sub(r"([a-z])([A-Z])", r"\1_\2", re.sub(r"(.)([A-Z][a-z]+)", r"\1_\2", cls.__name__)).lower()
+    return cls(name=name, **arguments)
 
 
 def _own_step_model(inputs, outputs):

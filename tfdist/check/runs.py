@@ -128,6 +128,8 @@ def crash_line(error: BaseException) -> str:
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     causes = [line for line in lines if re.match(r"^(\(\d+\) )?[A-Z][A-Z_]+: ", line)]
     causes += [before for before, line in zip(lines, lines[1:]) if line.startswith("[[")]  # a graph's op error
+    if lines and lines[0] == "in user code:":  # a traced function's error: its own message ends the text
+        causes.append(lines[-1])
     text = causes[0] if causes else (lines[0] if lines else "")
     return f"{type(error).__name__}: {text[:300]}"
 

@@ -86,7 +86,7 @@ class KerasModelSteps:
         """``model.<name>(data)`` on this replica's slice (``data`` as Keras passes it); its stats vector."""
         *data, p = batch  # p: the step's examples over every replica
         n = tf.cast(tf.shape(tf.nest.flatten(data[0])[0])[0], tf.float32)
-        with replica_share(n, total=p):  # the loss one device sees; gradients weighted n / p
+        with replica_share(n, total=p):  # one device's loss and gradients, on an uneven split too
             logs = self._calls[name](tuple(data))
         self._returned[name] = _names(logs) if isinstance(logs, dict) else [f"a {type(logs).__name__}"]
         return tf.stack([tf.constant(0.0), n])

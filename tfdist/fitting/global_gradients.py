@@ -41,22 +41,26 @@ def install() -> None:
 def _unless_shared(scale, *, scales: bool):
     """Keras' loss scaling for N replicas, replaced while a replica's share is set.
 
-    Under ``loss_share`` a replica's mean loss is scaled by its share of the step's examples (and unscaled by
-    it), so the gradients, those that flow through a cross-replica op included, are the global batch's. Under
-    ``replica_share`` the loss is left as it is, and its gradients are weighted by the replica's share after
-    (``scales`` marks that a loss Keras would have scaled was seen).
+    Under ``loss_share`` (Keras' own ``train_step``) a replica's mean loss is scaled by its share of the step's
+    examples. Under ``replica_share`` (a model's own step) it is scaled by ``replicas`` times that share, so
+    that a metric the step feeds it to, which counts each replica's update once, averages to one device's
+    mean; its gradients are divided by the replicas after (``scales`` marks that such a loss was seen). Either
+    way the gradients, those that flow through a cross-replica op included, are the global batch's.
     """
 
     @functools.wraps(scale)
     def wrapped(value):
         weight = getattr(_share, "loss_weight", None)
-        if weight is not None:
-            return value * _cast(weight if scales else 1.0 / weight, value)
-        if getattr(_share, "examples", None) is None:
+        if weight is None and getattr(_share, "examples", None) is not None:
+            import tensorflow as tf
+
+            replicas = tf.distribute.get_strategy().num_replicas_in_sync
+            weight = replicas * _cast(_share.examples, value) / _cast(_share.total, value)
+            if scales:
+                _share.scaled = True
+        if weight is None:
             return scale(value)
-        if scales:
-            _share.scaled = True
-        return value
+        return value * _cast(weight if scales else 1.0 / weight, value)
 
     return wrapped
 
@@ -81,15 +85,15 @@ def loss_share(weight):
 
 
 @contextlib.contextmanager
-def replica_share(examples, total=None):
-    """While a model's step runs on this replica: losses as one device sees them, gradients weighted.
+def replica_share(examples, total):
+    """While a model's own step runs on this replica: its loss and gradients as one device's.
 
-    Keras divides a replica's mean loss by the replicas so that summed gradients come out right when every
-    replica holds as many examples; a step that feeds that loss to its own metric then reports a fraction of
-    it, and a batch split unevenly weighs each replica's mean alike. Here the loss stays this replica's mean,
-    and the gradients of a step that computed one are weighted by ``examples / total`` before the sum: this
-    replica's examples over the step's on every replica (``total`` None: summed over the replicas with the
-    gradients). A loss Keras does not scale (a sum over examples) keeps its gradients as they are.
+    ``examples`` is this replica's count of the step's examples, ``total`` the count on every replica. Keras
+    divides a replica's mean loss by the replicas, so a step that feeds it to its own metric reports a
+    fraction of the loss, and a batch split unevenly weighs each replica's mean alike. Here the loss the step
+    sees is scaled by ``replicas * examples / total`` (1 on an even split), and its gradients, summed over the
+    replicas, are divided by the replicas. A loss Keras does not scale (a sum over examples) keeps its
+    gradients as they are.
     """
     previous = (getattr(_share, "examples", None), getattr(_share, "total", None), getattr(_share, "scaled", False))
     _share.examples, _share.total, _share.scaled = examples, total, False
@@ -143,8 +147,7 @@ def sum_over_replicas(context, grads):
     A dense gradient is all-reduced. An ``IndexedSlices`` gradient (``Embedding``, ``tf.gather``) stays sparse:
     the replicas' slices are gathered in replica order, which is the global batch's order, so the optimizer's
     sparse update, and a clip of the slices, see the rows one device sees. ``None`` is kept. Under a
-    ``replica_share`` whose loss Keras would have scaled, each replica's part is weighted by its examples
-    over the step's.
+    ``replica_share`` whose loss Keras would have scaled, the sum is divided by the replicas.
     """
     import tensorflow as tf
 
@@ -152,19 +155,8 @@ def sum_over_replicas(context, grads):
     out = list(grads)
     dense = [i for i, g in enumerate(grads) if g is not None and not isinstance(g, tf.IndexedSlices)]
     sparse = [i for i, g in enumerate(grads) if isinstance(g, tf.IndexedSlices)]
-    examples = getattr(_share, "examples", None) if getattr(_share, "scaled", False) else None
-    weight = None
-    if examples is not None:
-        examples = tf.cast(examples, tf.float32)
-        total = getattr(_share, "total", None)
-        if total is None:  # the step's examples over every replica, reduced with the dense gradients
-            summed = context.all_reduce(SUM, [examples] + [grads[i] * tf.cast(examples, grads[i].dtype)
-                                                           for i in dense])
-            total = summed[0]
-            for i, g in zip(dense, summed[1:]):
-                out[i] = g / tf.cast(total, g.dtype)
-            dense = []
-        weight = examples / tf.cast(total, tf.float32)
+    # A model's own step under replica_share: its loss carried ``replicas`` times its share.
+    weight = 1.0 / context.num_replicas_in_sync if getattr(_share, "scaled", False) else None
 
     def weighted(value):
         return value if weight is None else value * tf.cast(weight, value.dtype)
@@ -208,12 +200,9 @@ def _shared_step(step, *, own: bool):
         import tensorflow as tf
 
         examples = tf.shape(tf.nest.flatten(data[0] if isinstance(data, tuple) else data)[0])[0]
-        if own:
-            with replica_share(examples):
-                return step(data)
         examples = tf.cast(examples, tf.float32)
         total = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, examples)
-        with loss_share(examples / total):
+        with replica_share(examples, total) if own else loss_share(examples / total):
             return step(data)
 
     return shared
