@@ -12,8 +12,10 @@ In one fresh process (2 logical CPUs), each model trains with Keras' own ``model
   entry, as Keras' History holds it;
 - Keras' own ``evaluate`` of the returned model (its loss tracker and metrics updated by each replica) equals
   one device's evaluate of the same weights, on 40 rows in batches of 32 (16/16 then 4/4);
-- a model with its own ``train_step`` and metrics (192 rows: every batch splits evenly) reports one device's
-  History under ``central_storage`` too.
+- a model with its own ``train_step`` and metrics reports one device's History, its own loss tracker
+  included (each replica's update counts once, the last batch's 6/5 split too), under ``central_storage`` too;
+- synchronized batch norm trains as one device under ``central_storage`` too, whose variables live once and
+  whose moving statistics TensorFlow refuses to update from a replica without an aggregation.
 """
 
 from __future__ import annotations
@@ -85,6 +87,14 @@ def own_step():
     model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
     return model
 
+def synchronized_bn():
+    keras.utils.set_random_seed(2)
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="relu"),
+                              keras.layers.BatchNormalization(synchronized=True),
+                              keras.layers.Dense(3, activation="softmax")])
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="categorical_crossentropy", metrics=["accuracy"])
+    return model
+
 def plain(value):
     if isinstance(value, np.ndarray):
         return {"array": value.tolist()}
@@ -97,7 +107,8 @@ runs = {
                   dict(x=x, y=onehot, validation_data=(xv, onehot_v)), (xv, onehot_v)),
     "accuracy": (classifier(lambda: ["accuracy", keras.metrics.CategoricalAccuracy(name="acc")]),
                  dict(x=x, y=onehot), (xv, onehot_v)),
-    "own_step": (own_step, dict(x=x[:192], y=values[:192]), None),  # its own loss tracker: even splits
+    "own_step": (own_step, dict(x=x, y=values), None),
+    "synchronized_bn": (synchronized_bn, dict(x=x, y=onehot, validation_data=(xv, onehot_v)), (xv, onehot_v)),
 }
 out = {}
 for name, (model_fn, kwargs, held_out) in runs.items():
@@ -118,7 +129,7 @@ for name, (model_fn, kwargs, held_out) in runs.items():
 print("RESULTS " + json.dumps(out, default=plain))
 """
 
-CASES = [f"{name}-{strategy}" for name in ("two_outputs", "per_class", "accuracy", "own_step")
+CASES = [f"{name}-{strategy}" for name in ("two_outputs", "per_class", "accuracy", "own_step", "synchronized_bn")
          for strategy in ("mirrored", "central_storage")]
 
 

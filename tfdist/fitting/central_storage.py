@@ -7,7 +7,9 @@ metric's totals and counts) ``replicas * old + the additions``, at each update, 
 (and a model's own ``train_step``) reports other figures than one device. ``install`` makes such an assign add
 this replica's change (``value - old``) with the ``AggregatingVariable``'s own ``assign_add``, which sums the
 replicas' changes and adds them once: ``old + the additions``, what one device holds. Every replica reads
-``old`` before the merged update runs.
+``old`` before the merged update runs. A variable without aggregation (batch norm's moving statistics),
+which TensorFlow refuses to update in a replica context there, takes the mean of the replicas' values: the
+value itself under synchronized batch norm, whose statistics are the global batch's on every replica.
 """
 
 from __future__ import annotations
@@ -36,10 +38,16 @@ def _summed_once(assign):
     @functools.wraps(assign)
     def wrapped(self, value):
         aggregating = _compat.aggregating_value(self)
-        if (aggregating is None or aggregating.aggregation != tf.VariableAggregation.SUM
-                or tf.distribute.in_cross_replica_context()):
+        if aggregating is None or tf.distribute.in_cross_replica_context():
             return assign(self, value)
         value = tf.cast(value, aggregating.dtype)
+        if aggregating.aggregation == tf.VariableAggregation.NONE:
+            # Batch norm's moving statistics: equal on every replica when synchronized, their mean otherwise.
+            return tf.distribute.get_replica_context().merge_call(
+                lambda strategy, v: aggregating.assign(strategy.reduce(tf.distribute.ReduceOp.MEAN, v, axis=None)),
+                args=(value,))
+        if aggregating.aggregation != tf.VariableAggregation.SUM:
+            return assign(self, value)
         aggregating.assign_add(value - aggregating.read_value())
         return value
 

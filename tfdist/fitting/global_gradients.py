@@ -60,7 +60,11 @@ def _unless_shared(scale, *, scales: bool):
                 _share.scaled = True
         if weight is None:
             return scale(value)
-        return value * _cast(weight if scales else 1.0 / weight, value)
+        if scales:
+            return value * _cast(weight, value)
+        import tensorflow as tf
+
+        return tf.math.divide_no_nan(value, _cast(weight, value))  # a replica without examples reports 0
 
     return wrapped
 
