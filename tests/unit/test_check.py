@@ -11,7 +11,7 @@ import pytest
 
 from helpers.clis import REPO, assert_user_error, run_cli
 from tfdist.check import space, verdict
-from tfdist.check.cli import BEGIN, END, cells, page_block, render
+from tfdist.check.cli import BEGIN, END, cells, page_block, render, run_command
 
 DRAWS = [space.draw(seed) for seed in space.seeds(600, 0)]
 
@@ -128,3 +128,8 @@ def test_docs_fit_shows_the_matrix_of_the_committed_run_by_its_command():
     assert report["command"].startswith("python -m tfdist.check") and report["cases"] >= 20
     families = {row[0] for row in report["cells"]}
     assert families == set(space.FAMILIES), families
+
+
+def test_a_matrix_records_the_command_that_repeats_its_run_without_where_results_went():
+    argv = ["--cases", "40", "--seed=11", "--output", "/tmp/a.json", "--matrix=docs/m.json", "--page", "docs/fit.md"]
+    assert run_command(argv) == "python -m tfdist.check --cases 40 --seed=11"

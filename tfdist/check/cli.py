@@ -128,6 +128,24 @@ def render(matrix: list[list], modes: list[str]) -> str:
     return "\n".join(lines)
 
 
+#: The flags that say where results go: a matrix's command leaves them out (they change no verdict).
+OUTPUTS = ("output", "markdown", "matrix", "page")
+
+
+def run_command(argv: list[str]) -> str:
+    """The command that repeats a run: ``python -m tfdist.check`` and its flags but those of ``OUTPUTS``."""
+    kept, skip = [], False
+    for arg in argv:
+        name = arg.lstrip("-").split("=", 1)[0]
+        if skip:
+            skip = False
+        elif arg.startswith("-") and name in OUTPUTS:
+            skip = "=" not in arg
+        else:
+            kept.append(arg)
+    return " ".join(["python -m tfdist.check", *kept])
+
+
 #: The markers of a page's generated matrix.
 BEGIN, END = "<!-- check-matrix -->", "<!-- /check-matrix -->"
 
@@ -140,7 +158,7 @@ def page_block(report: dict) -> str:
 
 def check_outputs() -> None:
     """Refuse, before any case runs, an output path that cannot be written and a page without the markers."""
-    for name in ("output", "markdown", "matrix", "page"):
+    for name in OUTPUTS:
         value = getattr(FLAGS, name)
         if value and (Path(value).is_dir() or not Path(value).parent.is_dir()):
             raise UserError(f"Invalid value for `--{name}`. Received: {value!r}, a directory or a path whose "
@@ -194,7 +212,7 @@ def main(argv: list[str]) -> int:
     if FLAGS.output:
         Path(FLAGS.output).write_text(json.dumps({"seeds": seeds, "modes": modes, "records": records}, indent=1))
     matrix = cells(cases, records)
-    report = {"command": " ".join(["python -m tfdist.check", *sys.argv[1:]]), "cases": len(seeds),
+    report = {"command": run_command(sys.argv[1:]), "cases": len(seeds),
               "modes": modes, "cells": matrix}
     if FLAGS.markdown:
         Path(FLAGS.markdown).write_text(render(matrix, modes) + "\n")
