@@ -145,3 +145,14 @@ def collective_keys_at_trace_time() -> Iterator[None]:
         yield
     finally:
         CollectiveReplicaLauncher._prefer_unique_instance_key = before
+
+
+@contextlib.contextmanager
+def model_without_strategy(model):
+    """While it runs: ``model`` has no strategy of its own (Keras' trainer then uses the default one)."""
+    previous = model._distribute_strategy
+    model._distribute_strategy = None
+    try:
+        yield
+    finally:
+        model._distribute_strategy = previous

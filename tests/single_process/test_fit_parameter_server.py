@@ -11,10 +11,14 @@ coordinator.
   Python bool there), and the two workers still read different batches.
 - ``tfdist.fit(..., strategy="parameter_server", seed=0)`` trains the Keras
   guides' classifier: its held-out accuracy ends far above chance.
+- Keras' own ``evaluate`` and ``predict`` of the model it returns equal one device's of the same weights
+  (the coordinator runs them, reading the variables on the ps task).
 - A model with its own ``train_step`` is refused there with one line.
 """
 
 from __future__ import annotations
+
+import pytest
 
 from helpers.outputs import tagged
 
@@ -57,8 +61,14 @@ out["orders"] = orders
 
 x, y = make_data(1000, seed=0)
 val = make_data(200, seed=1)
-out["history"] = tfdist.fit(model_fn, x, y, batch_size=64, epochs=3, strategy="parameter_server", seed=0,
-                            validation_data=val, verbose=0, cluster_resolver=resolver).history
+fitted = tfdist.fit(model_fn, x, y, batch_size=64, epochs=3, strategy="parameter_server", seed=0,
+                    validation_data=val, verbose=0, cluster_resolver=resolver)
+out["history"] = fitted.history
+one_device = model_fn()
+one_device.set_weights(fitted.model.get_weights())
+out["evaluate"] = [fitted.model.evaluate(*val, batch_size=64, verbose=0, return_dict=True),
+                   one_device.evaluate(*val, batch_size=64, verbose=0, return_dict=True)]
+out["predict"] = float(abs(fitted.model.predict(val[0], verbose=0) - one_device.predict(val[0], verbose=0)).max())
 
 
 class OwnStep(keras.Sequential):
@@ -92,6 +102,9 @@ def test_parameter_server_with_seed_0_learns_and_workers_keep_their_own_order(py
     history = out["history"]
     assert len(history["loss"]) == 3 and history["loss"][-1] < history["loss"][0], history
     assert history["val_accuracy"][-1] > 0.3, history  # 10 classes: chance is 0.1
+    got, expected = out["evaluate"]  # Keras' own evaluate and predict, run by the coordinator
+    assert got == pytest.approx(expected, rel=1e-6), out["evaluate"]
+    assert out["predict"] < 1e-6, out["predict"]
     assert out["own_step"].startswith("Invalid model for tfdist.fit under strategy='parameter_server': OwnStep "
                                       "overrides train_step."), out["own_step"]
     assert "\n" not in out["own_step"]

@@ -1,10 +1,14 @@
-"""Keras' own ``model.fit`` under ``ParameterServerStrategy``: trained by ``tfdist.fit``'s coordinator loop.
+"""Keras' own ``model.fit`` under ``ParameterServerStrategy``: trained by ``tfdist.fit``'s coordinator loop; its
+``evaluate`` and ``predict`` run by the coordinator.
 
 ``tfdist.fit`` is passed in (``install(fit)``) rather than imported: ``tfdist.fit`` installs this package.
 """
 
 from __future__ import annotations
 
+import functools
+
+from tfdist import _compat
 from tfdist.errors import UserError
 
 #: Keras ``fit`` arguments that ``tfdist.fit`` does not take, with the value that means "not used".
@@ -43,3 +47,21 @@ def fit_under_coordinator(model, arguments: dict, fit):
     passed = {name: arguments[name] for name in PASSED if arguments.get(name) is not None}
     return fit(lambda: model, arguments.get("x"), arguments.get("y"), verbose=1 if verbose == "auto" else verbose,
                **passed)
+
+
+def on_the_coordinator(method):
+    """Keras' ``evaluate`` or ``predict`` that, under ``ParameterServerStrategy``, the coordinator runs itself.
+
+    Keras 3 has no parameter-server path for them (it asks for per-worker datasets); the coordinator computes
+    the same forward pass over the whole input in its own process, reading the variables on the ps tasks.
+    """
+    @functools.wraps(method)
+    def wrapped(self, *args, **kwargs):
+        import tensorflow as tf
+
+        if not isinstance(self.distribute_strategy, tf.distribute.experimental.ParameterServerStrategy):
+            return method(self, *args, **kwargs)
+        with _compat.model_without_strategy(self):
+            return method(self, *args, **kwargs)
+
+    return wrapped

@@ -7,7 +7,7 @@ import inspect
 
 from tfdist.errors import UserError, preempted_exit
 from tfdist import _compat
-from tfdist.fitting.patch.parameter_server import fit_under_coordinator
+from tfdist.fitting.patch.parameter_server import fit_under_coordinator, on_the_coordinator
 
 #: The line of ``reduce_per_replica`` that fails on scalar logs across workers.
 BUGGY_REDUCE = 'strategy.reduce("MEAN", v, axis=0)'
@@ -76,6 +76,8 @@ def install(fit) -> None:
     module.reduce_per_replica = _fixed_reduce(module.reduce_per_replica, multi_worker)
     cls._maybe_symbolic_build = _fixed_build(cls._maybe_symbolic_build, multi_worker)
     cls.fit = _wrapped_fit(cls.fit, multi_worker, functools.partial(fit_under_coordinator, fit=fit))
+    cls.evaluate = on_the_coordinator(cls.evaluate)
+    cls.predict = on_the_coordinator(cls.predict)
 
 
 def _fixed_reduce(original, multi_worker):
