@@ -62,35 +62,15 @@ def _two_outputs(optimizer):
     return model
 
 
-def _own_step(optimizer, apply_with_clipping=False):
+def _own_step(optimizer):
     """The keras.io guide's model with its own ``train_step``, feeding ``compute_loss`` to its loss metric."""
     import keras
-    import tensorflow as tf
 
-    class GuideModel(keras.Model):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            self.loss_tracker = keras.metrics.Mean(name="loss")
-            self.mae_metric = keras.metrics.MeanAbsoluteError(name="mae")
-
-        def train_step(self, data):
-            x, y = data
-            with tf.GradientTape() as tape:
-                y_pred = self(x, training=True)
-                loss = self.compute_loss(y=y, y_pred=y_pred)
-            grads = tape.gradient(loss, self.trainable_variables)
-            self.optimizer.apply(grads, self.trainable_variables)
-            self.loss_tracker.update_state(loss)
-            self.mae_metric.update_state(y, y_pred)
-            return {"loss": self.loss_tracker.result(), "mae": self.mae_metric.result()}
-
-        @property
-        def metrics(self):
-            return [self.loss_tracker, self.mae_metric]
+    from tfdist.check.build import guide_model
 
     keras.utils.set_random_seed(1)
     inputs = keras.Input((8, 8, 1))
-    model = GuideModel(inputs, keras.layers.Dense(1)(keras.layers.Flatten()(inputs)))
+    model = guide_model(inputs, keras.layers.Dense(1)(keras.layers.Flatten()(inputs)))
     model.compile(optimizer=optimizer(), loss="mse")
     return model
 

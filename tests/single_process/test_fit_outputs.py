@@ -30,6 +30,7 @@ from tfdist.strategies import setup_host
 setup_host(cpu_devices=2)
 import numpy as np, keras, tensorflow as tf
 import tfdist
+from tfdist.check.build import guide_model
 
 rng = np.random.default_rng(0)
 x = rng.normal(size=(203, 6)).astype(np.float32)
@@ -60,30 +61,10 @@ def classifier(metrics):
         return model
     return model_fn
 
-class OwnStep(keras.Model):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.loss_tracker = keras.metrics.Mean(name="loss")
-        self.mae_metric = keras.metrics.MeanAbsoluteError(name="mae")
-
-    def train_step(self, data):
-        x, y = data
-        with tf.GradientTape() as tape:
-            y_pred = self(x, training=True)
-            loss = self.compute_loss(y=y, y_pred=y_pred)
-        self.optimizer.apply(tape.gradient(loss, self.trainable_variables), self.trainable_variables)
-        self.loss_tracker.update_state(loss)
-        self.mae_metric.update_state(y, y_pred)
-        return {"loss": self.loss_tracker.result(), "mae": self.mae_metric.result()}
-
-    @property
-    def metrics(self):
-        return [self.loss_tracker, self.mae_metric]
-
 def own_step():
     keras.utils.set_random_seed(2)
     inputs = keras.Input((6,))
-    model = OwnStep(inputs, keras.layers.Dense(1)(keras.layers.Dense(8, activation="relu")(inputs)))
+    model = guide_model(inputs, keras.layers.Dense(1)(keras.layers.Dense(8, activation="relu")(inputs)))
     model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
     return model
 

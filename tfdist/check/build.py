@@ -68,8 +68,9 @@ def _metric(cls, arguments: dict):
     return cls(name=name, **arguments)
 
 
-def _own_step_model(inputs, outputs):
-    """A model with its own ``train_step``, as Keras' "Customizing what happens in fit()" guide writes it."""
+def guide_model(inputs, outputs):
+    """A model with its own ``train_step``, as Keras' "Customizing what happens in fit()" guide writes it: it
+    feeds ``compute_loss`` to its own loss tracker (the tests' copy of the guide too)."""
     import keras
     import tensorflow as tf
 
@@ -149,7 +150,7 @@ def _layers(case: Case):
         return keras.Model(inputs, {"label": layers.Dense(CLASSES, activation="softmax", name="label")(hidden),
                                     "value": layers.Dense(1, name="value")(hidden)})
     if case.model == "own_train_step":
-        return _own_step_model(inputs, head(hidden))
+        return guide_model(inputs, head(hidden))
     return keras.Model(inputs, head(hidden))
 
 
