@@ -4,7 +4,7 @@ Each test runs ``helpers/feature_runs.py`` in fresh processes (2 logical CPUs, o
 parameter-server cluster): every feature of its matrix trains with Keras' own ``model.fit`` on one device and
 then in each mode. Every cell must equal one device in per-epoch loss and final weights within
 ``feature_matrix.TOLERANCE`` (the float32 noise floor with room), or be the refusal ``REFUSED`` names; the kinds
-must match docs/fit-features.json, whose render is docs/fit.md's matrix. Clipping each replica's partial
+must match docs/fit-features.json. Clipping each replica's partial
 gradient, an EMA left unfinalized, a loss scaled by the replicas or ``jit_compile`` ignored each change a
 cell.
 """

@@ -74,7 +74,7 @@ def guide_model(inputs, outputs):
     import keras
     import tensorflow as tf
 
-    class CustomModel(keras.Model):
+    class GuideModel(keras.Model):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             self.loss_tracker = keras.metrics.Mean(name="loss")
@@ -94,7 +94,7 @@ def guide_model(inputs, outputs):
         def metrics(self):
             return [self.loss_tracker, self.mae_metric]
 
-    return CustomModel(inputs, outputs)
+    return GuideModel(inputs, outputs)
 
 
 def model_fn(case: Case):

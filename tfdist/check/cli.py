@@ -83,13 +83,18 @@ def run_groups(seeds: list[int], modes: list[str], directory: Path, timeout: flo
         log = open(directory / f"{group}.log", "w")  # noqa: SIM115 - closed below, after the process ends
         started[group] = (subprocess.Popen(_command(group, spec, directory), stdout=log, stderr=subprocess.STDOUT,
                                            start_new_session=True), log)
-    for group, (process, log) in started.items():
-        try:
-            process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-        log.close()
+    try:
+        for process, _ in started.values():
+            try:
+                process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                pass
+    finally:  # a group past its time, or this process stopped: no process of a group outlives it
+        for process, log in started.values():
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+            log.close()
     reports = []
     for group, members in groups.items():
         found = sorted(directory.glob(f"{group}-*.json"))
@@ -181,6 +186,7 @@ def main(argv: list[str]) -> int:
     if len(argv) > 1:
         raise UserError(f"Unexpected arguments. Received: {' '.join(argv[1:])}. Expected only --flags.")
     check_outputs()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))  # through run_groups' cleanup
     if FLAGS.model:
         check_name(FLAGS.model)
     seeds, modes = ([0] if FLAGS.model else _seeds()), _modes()
