@@ -13,17 +13,18 @@ pytestmark = pytest.mark.slow
 #: A script whose chief callback sleeps in on_train_end, then writes final.txt; every worker says whether it
 #: sees that file as soon as tfdist.fit returns.
 SCRIPT = """
-import os, sys, time
+import json, os, sys, time
 import tfdist
 strategy = tfdist.setup("multi_worker_mirrored")
 import numpy as np, keras
 out = sys.argv[1]
 
-class SlowChiefEnd(keras.callbacks.Callback):  # tfdist.fit runs callbacks on the chief only
+class SlowChiefEnd(keras.callbacks.Callback):  # runs on every worker; the chief alone writes, late
     def on_train_end(self, logs=None):
-        time.sleep(5)
-        with open(os.path.join(out, "final.txt"), "w") as f:
-            f.write("written")
+        if json.loads(os.environ["TF_CONFIG"])["task"]["index"] == 0:
+            time.sleep(5)
+            with open(os.path.join(out, "final.txt"), "w") as f:
+                f.write("written")
 
 def model_fn():
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
