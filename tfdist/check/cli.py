@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from absl import flags
@@ -40,7 +41,8 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
                         "it (docs/check-matrix.json is one; default: none).", **fv)
     flags.DEFINE_string("page", None, "A Markdown page whose `<!-- check-matrix -->` block this run's matrix "
                         "replaces, with the command that made it (docs/fit.md's; default: none).", **fv)
-    flags.DEFINE_float("timeout", 3600.0, "Seconds each group of processes may run.", lower_bound=1.0, **fv)
+    flags.DEFINE_float("timeout", 3600.0, "Seconds the groups of processes may run (side by side).",
+                       lower_bound=1.0, **fv)
 
 
 def _seeds() -> list[int]:
@@ -83,10 +85,11 @@ def run_groups(seeds: list[int], modes: list[str], directory: Path, timeout: flo
         log = open(directory / f"{group}.log", "w")  # noqa: SIM115 - closed below, after the process ends
         started[group] = (subprocess.Popen(_command(group, spec, directory), stdout=log, stderr=subprocess.STDOUT,
                                            start_new_session=True), log)
+    deadline = time.monotonic() + timeout  # one for every group: they run side by side
     try:
         for process, _ in started.values():
             try:
-                process.wait(timeout=timeout)
+                process.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 pass
     finally:  # a group past its time, or this process stopped: no process of a group outlives it

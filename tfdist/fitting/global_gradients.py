@@ -13,7 +13,7 @@ CROSS_REPLICA_METHODS = ("_backend_update_step", "_apply_weight_decay", "_backen
 #: Set on an optimizer whose gradients arrive summed over replicas: its one-device methods run.
 SUMMED = "_tfdist_summed_gradients"
 
-#: This replica thread's examples while a model's own step runs (``replica_share``).
+#: This replica thread's share of the step's examples while a step runs (``loss_share``, ``replica_share``).
 _share = threading.local()
 
 
