@@ -117,6 +117,14 @@ def keras_tensorflow_optimizer():
     return TFOptimizer
 
 
+def keras_compile_loss():
+    """The class of a compiled model's loss (``keras.src.trainers.compile_utils.CompileLoss``): its ``call``
+    updates one loss tracker per output."""
+    from keras.src.trainers.compile_utils import CompileLoss
+
+    return CompileLoss
+
+
 def keras_loss_module():
     """The module of Keras' ``Loss``, whose functions scale a loss for N replicas (``keras.src.losses.loss``)."""
     from keras.src.losses import loss

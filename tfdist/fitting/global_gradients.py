@@ -36,6 +36,28 @@ def install() -> None:
     losses = _compat.keras_loss_module()
     losses.scale_loss_for_distribution = _unless_shared(losses.scale_loss_for_distribution, scales=True)
     losses.unscale_loss_for_distribution = _unless_shared(losses.unscale_loss_for_distribution, scales=False)
+    compile_loss = _compat.keras_compile_loss()
+    compile_loss.call = _per_output(compile_loss.call)
+
+
+def _per_output(call):
+    """``CompileLoss.call``, during which an unscaled loss feeds a per-output tracker (``<output>_loss``).
+
+    Keras counts each update of those trackers once, whatever the replica's examples, so there a replica's
+    loss is ``replicas`` times its share of the step's examples times its mean: the replicas' updates then
+    average to the global batch's mean, as one device's single update is.
+    """
+
+    @functools.wraps(call)
+    def wrapped(self, *args, **kwargs):
+        previous = getattr(_share, "per_output", False)
+        _share.per_output = True
+        try:
+            return call(self, *args, **kwargs)
+        finally:
+            _share.per_output = previous
+
+    return wrapped
 
 
 def _unless_shared(scale, *, scales: bool):
@@ -50,20 +72,21 @@ def _unless_shared(scale, *, scales: bool):
 
     @functools.wraps(scale)
     def wrapped(value):
-        weight = getattr(_share, "loss_weight", None)
-        if weight is None and getattr(_share, "examples", None) is not None:
-            import tensorflow as tf
+        import tensorflow as tf
 
-            replicas = tf.distribute.get_strategy().num_replicas_in_sync
-            weight = replicas * _cast(_share.examples, value) / _cast(_share.total, value)
+        share = weight = getattr(_share, "loss_weight", None)
+        replicas = tf.distribute.get_strategy().num_replicas_in_sync
+        if weight is None and getattr(_share, "examples", None) is not None:
+            share = _cast(_share.examples, value) / _cast(_share.total, value)
+            weight = replicas * share
             if scales:
                 _share.scaled = True
         if weight is None:
             return scale(value)
         if scales:
             return value * _cast(weight, value)
-        import tensorflow as tf
-
+        if getattr(_share, "per_output", False):  # a tracker that counts each replica's update once
+            return value * tf.math.divide_no_nan(_cast(replicas * share, value), _cast(weight, value))
         return tf.math.divide_no_nan(value, _cast(weight, value))  # a replica without examples reports 0
 
     return wrapped
@@ -179,16 +202,16 @@ def sum_over_replicas(context, grads):
 def own_steps_as_one_device(model, replicas: int):
     """While Keras' own ``fit`` runs on several replicas: its steps compute what one device computes.
 
-    Keras' own ``train_step`` runs under ``loss_share`` of its slice (a last batch that splits unevenly weighs
-    as one device's mean). A model's own ``train_step``/``test_step`` runs under ``replica_share``: the loss it
-    sees, and may feed its own metric, is the one device sees, and its gradients are weighted by the replica's
-    share. Nothing changes for one replica.
+    Keras' own ``train_step`` and ``test_step`` run under ``loss_share`` of their slice (a last batch that
+    splits unevenly weighs as one device's mean, each output's loss too). A model's own step runs under
+    ``replica_share``: the loss it sees, and may feed its own metric, is the one device sees, and its
+    gradients are weighted by the replica's share. Nothing changes for one replica.
     """
     import keras
 
     own = [name for name in ("train_step", "test_step")
            if getattr(type(model), name) is not getattr(keras.Model, name)] if replicas > 1 else []
-    names = sorted({"train_step", *own}) if replicas > 1 else []
+    names = ["train_step", "test_step"] if replicas > 1 else []
     for name in names:
         setattr(model, name, _shared_step(getattr(type(model), name).__get__(model), own=name in own))
     try:
