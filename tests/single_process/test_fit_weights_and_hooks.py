@@ -27,7 +27,7 @@ from helpers.clis import REPO
 from helpers.outputs import script_results, spread
 
 SCRIPT = r"""
-import json, sys
+import functools, json, sys
 sys.path.insert(0, sys.argv[1])
 from tfdist.strategies import setup_host
 setup_host(cpu_devices=2)
@@ -42,8 +42,11 @@ rng = np.random.default_rng(5)
 sw, swv = 2 * rng.random(384).astype(np.float32), 2 * rng.random(96).astype(np.float32)
 some = {0: 0.5, 3: 2.0, 7: 3.0}
 every = {c: 0.5 + c / 4 for c in range(10)}  # Keras' Dataset path needs every class listed
+# One strategy of each kind for every Keras run, as a script makes it: a second MirroredStrategy in a process can
+# reuse the first one's collective keys for collectives of other shapes ("Shape mismatch in the collective
+# instance"), tfdist or not.
 made = {"one_device": lambda: tf.distribute.OneDeviceStrategy("/cpu:0"),
-        "mirrored": lambda: tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])}
+        "mirrored": functools.cache(lambda: tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]))}
 runs = {
     "sample_weight": dict(x=x, y=y, sample_weight=sw, validation_data=(xv, yv, swv), batch_size=64, shuffle=False),
     "class_weight": dict(x=x, y=y, class_weight=some, batch_size=64, shuffle=False),
