@@ -120,16 +120,13 @@ def _fixed_build(original, multi_worker):
         for _, _, batches in iterator:
             data_batch = tree.map_structure(local, next(batches))
             break
-        if not multi_worker(strategy):
-            with strategy.scope():
-                self._symbolic_build(data_batch=data_batch)
-            return
-        made_elsewhere = [c for c in _compiled(self) if _outside(c, strategy)]
-        for compiled in made_elsewhere:
+        across_workers = multi_worker(strategy)
+        for compiled in [c for c in _compiled(self) if _outside(c, strategy)] if across_workers else []:
             _compat.unbuild_compiled(compiled)
         with strategy.scope():
             self._symbolic_build(data_batch=data_batch)
-        _refuse_metrics_outside(self, strategy)
+        if across_workers:
+            _refuse_metrics_outside(self, strategy)
 
     return _maybe_symbolic_build
 
