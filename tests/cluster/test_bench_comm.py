@@ -1,4 +1,5 @@
-"""The all-reduce measurements (``tfdist.bench.comm``, ``trace``) and their projection (``projection``).
+"""The all-reduce measurements and their projection (``tfdist.bench.comm``), and the collectives' share of a
+traced step (``trace``).
 
 Pure functions on known numbers first; then one real 2-worker
 ``multi_worker_mirrored`` cluster (two processes on 127.0.0.1, about 40 s on
@@ -12,7 +13,7 @@ import sys
 
 import pytest
 
-from tfdist.bench import children, projection
+from tfdist.bench import children, comm
 
 
 # --- pure functions -----------------------------------------------------------------------------
@@ -29,7 +30,9 @@ from tfdist.bench import comm, trace
 from tfdist.bench.rows import Measured
 index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
 sweep = comm.sweep(strategy, [4 << 10, 4 << 20], warmup=2, iterations=5)
-share = trace.traced_unet(strategy, os.path.join(sys.argv[1], f"trace{index}"), steps=2, warmup=2)
+logdir = os.path.join(sys.argv[1], f"trace{index}")
+ran = trace.profile(trace.unet_step(strategy), 2, logdir, warmup=2)
+share = {**trace.collective_share(logdir, 2), "wall_seconds_per_step": ran["wall_seconds_per_step"]}
 print(Measured(name=f"worker{index}", details={"sweep": sweep, "share": share}).to_line(), flush=True)
 """
 
@@ -52,7 +55,7 @@ def test_sweep_on_two_workers(cluster):
             assert row["algbw_gbps"] == pytest.approx(row["bytes"] / row["seconds"] / 1e9)
             assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"])  # 2(n-1)/n = 1 for n = 2
         assert big["seconds"] > small["seconds"]  # 1024 times the bytes
-    fit = projection.fit_cost(cluster[0]["sweep"])
+    fit = comm.fit_cost(cluster[0]["sweep"])
     assert fit["bus_gbps"] > 0 and fit["alpha_seconds"] >= 0
 
 

@@ -311,7 +311,7 @@ def test_the_step_reached_is_one_step_of_every_task_or_the_measurement_fails():
 
 
 def test_a_runs_rows_skip_the_line_being_written_and_other_splits(tmp_path):
-    from tfdist.bench.runs import rows
+    from tfdist.bench.children import rows
 
     metrics = tmp_path / "metrics.jsonl"
     assert rows(metrics, "eval") == []  # not written yet

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tfdist.bench import comm, projection, trace
+from tfdist.bench import comm, trace
 
 
 def test_busbw_is_algbw_times_2_n_minus_1_over_n():
@@ -20,42 +20,42 @@ def test_fit_recovers_alpha_and_bandwidth_from_synthetic_times():
     alpha, bus = 50e-6, 1.25e9  # 50 µs per step, 10 Gbit/s
     n = 4
     rows = [{"bytes": s, "replicas": n,
-             "seconds": projection.ring_seconds(s, n, alpha=alpha, bus_bytes_per_second=bus)}
+             "seconds": comm.ring_seconds(s, n, alpha=alpha, bus_bytes_per_second=bus)}
             for s in comm.DEFAULT_SIZES]
-    fit = projection.fit_cost(rows)
+    fit = comm.fit_cost(rows)
     assert fit["alpha_seconds"] == pytest.approx(alpha, rel=1e-6)
     assert fit["bus_gbps"] == pytest.approx(1.25, rel=1e-6)
     assert fit["rms_residual_seconds"] < 1e-12
-    assert projection.fit_cost(rows, relative=False)["alpha_seconds"] == pytest.approx(alpha, rel=1e-6)
+    assert comm.fit_cost(rows, relative=False)["alpha_seconds"] == pytest.approx(alpha, rel=1e-6)
     with pytest.raises(ValueError, match="replicas"):
-        projection.fit_cost([{**r, "replicas": 1} for r in rows])
+        comm.fit_cost([{**r, "replicas": 1} for r in rows])
 
 
 def test_projection_efficiency_falls_with_workers_rises_with_link_speed():
-    rows = projection.table(compute_seconds=0.1, gradient_bytes=100e6, alpha=20e-6)
+    rows = comm.projection_table(compute_seconds=0.1, gradient_bytes=100e6, alpha=20e-6)
     assert len(rows) == 18
-    for link in projection.LINKS_GBIT:
+    for link in comm.LINKS_GBIT:
         eff = [r["efficiency"] for r in rows if r["link_gbit"] == link]
         assert eff == sorted(eff, reverse=True) and eff[0] > eff[-1]
-    for n in projection.WORKERS:
+    for n in comm.WORKERS:
         eff = [r["efficiency"] for r in rows if r["workers"] == n]  # links in rising order
         assert eff == sorted(eff) and eff[0] < eff[-1]
     # By hand: 8 workers, 10 Gbit/s (1.25e9 B/s), 100 MB, alpha 20 µs: 14 * 20e-6 + 1.75 * 0.08 = 0.14028 s.
-    one = projection.project(compute_seconds=0.1, gradient_bytes=100e6, workers=8, link_gbit=10, alpha=20e-6)
+    one = comm.project(compute_seconds=0.1, gradient_bytes=100e6, workers=8, link_gbit=10, alpha=20e-6)
     assert one["allreduce_seconds"] == pytest.approx(0.14028)
     assert one["efficiency"] == pytest.approx(0.1 / 0.24028)
-    half = projection.project(compute_seconds=0.1, gradient_bytes=100e6, workers=8, link_gbit=10, alpha=20e-6,
+    half = comm.project(compute_seconds=0.1, gradient_bytes=100e6, workers=8, link_gbit=10, alpha=20e-6,
                               overlap=0.5)
     assert half["efficiency"] == pytest.approx(0.1 / (0.1 + 0.07014))
     # 10 batch-norm-sized all-reduces cost latency only: 10 * 14 * 20 µs = 2.8 ms more.
-    bn = projection.project(compute_seconds=0.1, gradient_bytes=100e6, workers=8, link_gbit=10, alpha=20e-6,
+    bn = comm.project(compute_seconds=0.1, gradient_bytes=100e6, workers=8, link_gbit=10, alpha=20e-6,
                             latency_allreduces=10)
     assert bn["exposed_seconds"] == pytest.approx(0.14028 + 0.0028)
 
 
 def test_markdown_states_the_model_and_quotes_the_published_points():
-    rows = projection.table(compute_seconds=0.1, gradient_bytes=2e6, alpha=20e-6)
-    text = "\n".join(projection.markdown(rows, compute_seconds=0.1, gradient_bytes=2e6, alpha_source="stated"))
+    rows = comm.projection_table(compute_seconds=0.1, gradient_bytes=2e6, alpha=20e-6)
+    text = "\n".join(comm.projection_markdown(rows, compute_seconds=0.1, gradient_bytes=2e6, alpha_source="stated"))
     assert "2(n-1)·alpha + 2(n-1)/n · S / B" in text and "not a measurement" in text
     assert "90%" in text and "6.35x" in text and "4.72x" in text and "as published" in text
     assert "| 256 |" in text

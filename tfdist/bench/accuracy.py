@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from tfdist.bench.runs import POLL_SECONDS, Process, rows, train_command
+from tfdist.bench.children import POLL_SECONDS, Process, rows, train_command
 
 #: The accuracy every row must reach: eval mean IoU of the default experiment.
 TARGET = 0.80

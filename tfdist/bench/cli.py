@@ -8,7 +8,7 @@ from pathlib import Path
 
 from absl import flags
 
-import tfdist.bench.tables as tables
+import tfdist.bench.report as report
 from tfdist.bench.measure import run_child
 from tfdist.bench.runner import run_benchmark
 from tfdist.errors import UserError, file_in_the_way, run_main
@@ -53,7 +53,7 @@ def render(page: Path) -> None:
     if not page.is_file():
         raise UserError(f"Invalid value for `--render`. Received: {str(page)!r}. Expected a Markdown file.")
     try:
-        text = tables.render_docs(page, root=Path.cwd())
+        text = report.render_docs(page, root=Path.cwd())
     except (OSError, ValueError) as e:  # a missing JSON; not UTF-8 (UnicodeDecodeError), not JSON (ValueError)
         raise UserError(f"Cannot render `--render` page {page}: {type(e).__name__}: {' '.join(str(e).split())[:200]}. "
                         "Expected a UTF-8 Markdown page whose bench blocks name JSON results files.") from None
@@ -76,7 +76,7 @@ def main(argv: list[str]) -> int:
     results = run_benchmark(quick=FLAGS.quick, steps=FLAGS.steps, repeats=FLAGS.repeats, only=FLAGS.only,
                             scaling=FLAGS.scaling, accuracy=FLAGS.time_to_accuracy, preemption=FLAGS.preemption,
                             log=lambda m: print(m, flush=True))
-    print(tables.write(results, output=Path(FLAGS.output), markdown_path=FLAGS.markdown, chart_path=FLAGS.chart))
+    print(report.write(results, output=Path(FLAGS.output), markdown_path=FLAGS.markdown, chart_path=FLAGS.chart))
     return 0
 
 

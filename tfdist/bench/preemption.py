@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from tfdist.bench.rows import BASE
-from tfdist.bench.runs import POLL_SECONDS, Process, train_command
+from tfdist.bench.children import POLL_SECONDS, Process, train_command
 from tfdist.errors import DONE_EXIT_CODE, PREEMPTED_EXIT_CODE
 from tfdist.runtime import hold
 

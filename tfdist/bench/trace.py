@@ -205,8 +205,3 @@ def unet_step(strategy, *, image_size: int = 32, base_filters: int = 4, depth: i
 
     return step
 
-
-def traced_unet(strategy, logdir: str | Path, *, steps: int = 3, warmup: int = 2, **unet: Any) -> dict[str, Any]:
-    """``collective_share`` of ``steps`` traced ``unet_step`` steps, with ``profile``'s wall time beside it."""
-    ran = profile(unet_step(strategy, **unet), steps, logdir, warmup=warmup)
-    return {**collective_share(logdir, steps), "wall_seconds_per_step": ran["wall_seconds_per_step"]}
