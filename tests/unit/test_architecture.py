@@ -391,3 +391,41 @@ def test_a_strategy_is_looked_up_by_name_only_where_a_run_is_placed():
                     and any(a.name == "traits" for a in node.names):
                 calls.setdefault(str(path.relative_to(REPO)), []).append(node.lineno)
     assert not calls, f"strategies.traits(name) outside the placement; ask the Placement or its Traits: {calls}"
+
+
+def _strategy_class_checks(tree: ast.AST) -> list[int]:
+    """Lines of ``tree`` that test an object against a ``tf.distribute`` strategy class: ``isinstance`` with a
+    class whose expression names a ``...Strategy`` (or a name bound to one), or a class name compared as a
+    string."""
+    bound = {target.id for node in ast.walk(tree)
+             if isinstance(node, ast.Assign) and "Strategy" in ast.unparse(node.value)
+             for target in node.targets if isinstance(target, ast.Name)}
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id in ("isinstance", "issubclass") and len(node.args) == 2:
+            names = {n.id for n in ast.walk(node.args[1]) if isinstance(n, ast.Name)}
+            if "Strategy" in ast.unparse(node.args[1]) or names & bound:
+                lines.append(node.lineno)
+        elif isinstance(node, ast.Compare) and any(isinstance(c, ast.Constant) and isinstance(c.value, str)
+                                                  and c.value.endswith("Strategy")
+                                                  for c in [node.left, *node.comparators]):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_a_strategy_object_is_read_through_its_traits_outside_the_registry():
+    found = {str(path.relative_to(REPO)): lines for path in modules() if path.parent != PACKAGE / "strategies"
+             and (lines := _strategy_class_checks(ast.parse(path.read_text())))}
+    assert not found, f"a strategy's class tested outside strategies/; read strategies.traits_of(strategy): {found}"
+
+
+@pytest.mark.parametrize("source, caught", [
+    ("isinstance(s, tf.distribute.MirroredStrategy)", True),
+    ("isinstance(s, (tf.distribute.experimental.CentralStorageStrategy, int))", True),
+    ("cls = tf.distribute.MultiWorkerMirroredStrategy\nisinstance(s, cls)", True),
+    ("type(s).__name__ == 'MirroredStrategy'", True),
+    ("isinstance(s, keras.Model)", False),
+])
+def test_the_strategy_class_check_finds_what_it_looks_for(source, caught):
+    assert bool(_strategy_class_checks(ast.parse(source))) is caught

@@ -6,6 +6,8 @@ import contextlib
 import functools
 import threading
 
+from tfdist.strategies import traits_of
+
 #: The methods of Keras' TensorFlow optimizer that reach other replicas, and Keras' one-device versions.
 CROSS_REPLICA_METHODS = ("_backend_update_step", "_apply_weight_decay", "_backend_increment_gradient_accumulators",
                          "_overwrite_model_variables_with_average_value")
@@ -237,10 +239,8 @@ def _shared_step(step, *, own: bool):
 
 def _lives_once(strategy) -> bool:
     """Whether ``strategy`` keeps one copy of each variable that a replica cannot write (central storage, ps)."""
-    import tensorflow as tf
-
-    return isinstance(strategy, (tf.distribute.experimental.CentralStorageStrategy,
-                                 tf.distribute.experimental.ParameterServerStrategy))
+    known = traits_of(strategy)
+    return known is not None and known.variables_elsewhere
 
 
 def _summed_first(apply, *, loss_scale: bool):

@@ -6,6 +6,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfdist.errors import UserError
+from tfdist.strategies import traits_of
 from tfdist import _compat
 
 
@@ -222,16 +223,14 @@ def refuse_unsupported_xla(model) -> None:
 
     strategy = model.distribute_strategy
     replicas = strategy.num_replicas_in_sync
-    elsewhere = {tf.distribute.experimental.CentralStorageStrategy: ("central_storage", replicas > 1),
-                 tf.distribute.experimental.ParameterServerStrategy: ("parameter_server", True)}
-    for kind, (name, refused) in elsewhere.items():
-        if isinstance(strategy, kind) and refused:
-            raise UserError(
-                f"Invalid compile(jit_compile=True) under {name}: XLA compiles each replica's step on its own "
-                "device and cannot read variables kept on another. Received: jit_compile=True. Expected "
-                "jit_compile=False, or strategy='mirrored' or 'multi_worker_mirrored', which keep a copy of the "
-                "variables on every device."
-            )
+    known = traits_of(strategy)
+    if known is not None and known.variables_elsewhere and (known.coordinator or replicas > 1):
+        raise UserError(
+            f"Invalid compile(jit_compile=True) under {known.name}: XLA compiles each replica's step on its own "
+            "device and cannot read variables kept on another. Received: jit_compile=True. Expected "
+            "jit_compile=False, or strategy='mirrored' or 'multi_worker_mirrored', which keep a copy of the "
+            "variables on every device."
+        )
     synchronized = [layer.name for layer in _compat.sublayers(model)
                     if isinstance(layer, keras.layers.BatchNormalization) and layer.synchronized]
     if replicas > 1 and synchronized and not tf.config.list_logical_devices("GPU"):

@@ -6,6 +6,7 @@ import keras
 
 from tfdist.config import resolve_norm
 from tfdist.errors import UserError
+from tfdist.strategies import traits_of
 
 #: Groups of ``GroupNormalization``: the largest divisor of the channels up to this.
 MAX_GROUPS = 8
@@ -45,9 +46,8 @@ def _moving_synchronization() -> str:
 
     if not tf.distribute.has_strategy():
         return "on_write"
-    strategy = tf.distribute.get_strategy()
-    mirrored = (tf.distribute.MirroredStrategy, tf.distribute.MultiWorkerMirroredStrategy)
-    return "on_read" if isinstance(strategy, mirrored) else "on_write"
+    known = traits_of(tf.distribute.get_strategy())
+    return "on_read" if known is not None and known.copies_on_replicas else "on_write"
 
 
 @keras.saving.register_keras_serializable(package="tfdist")

@@ -21,6 +21,7 @@ from tfdist.strategies.registry import (
     auto_strategy,
     check_strategy,
     traits,
+    traits_of,
 )
 
 __all__ = [
@@ -28,6 +29,6 @@ __all__ = [
     "check_global_batch", "check_ps_shards", "check_strategy", "communication_options", "default_cpu_devices",
     "has_gpu",
     "local_compute_devices", "make_strategy", "replicas_in_sync", "set_grpc_fail_fast", "setup_host", "setup_keras",
-    "traits",
+    "traits", "traits_of",
     "visible_gpus",
 ]

@@ -33,9 +33,18 @@ class Traits:
             a host without GPUs is split into logical CPUs.
         ends_with_barrier: every worker waits for all the others at the end.
         default_steps_per_loop: ``steps_per_loop`` when it is left at 0.
+        tf_class: the ``tf.distribute`` class that builds it (a dotted name under ``tf.distribute``), by
+            which ``traits_of`` reads a strategy object.
+        copies_on_replicas: every replica keeps its own copy of each variable, kept equal by all-reduce
+            (Keras' variables sync on read, and XLA can compile a replica's step over its copy).
+        variables_elsewhere: the variables live once, apart from the replicas (one device of the host, or the
+            ps tasks): a replica cannot write them in place and XLA cannot read them from its step.
     """
 
     name: str
+    tf_class: str
+    copies_on_replicas: bool = False
+    variables_elsewhere: bool = False
     multi_process: bool = False
     coordinator: bool = False
     listens_while_joining: bool = False
@@ -103,13 +112,14 @@ class Traits:
 _TRAITS = {
     t.name: t
     for t in (
-        Traits(name="one_device"),
-        Traits(name="mirrored", local_devices=True),
-        Traits(name="multi_worker_mirrored", multi_process=True,
-               listens_while_joining=True, ends_with_barrier=True),
-        Traits(name="central_storage", local_devices=True),
-        Traits(name="parameter_server", multi_process=True, coordinator=True,
-               default_steps_per_loop=PS_STEPS_PER_LOOP),
+        Traits(name="one_device", tf_class="OneDeviceStrategy"),
+        Traits(name="mirrored", tf_class="MirroredStrategy", local_devices=True, copies_on_replicas=True),
+        Traits(name="multi_worker_mirrored", tf_class="MultiWorkerMirroredStrategy", multi_process=True,
+               listens_while_joining=True, ends_with_barrier=True, copies_on_replicas=True),
+        Traits(name="central_storage", tf_class="experimental.CentralStorageStrategy", local_devices=True,
+               variables_elsewhere=True),
+        Traits(name="parameter_server", tf_class="experimental.ParameterServerStrategy", multi_process=True,
+               coordinator=True, variables_elsewhere=True, default_steps_per_loop=PS_STEPS_PER_LOOP),
     )
 }
 
@@ -151,6 +161,20 @@ def traits(name: str) -> Traits:
             f"Invalid value for `--strategy`. Received: strategy={name!r}. Expected one of: {', '.join(NAMES)}."
         )
     return _TRAITS[name]
+
+
+def traits_of(strategy) -> Traits | None:
+    """The traits of a ``tf.distribute`` strategy object, read from its class; None for a strategy that is none
+    of tfdist's (a ``TPUStrategy``, TensorFlow's default strategy)."""
+    import tensorflow as tf
+
+    for row in _TRAITS.values():
+        cls = tf.distribute
+        for part in row.tf_class.split("."):
+            cls = getattr(cls, part)
+        if isinstance(strategy, cls):
+            return row
+    return None
 
 
 def check_strategy(spec: ClusterSpec, strategy: str) -> None:

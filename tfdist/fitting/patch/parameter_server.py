@@ -10,6 +10,7 @@ import functools
 
 from tfdist import _compat
 from tfdist.errors import UserError
+from tfdist.strategies import traits_of
 
 #: Keras ``fit`` arguments that ``tfdist.fit`` does not take, with the value that means "not used".
 NOT_TAKEN = (("validation_batch_size", None),)
@@ -57,9 +58,8 @@ def on_the_coordinator(method):
     """
     @functools.wraps(method)
     def wrapped(self, *args, **kwargs):
-        import tensorflow as tf
-
-        if not isinstance(self.distribute_strategy, tf.distribute.experimental.ParameterServerStrategy):
+        known = traits_of(self.distribute_strategy)
+        if known is None or not known.coordinator:
             return method(self, *args, **kwargs)
         with _compat.model_without_strategy(self):
             return method(self, *args, **kwargs)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 
 from tfdist.errors import UserError
+from tfdist.strategies import traits_of
 
 _made: dict = {}
 
@@ -32,7 +33,7 @@ def install() -> None:
 
     @functools.wraps(init)
     def __init__(self, *args, **kwargs):
-        if _made.get("strategy") is self or _session_strategy(cls) is self:
+        if _made.get("strategy") is self or _session_strategy() is self:
             return
         init(self, *args, **kwargs)
         _made.update(strategy=self, key=_key(args, kwargs))
@@ -43,16 +44,17 @@ def install() -> None:
 
 
 def _first(cls):
-    return _made.get("strategy") or _session_strategy(cls)
+    return _made.get("strategy") or _session_strategy()
 
 
-def _session_strategy(cls):
+def _session_strategy():
     """The ``MultiWorkerMirroredStrategy`` that ``tfdist.setup`` made in this process, if any."""
     from tfdist.runtime import session
 
     current = session.current()
     strategy = current.strategy if current is not None else None
-    return strategy if isinstance(strategy, cls) else None
+    known = traits_of(strategy) if strategy is not None else None
+    return strategy if known is not None and known.multi_process and not known.coordinator else None
 
 
 def _key(args, kwargs) -> tuple:

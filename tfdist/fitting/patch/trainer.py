@@ -8,6 +8,7 @@ import inspect
 from tfdist.errors import UserError, preempted_exit
 from tfdist import _compat
 from tfdist.fitting.patch.parameter_server import fit_under_coordinator, on_the_coordinator
+from tfdist.strategies import traits_of
 
 #: The line of ``reduce_per_replica`` that fails on scalar logs across workers.
 BUGGY_REDUCE = 'strategy.reduce("MEAN", v, axis=0)'
@@ -85,11 +86,9 @@ def _fixed_reduce(original, multi_worker):
 
     @functools.wraps(original)
     def reduce_per_replica(values, strategy, reduction):
-        import tensorflow as tf
         from keras import tree
 
-        if reduction in ("auto", "mean") and multi_worker(strategy) \
-                and not isinstance(strategy, tf.distribute.TPUStrategy):
+        if reduction in ("auto", "mean") and multi_worker(strategy) and traits_of(strategy) is not None:
             return tree.map_structure(lambda v: strategy.reduce("MEAN", v, axis=None), values)
         return original(values, strategy, reduction)
 
@@ -171,8 +170,6 @@ def _wrapped_fit(original, multi_worker, coordinated_fit):
 
     @functools.wraps(original)
     def fit(self, *args, **kwargs):
-        import tensorflow as tf
-
         from tfdist.fitting.global_gradients import own_steps_as_one_device
         from tfdist.fitting.callbacks import chief_only_files
         from tfdist.fitting.patch.executions import refuse_in_one_process
@@ -184,7 +181,8 @@ def _wrapped_fit(original, multi_worker, coordinated_fit):
 
         strategy = self.distribute_strategy
         arguments = signature.bind(self, *args, **kwargs).arguments
-        if isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):
+        known = traits_of(strategy)
+        if known is not None and known.coordinator:
             return coordinated_fit(self, {k: v for k, v in arguments.items() if k != "self"})
         if strategy.num_replicas_in_sync > 1:
             refuse_on_cpu(self, strategy)
