@@ -6,7 +6,7 @@ import atexit
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable, Mapping, NoReturn, Sequence
+from typing import Any, Callable, Collection, Mapping, NoReturn, Sequence
 
 #: A run that finished.
 DONE_EXIT_CODE = 0
@@ -184,7 +184,7 @@ def absl_flags_parser(argv: Sequence[str]) -> list[str]:
 
     try:
         return flags.FLAGS(list(argv))
-    except flags.Error as e:
+    except (flags.Error, ValueError) as e:  # absl raises ValueError for a value given to --noflag
         fail(f"invalid command line: {e}")
 
 
@@ -204,11 +204,13 @@ def require_finite(*names: str, flag_values=None) -> None:
                                  flag_values=flag_values or flags.FLAGS)
 
 
-def rename_flags(argv: Sequence[str], renamed: Mapping[str, str]) -> tuple[list[str], list[str]]:
+def rename_flags(argv: Sequence[str], renamed: Mapping[str, str],
+                 booleans: Collection[str] | None = None) -> tuple[list[str], list[str]]:
     """``argv`` with each old flag name of ``renamed`` (old -> new) spelled as its new name; the old names given.
 
-    ``--old``, ``--old=V``, ``--noold`` (a bool) and the one-dash forms are renamed up to ``--``;
-    what follows ``--`` belongs to another command and is left as it is.
+    ``--old``, ``--old=V``, ``--noold`` and the one-dash forms are renamed up to ``--``;
+    what follows ``--`` belongs to another command and is left as it is. ``--noold`` is renamed only where the
+    new flag is one of ``booleans`` (None: all are), so that absl reports any other as the user typed it.
     """
     out, given = list(argv[:1]), []
     for i, arg in enumerate(argv[1:], start=1):
@@ -217,7 +219,8 @@ def rename_flags(argv: Sequence[str], renamed: Mapping[str, str]) -> tuple[list[
             break
         dashes = "--" if arg.startswith("--") else "-" if arg.startswith("-") else ""
         name, eq, value = arg[len(dashes):].partition("=")
-        negated = name.startswith("no") and name[2:] in renamed and not eq
+        negated = (name.startswith("no") and name[2:] in renamed and not eq
+                   and (booleans is None or renamed[name[2:]] in booleans))
         old = name[2:] if negated else name
         if dashes and old in renamed:
             given.append(old)
@@ -259,7 +262,11 @@ def run_main(main: Callable[[list[str]], int | None], define_flags: Callable[[],
     quiet.install()
     if define_flags is not None:
         define_flags()
-    sys.argv[:], old_names = rename_flags(sys.argv, renamed or {})
+    from absl import flags
+
+    renamed = renamed or {}
+    booleans = [new for new in renamed.values() if new in flags.FLAGS and flags.FLAGS[new].boolean]
+    sys.argv[:], old_names = rename_flags(sys.argv, renamed, booleans)
     note = os.environ.pop(NOTE_ENV, None)
 
     def guarded(argv: list[str]) -> int | None:

@@ -52,7 +52,11 @@ def main(argv: list[str]) -> int:
     deployment = kubernetes.Deployment(
         image=_image(), strategy=FLAGS.strategy or "", train_args=tuple(extra), name=FLAGS.name,
         namespace=FLAGS.namespace, cpu=FLAGS.cpu, memory=FLAGS.memory, gpus=FLAGS.gpus)
-    check_command(extra, strategy=deployment.strategy_for(spec), where=f"tfdist.manifest --form {FLAGS.form}")
+    deployment.check(spec)  # the resources first: --gpus sizes the replicas that the global batch splits over
+    strategy = deployment.strategy_for(spec)
+    traits = strategies.traits(strategy)  # a one-process strategy's replicas depend on --cpu_devices: left to it
+    replicas = None if traits.local_devices else strategies.cluster_replicas(traits, spec.training_spec(), FLAGS.gpus)
+    check_command(extra, strategy=strategy, where=f"tfdist.manifest --form {FLAGS.form}", replicas=replicas)
     write_output(manifests.render(FLAGS.form, spec, deployment, volume=FLAGS.volume, doctor=FLAGS.doctor),
                         FLAGS.output)
     return 0
