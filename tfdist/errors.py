@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import stat
 import sys
 from pathlib import Path
 from typing import Any, Callable, Collection, Mapping, NoReturn, Sequence
@@ -134,6 +135,22 @@ def file_in_the_way(path) -> Path | None:
     path = Path(path)
     found = next((p for p in (path, *path.parents) if p.exists()), None)
     return found if found is not None and not found.is_dir() else None
+
+
+def special_file(path) -> str | None:
+    """What ``path`` is when it is neither a regular file nor a directory (a FIFO, a socket, a device), or None.
+
+    Reading one can block for ever (a FIFO nobody writes) or never end (a device), so a file argument is checked
+    with it before it is opened. None too where nothing is at ``path``: opening it then says what is wrong.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    return ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else
+            "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
 
 
 def unwritable_directory(path) -> Path | None:
