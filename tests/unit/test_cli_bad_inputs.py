@@ -11,6 +11,7 @@ import importlib
 import os
 import struct
 import sys
+import threading
 import zlib
 from pathlib import Path
 
@@ -33,8 +34,20 @@ def png_header(width: int, height: int) -> bytes:
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"")) + chunk(b"IEND", b"")
 
 
+def end_waits(fifos: list[Path], stop: threading.Event) -> None:
+    """Until ``stop``: open each FIFO at the other end as soon as a CLI waits on it, and close it again (a reader
+    sees an empty file), so that a CLI that opens one fails its case instead of waiting for ever."""
+    while not stop.wait(0.05):
+        for fifo in fifos:
+            for flags_ in (os.O_WRONLY | os.O_NONBLOCK, os.O_RDONLY | os.O_NONBLOCK):
+                try:
+                    os.close(os.open(fifo, flags_))
+                except OSError:  # nobody waits to read (ENXIO)
+                    pass
+
+
 @pytest.fixture
-def inputs(tmp_path) -> Path:
+def inputs(tmp_path):
     """A folder of inputs: a good image, images too large, FIFOs nobody writes, a run with a zeroed model."""
     from PIL import Image
 
@@ -46,7 +59,13 @@ def inputs(tmp_path) -> Path:
     (tmp_path / "run" / "export").mkdir(parents=True)
     (tmp_path / "run" / "export" / "model.keras").write_bytes(bytes(4096))
     (tmp_path / "run" / "params.yaml").write_text("train: {epochs: 1}\n")
-    return tmp_path
+    stop = threading.Event()
+    writer = threading.Thread(target=end_waits, args=([tmp_path / "fifo.png", tmp_path / "fifo.yaml"], stop),
+                              daemon=True)
+    writer.start()
+    yield tmp_path
+    stop.set()
+    writer.join(timeout=10)
 
 
 def snapshot(folder: Path) -> dict[str, bytes | None]:
@@ -102,8 +121,9 @@ BAD = [
      "global_batch_size=5 with 2 replicas"),
     ("train_bool_given_a_value", manifest("--", "--nodeterministic=true"), "--nodeterministic=true does not take"),
     ("manifest_cluster_fifo", ("tfdist.manifest", "--cluster", "{d}/fifo.yaml", "--image", "img"), "FIFO"),
-    ("launch_bool_then_a_word", ("tfdist.launch", "--show_startup_noise", "yes", "--cluster", LOCAL_MWM, "--", "true"),
-     "'yes' is not a flag"),
+    # A word after a boolean flag would start every task's command (`yes true` never ends; `false true` does).
+    ("launch_bool_then_a_word", ("tfdist.launch", "--show_startup_noise", "false", "--cluster", LOCAL_MWM, "--",
+                                 "true"), "'false' is not a flag"),
     ("launch_command_without_dashes", ("tfdist.launch", "--cluster", LOCAL_MWM, "true"), "'true' is not a flag"),
     ("launch_nobool_given_a_value", ("tfdist.launch", "--noshow_startup_noise=1", "--cluster", LOCAL_MWM, "--", "true"),
      "does not take an argument"),
@@ -194,7 +214,7 @@ def test_auto_without_a_gpu_driver_takes_cpu_devices_whatever_cuda_visible_devic
 
 #: Cases run as real processes, side by side: (the CLI and its arguments, a regex the one line must match).
 END_TO_END = [
-    (("tfdist.launch", "--show_startup_noise", "yes", "--cluster", LOCAL_MWM, "--", "true"), "'yes' is not a flag"),
+    (("tfdist.launch", "--show_startup_noise", "false", "--cluster", LOCAL_MWM, "--", "true"), "'false' is not a flag"),
     (("tfdist.manifest", "--cluster", "{d}/fifo.yaml", "--image", "img"), "FIFO"),
     (("tfdist.predict", "--noimage"), "'noimage'"),
     (("tfdist.predict", "--model_dir={d}/run", "--input_image={d}/bomb.png", "--overlay_output={d}/o.png"),

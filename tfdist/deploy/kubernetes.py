@@ -51,7 +51,7 @@ _DNS_1123_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 #: A container image reference as registries take it (distribution/reference's grammar): an optional registry
 #: host, lowercase path components, then an optional tag and digest.
 _IMAGE_DOMAIN_RE = re.compile(r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
-                              r"(?:\.(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9]))*(?::[0-9]+)?", re.ASCII)
+                              r"(?:\.(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9]))*(?::[0-9]+)?")
 _IMAGE_PATH_RE = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-*)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-*)[a-z0-9]+)*)*"
                             r"(?::[\w][\w.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:"
                             r"[0-9a-fA-F]{32,})?", re.ASCII)

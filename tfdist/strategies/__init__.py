@@ -27,7 +27,8 @@ from tfdist.strategies.registry import (
 
 __all__ = [
     "AUTO", "NAMES", "PS_SHARDS_SUPPORTED", "PS_STEPS_PER_LOOP", "DevicesFixed", "Traits", "auto_strategy",
-    "check_global_batch", "check_ps_shards", "cluster_replicas", "cuda_visible_gpus", "check_strategy", "communication_options", "default_cpu_devices",
+    "check_global_batch", "check_ps_shards", "check_strategy", "cluster_replicas", "communication_options",
+    "cuda_visible_gpus", "default_cpu_devices",
     "has_gpu",
     "local_compute_devices", "make_strategy", "replicas_in_sync", "set_grpc_fail_fast", "setup_host", "setup_keras",
     "traits",
