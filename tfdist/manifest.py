@@ -54,8 +54,7 @@ def main(argv: list[str]) -> int:
         namespace=FLAGS.namespace, cpu=FLAGS.cpu, memory=FLAGS.memory, gpus=FLAGS.gpus)
     deployment.check(spec)  # the resources first: --gpus sizes the replicas that the global batch splits over
     strategy = deployment.strategy_for(spec)
-    traits = strategies.traits(strategy)  # a one-process strategy's replicas depend on --cpu_devices: left to it
-    replicas = None if traits.local_devices else strategies.cluster_replicas(traits, spec.training_spec(), FLAGS.gpus)
+    replicas = strategies.cluster_replicas(strategy, spec, FLAGS.gpus)  # None: the host's, left to the task
     check_command(extra, strategy=strategy, where=f"tfdist.manifest --form {FLAGS.form}", replicas=replicas)
     write_output(manifests.render(FLAGS.form, spec, deployment, volume=FLAGS.volume, doctor=FLAGS.doctor),
                         FLAGS.output)

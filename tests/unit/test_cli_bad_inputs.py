@@ -59,6 +59,7 @@ def inputs(tmp_path):
     (tmp_path / "run" / "export").mkdir(parents=True)
     (tmp_path / "run" / "export" / "model.keras").write_bytes(bytes(4096))
     (tmp_path / "run" / "params.yaml").write_text("train: {epochs: 1}\n")
+    (tmp_path / "pods.yaml").write_text("model: {encoder: mobilenetv2, encoder_weights: /on/the/pods.h5}\n")
     stop = threading.Event()
     writer = threading.Thread(target=end_waits, args=([tmp_path / "fifo.png", tmp_path / "fifo.yaml"], stop),
                               daemon=True)
@@ -165,12 +166,13 @@ GOOD = [
     ("config_not_here_and_a_field_it_may_complete", manifest("--", "--config", "/elsewhere.yaml", "--num_classes", "2")),
     ("model_dir_twice_the_last_in_the_volume",
      manifest("--form", "jobset", "--volume", "unet-runs", "--", "--model_dir", "/tmp/b", "--model_dir", "/runs/a")),
+    ("config_here_naming_weights_on_the_pods", manifest("--", "--config", "{d}/pods.yaml")),
 ]
 
 
 @pytest.mark.parametrize("argv", [case[1] for case in GOOD], ids=[case[0] for case in GOOD])
-def test_good_manifest_input_still_passes(cli, argv):
-    status, out, err = cli(argv[0], *argv[1:])
+def test_good_manifest_input_still_passes(cli, inputs, argv):
+    status, out, err = cli(argv[0], *(str(a).format(d=inputs) for a in argv[1:]))
     assert (status, err) == (0, "") and out.startswith("---")
 
 

@@ -92,14 +92,17 @@ READ_WITH_OTHERS = ("dataset", "data_dir", "num_classes", "image_size", "depth",
 
 def _checked_config(experiment: str | None, given: dict) -> experiment_config.Config | None:
     """The config every task builds from ``--config`` and the ``given`` fields, checked as ``tfdist.train``
-    checks it; None where ``--config`` is a file that is not here (read on the task's own host), each given field
-    then checked alone on the defaults (but ``READ_WITH_OTHERS``)."""
+    checks it (but its ``encoder_weights``, a file on the tasks' hosts); None where ``--config`` is a file that
+    is not here (read on the task's own host), each given field then checked alone on the defaults (but
+    ``READ_WITH_OTHERS``)."""
+    config = experiment_config.Config()
     if experiment is not None:
         try:
             config_lib.resolve_experiment_path(experiment)
         except UserError:
             for name, value in given.items():
                 if name not in READ_WITH_OTHERS:
-                    experiment_config.validate(config_lib.override(experiment_config.Config(), {name: value}))
+                    experiment_config.validate(config_lib.override(config, {name: value}))
             return None
-    return experiment_config.build_config(experiment, given)
+        config = config_lib.override(config_lib.load_experiment(config, experiment), {"encoder_weights": ""})
+    return experiment_config.validate(config_lib.override(config, given))

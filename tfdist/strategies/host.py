@@ -11,7 +11,7 @@ from typing import Sequence
 from tfdist.cluster.spec import ClusterSpec
 from tfdist.cluster.task import Task
 from tfdist.errors import DevicesFixed, UserError
-from tfdist.strategies.registry import Traits
+from tfdist.strategies.registry import Traits, traits
 
 
 #: What a host with a GPU TensorFlow could use has (NVIDIA's driver, ROCm's, WSL's DirectX): without any of
@@ -112,17 +112,19 @@ def replicas_in_sync(traits: Traits, *, cpu_devices: int, task: Task) -> int:
     gpus = physical_gpus()
     if traits.local_devices:
         return gpus or cpu_devices or default_cpu_devices(traits)
-    return cluster_replicas(traits, task.training_spec, gpus)
+    return cluster_replicas(traits.name, task.spec, gpus) or 1
 
 
-def cluster_replicas(traits: Traits, spec: ClusterSpec, gpus: int) -> int:
-    """The replicas of a cluster strategy over ``spec`` with ``gpus`` GPUs on each task (a CPU is one replica):
-    ``multi_worker_mirrored``'s chief and workers times their GPUs; one worker's under a coordinator, which gives
-    each step to one worker.
+def cluster_replicas(strategy: str, spec: ClusterSpec, gpus: int) -> int | None:
+    """The replicas of ``strategy`` over the training tasks of ``spec`` with ``gpus`` GPUs on each (a CPU is one
+    replica): ``multi_worker_mirrored``'s chief and workers times their GPUs; one worker's under a coordinator,
+    which gives each step to one worker; 1 for ``one_device``; None for the other one-process strategies, whose
+    replicas come from the host (its GPUs, else ``cpu_devices``).
     """
-    if not traits.multi_process:
-        return 1
-    workers = 1 if traits.coordinator else sum(spec.count(k) for k in ("chief", "worker"))
+    t = traits(strategy)
+    if not t.multi_process:
+        return None if t.local_devices else 1
+    workers = 1 if t.coordinator else sum(spec.training_spec().count(k) for k in ("chief", "worker"))
     return workers * max(1, gpus)
 
 
