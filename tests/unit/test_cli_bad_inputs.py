@@ -1,4 +1,5 @@
-"""Bad input to ``tfdist.manifest``, ``tfdist.launch`` and ``tfdist.predict`` ends as one line with status 2.
+"""Bad input to ``tfdist.manifest``, ``tfdist.launch``, ``tfdist.tfconfig`` and ``tfdist.predict`` ends as one line
+with status 2.
 
 Each case runs the CLI's own entry in this process (its flags defined, parsed and removed again), so the
 table costs no process start; a few run as real processes to show the one-line, status-2 contract end to
@@ -120,6 +121,9 @@ BAD = [
      "global_batch_size=6 with 4 replicas"),
     ("global_batch_of_the_config_over_the_workers", manifest("--", "--config", "quick", "--global_batch_size", "5"),
      "global_batch_size=5 with 2 replicas"),
+    ("tfconfig_commands_global_batch_over_two_workers",
+     ("tfdist.tfconfig", "--cluster", LOCAL_MWM, "--commands", "--", "--global_batch_size", "3"),
+     "global_batch_size=3 with 2 replicas"),
     ("train_bool_given_a_value", manifest("--", "--nodeterministic=true"), "--nodeterministic=true does not take"),
     ("manifest_cluster_fifo", ("tfdist.manifest", "--cluster", "{d}/fifo.yaml", "--image", "img"), "FIFO"),
     # A word after a boolean flag would start every task's command (`yes true` never ends; `false true` does).
