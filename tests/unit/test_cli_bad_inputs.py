@@ -105,7 +105,8 @@ def manifest(*args):
 
 #: (case, the CLI and its arguments ({d}: the inputs folder), a regex the one line must match).
 BAD = [
-    ("image_tag_not_ascii", ("tfdist.manifest", "--cluster", LOCAL_MWM, "--image", "img:t\u00e4", "--"), "`--image`"),
+    ("image_tag_not_ascii", ("tfdist.manifest", "--cluster", LOCAL_MWM, "--image", "img:t\u00e4", "--"),
+     "`--image`: its tag .* is not ASCII"),
     ("image_registry_port_past_65535",
      ("tfdist.manifest", "--cluster", LOCAL_MWM, "--image", "reg.example.com:70000/img:1"), "registry port"),
     ("volume_not_dns_labels", manifest("--form", "jobset", "--volume", "unet..runs"), "`--volume`.*unet..runs"),

@@ -52,6 +52,7 @@ _DNS_1123_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 #: host, lowercase path components, then an optional tag and digest.
 _IMAGE_DOMAIN_RE = re.compile(r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
                               r"(?:\.(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9]))*(?::[0-9]+)?")
+_IMAGE_TAG_RE = re.compile(r"[\w][\w.-]{0,127}", re.ASCII)
 _IMAGE_PATH_RE = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-*)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-*)[a-z0-9]+)*)*"
                             r"(?::[\w][\w.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:"
                             r"[0-9a-fA-F]{32,})?", re.ASCII)
@@ -76,6 +77,9 @@ def image_problem(image: str) -> str | None:
         name = path.split("@")[0].rsplit(":", 1)
         if len(name) == 2 and "/" not in name[1] and not name[1]:
             return "its tag is empty"
+        if len(name) == 2 and "/" not in name[1] and not _IMAGE_TAG_RE.fullmatch(name[1]):
+            return (f"its tag {name[1]!r} is not ASCII letters, digits, '_', '.' and '-' (at most 128, first not "
+                    "'.' or '-')")
         return "the repository must be lowercase letters, digits and . _ - / separators, then :tag and @digest"
     return None
 
