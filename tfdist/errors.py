@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import atexit
 import os
+import stat
 import sys
 from pathlib import Path
-from typing import Any, Callable, Mapping, NoReturn, Sequence
+from typing import Any, Callable, Collection, Mapping, NoReturn, Sequence
 
 #: A run that finished.
 DONE_EXIT_CODE = 0
@@ -136,6 +137,22 @@ def file_in_the_way(path) -> Path | None:
     return found if found is not None and not found.is_dir() else None
 
 
+def special_file(path) -> str | None:
+    """What ``path`` is when it is neither a regular file nor a directory (a FIFO, a socket, a device), or None.
+
+    Reading one can block for ever (a FIFO nobody writes) or never end (a device), so a file argument is checked
+    with it before it is opened. None too where nothing is at ``path``: opening it then says what is wrong.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    return ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else
+            "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
+
+
 def unwritable_directory(path) -> Path | None:
     """The nearest existing directory at or above ``path`` in which this process cannot create files, or None.
 
@@ -184,7 +201,7 @@ def absl_flags_parser(argv: Sequence[str]) -> list[str]:
 
     try:
         return flags.FLAGS(list(argv))
-    except flags.Error as e:
+    except (flags.Error, ValueError) as e:  # absl raises ValueError for a value given to --noflag
         fail(f"invalid command line: {e}")
 
 
@@ -204,11 +221,13 @@ def require_finite(*names: str, flag_values=None) -> None:
                                  flag_values=flag_values or flags.FLAGS)
 
 
-def rename_flags(argv: Sequence[str], renamed: Mapping[str, str]) -> tuple[list[str], list[str]]:
+def rename_flags(argv: Sequence[str], renamed: Mapping[str, str],
+                 booleans: Collection[str] | None = None) -> tuple[list[str], list[str]]:
     """``argv`` with each old flag name of ``renamed`` (old -> new) spelled as its new name; the old names given.
 
-    ``--old``, ``--old=V``, ``--noold`` (a bool) and the one-dash forms are renamed up to ``--``;
-    what follows ``--`` belongs to another command and is left as it is.
+    ``--old``, ``--old=V``, ``--noold`` and the one-dash forms are renamed up to ``--``;
+    what follows ``--`` belongs to another command and is left as it is. ``--noold`` is renamed only where the
+    new flag is one of ``booleans`` (None: all are), so that absl reports any other as the user typed it.
     """
     out, given = list(argv[:1]), []
     for i, arg in enumerate(argv[1:], start=1):
@@ -217,7 +236,8 @@ def rename_flags(argv: Sequence[str], renamed: Mapping[str, str]) -> tuple[list[
             break
         dashes = "--" if arg.startswith("--") else "-" if arg.startswith("-") else ""
         name, eq, value = arg[len(dashes):].partition("=")
-        negated = name.startswith("no") and name[2:] in renamed and not eq
+        negated = (name.startswith("no") and name[2:] in renamed and not eq
+                   and (booleans is None or renamed[name[2:]] in booleans))
         old = name[2:] if negated else name
         if dashes and old in renamed:
             given.append(old)
@@ -259,7 +279,11 @@ def run_main(main: Callable[[list[str]], int | None], define_flags: Callable[[],
     quiet.install()
     if define_flags is not None:
         define_flags()
-    sys.argv[:], old_names = rename_flags(sys.argv, renamed or {})
+    from absl import flags
+
+    renamed = renamed or {}
+    booleans = [new for new in renamed.values() if new in flags.FLAGS and flags.FLAGS[new].boolean]
+    sys.argv[:], old_names = rename_flags(sys.argv, renamed, booleans)
     note = os.environ.pop(NOTE_ENV, None)
 
     def guarded(argv: list[str]) -> int | None:

@@ -5,6 +5,8 @@ The flags go to ``deploy.local.launch``, which holds the policy and returns the 
 
 from __future__ import annotations
 
+import sys
+
 from absl import flags
 
 from tfdist import cluster as cluster_lib
@@ -23,7 +25,7 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
     flags.DEFINE_bool("local", False, "Rewrite every address to 127.0.0.1 on free ports.", flag_values=flag_values)
     flags.DEFINE_integer("max_restarts", 0, "Restart every task after a failure (a preempted task's, status 42, "
                          "included), up to this many times.",
-                         lower_bound=0, flag_values=flag_values)
+                         lower_bound=0, upper_bound=2**63 - 1, flag_values=flag_values)
     flags.DEFINE_float("grace_seconds", GRACE_SECONDS,
                        "Seconds between SIGTERM and SIGKILL when stopping tasks. A tfdist task takes SIGTERM as a "
                        "preemption: it saves a checkpoint of the step reached, then exits 42, so leave time for one "
@@ -44,9 +46,30 @@ def main(argv: list[str]) -> int:
             f"Missing `--cluster`. Received: cluster={FLAGS.cluster!r}. "
             "Expected a cluster spec file (YAML or JSON), e.g. --cluster configs/clusters/local_mwm.yaml."
         )
+    command = argv[1:]
+    check_before_dashes(sys.argv, command)
     spec = cluster_lib.load_cluster_spec(FLAGS.cluster)
-    return launch(spec, argv[1:], local=FLAGS.local, max_restarts=FLAGS.max_restarts, grace=FLAGS.grace_seconds,
+    return launch(spec, command, local=FLAGS.local, max_restarts=FLAGS.max_restarts, grace=FLAGS.grace_seconds,
                   shutdown_timeout=FLAGS.shutdown_timeout, show_startup_noise=FLAGS.show_startup_noise)
+
+
+def check_before_dashes(raw: list[str], command: list[str]) -> None:
+    """Refuse words before ``--`` that are not flags: absl would make them the start of the command.
+
+    ``raw`` is the command line as given and ``command`` what absl left of it. A boolean flag takes no separate
+    value, so ``--show_startup_noise yes -- true`` would otherwise run ``yes true`` in every task.
+
+    Raises:
+        UserError: ``command`` does not come, whole, after the first ``--`` of ``raw``.
+    """
+    after = raw[raw.index("--") + 1:] if "--" in raw else []
+    if command[len(command) - len(after):] == after and len(command) > len(after):
+        stray = command[:len(command) - len(after)]
+        raise UserError(
+            f"Unexpected argument before --: {stray[0]!r} is not a flag (a boolean flag takes no separate value: "
+            f"--show_startup_noise or --noshow_startup_noise). Received: {' '.join(raw[1:])}. "
+            "Expected flags before -- and the command after it, e.g. --cluster FILE -- python -m tfdist.train."
+        )
 
 
 def entry() -> None:

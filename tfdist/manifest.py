@@ -52,7 +52,10 @@ def main(argv: list[str]) -> int:
     deployment = kubernetes.Deployment(
         image=_image(), strategy=FLAGS.strategy or "", train_args=tuple(extra), name=FLAGS.name,
         namespace=FLAGS.namespace, cpu=FLAGS.cpu, memory=FLAGS.memory, gpus=FLAGS.gpus)
-    check_command(extra, strategy=deployment.strategy_for(spec), where=f"tfdist.manifest --form {FLAGS.form}")
+    deployment.check(spec)  # the resources first: --gpus sizes the replicas that the global batch splits over
+    strategy = deployment.strategy_for(spec)
+    replicas = strategies.cluster_replicas(strategy, spec, FLAGS.gpus)  # None: the host's, left to the task
+    check_command(extra, strategy=strategy, where=f"tfdist.manifest --form {FLAGS.form}", replicas=replicas)
     write_output(manifests.render(FLAGS.form, spec, deployment, volume=FLAGS.volume, doctor=FLAGS.doctor),
                         FLAGS.output)
     return 0

@@ -30,34 +30,11 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
                         flag_values=flag_values)
 
 
-#: What ``--overlay_output`` (PNG or JPEG) and ``--mask_output`` (class indices: lossless PNG) may end with.
-OUTPUT_SUFFIXES = {"overlay_output": (".png", ".jpg", ".jpeg"), "mask_output": (".png",)}
-
-
-def check_output(name: str, path: str) -> None:
-    """Refuse an output path that cannot be written as an image, before anything starts (a UserError)."""
-    suffixes = OUTPUT_SUFFIXES[name]
-    parent = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        problem = "an existing directory"
-    elif not path.lower().endswith(suffixes):
-        problem = "a path without an image file extension"
-    elif not os.path.isdir(parent):
-        problem = f"a file in a directory that does not exist ({parent})"
-    else:
-        return
-    raise UserError(f"Invalid value for `--{name}`. Received: {path!r}, {problem}. Expected a file path ending in "
-                    f"{' or '.join(suffixes)} in an existing directory.")
-
-
 def main(argv: list[str]) -> int:
     for name in ("model_dir", "input_image", "overlay_output"):
         if not FLAGS[name].value:
             raise UserError(f"Missing `--{name}`. "
                             "Received: nothing. Expected --model_dir D --input_image X.png --overlay_output Y.png.")
-    check_output("overlay_output", FLAGS.overlay_output)
-    if FLAGS.mask_output:
-        check_output("mask_output", FLAGS.mask_output)
     predict_file(FLAGS.model_dir, FLAGS.input_image, FLAGS.overlay_output, FLAGS.mask_output)
     print(f"wrote {FLAGS.overlay_output}")
     return 0

@@ -135,7 +135,10 @@ def main(argv: list[str]) -> int:
     if FLAGS.strategy is not None:
         strategies.check_strategy(spec, FLAGS.strategy)
     if mode == "commands":
-        check_command(extra, strategy=FLAGS.strategy or "", where="--commands")
+        # Each host's GPUs multiply the replicas; a global batch that does not split over the tasks fits none.
+        strategy = FLAGS.strategy or strategies.auto_strategy(frozenset(spec.tasks), local_devices=1)
+        check_command(extra, strategy=FLAGS.strategy or "", where="--commands",
+                      replicas=strategies.cluster_replicas(strategy, spec, gpus=0))
         if FLAGS.strategy is not None:
             extra = ["--strategy", FLAGS.strategy, *extra]
     write_output("".join(line + "\n" for line in _OUTPUTS[mode](spec, tasks, extra)), FLAGS.output)

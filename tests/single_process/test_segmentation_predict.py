@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
+from tfdist.errors import UserError
 from tfdist.segmentation import predict
 
 
@@ -19,3 +21,10 @@ def test_the_mask_is_the_models_argmax_at_the_images_own_size():
     mask = predict.predict_mask(model, image)
     assert mask.shape == (8, 6) and mask.dtype == np.uint8
     assert (mask[:4] == 1).all() and (mask[4:] == 0).all()
+
+
+def test_a_damaged_export_is_one_user_error_naming_the_run(tmp_path):
+    (tmp_path / "export").mkdir()
+    (tmp_path / "export" / "model.keras").write_bytes(b"PK\x03\x04" + bytes(256))  # a zip's start, then nothing
+    with pytest.raises(UserError, match=r"export/model.keras cannot be loaded"):
+        predict.load_exported_model(tmp_path)

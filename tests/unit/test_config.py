@@ -10,6 +10,7 @@ from helpers.clis import assert_user_error, run_cli
 from tfdist import config as config_lib
 from tfdist.segmentation import config as experiment_config
 from tfdist import strategies
+from tfdist.strategies import host as strategy_host
 from tfdist.errors import UserError
 
 
@@ -223,9 +224,14 @@ LOCAL_PS = {"cluster": {"chief": ["127.0.0.1:2001"], "worker": ["127.0.0.1:2002"
     ({}, {"cluster": "kubernetes"}, "multi_worker_mirrored"),  # outside a pod (a launcher checking a command)
 ])
 def test_auto_is_the_clusters_strategy_else_mirrored_over_several_devices_else_one_device(
-        monkeypatch, environ, values, expected):
+        monkeypatch, tmp_path, environ, values, expected):
     for name in ("TF_CONFIG", "CUDA_VISIBLE_DEVICES", "TFDIST_TASKS"):
         monkeypatch.delenv(name, raising=False)
+    driver = tmp_path / "gpus"  # the NVIDIA driver's listing: 4 GPUs where CUDA_VISIBLE_DEVICES is set, else none
+    for i in range(4 if "CUDA_VISIBLE_DEVICES" in environ else 0):
+        (driver / f"0000:0{i}:00.0").mkdir(parents=True)
+    monkeypatch.setattr(strategy_host, "NVIDIA_DRIVER_GPUS", str(driver))
+    monkeypatch.setattr(strategy_host, "GPU_DRIVER_PATHS", (str(driver),))
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
     runtime = config_lib.runtime_config("tfdist.setup", **values)

@@ -86,7 +86,8 @@ def emitted(spec_files) -> dict[tuple[str, str], list[dict]]:
         (form, strategy): start_cli(
             "tfdist.manifest", "--cluster", str(spec_files[strategy]), "--form", form,
             "--image", "registry.example.com/tfdist:0.1", "--name", NAME, "--namespace", "ml", "--gpus", "1",
-            "--volume", "unet-runs", "--strategy", strategy, "--", "--epochs", "2")
+            "--volume", "unet-runs", "--strategy", strategy, "--", "--epochs", "2",
+            "--global_batch_size", "24")
         for form in FORMS for strategy in SPECS
     }
     documents = {}

@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from tfdist.cluster.spec import TASK_TYPES, ClusterSpec, parse_cluster_spec
-from tfdist.errors import UserError
+from tfdist.errors import UserError, special_file
 
 #: Cluster spec file extensions and the format each one means.
 YAML_SUFFIXES = (".yaml", ".yml")
@@ -72,6 +72,12 @@ def load_cluster_spec(path: str | os.PathLike) -> ClusterSpec:
         raise UserError(
             f"Unknown cluster spec file type. Received: {source!r} (extension {suffix or 'none'!r}). "
             f"Expected a file ending in {', '.join(YAML_SUFFIXES + JSON_SUFFIXES)}."
+        )
+    special = special_file(source)
+    if special:
+        raise UserError(
+            f"Cluster spec file {source} is {special}, not a regular file. Received: {source!r}. "
+            "Expected a regular YAML or JSON file."
         )
     try:
         text = Path(source).read_text(encoding="utf-8")

@@ -29,7 +29,8 @@ MAX_RESTARTS = 5
 JOBSET_TYPE_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 JOBSET_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
 
-_DNS_1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+#: A DNS-1123 subdomain: DNS labels (lowercase letters, digits and '-', a letter or digit at both ends) joined by '.'.
+_DNS_1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 def check_volume(volume: str) -> None:
@@ -48,25 +49,27 @@ def check_volume(volume: str) -> None:
 def model_dir_args(train_args: Sequence[str], name: str) -> tuple[tuple[str, ...], str]:
     """``train_args`` with a ``--model_dir`` under ``MODEL_MOUNT`` (the one given, or ``MODEL_MOUNT/<name>``), and it.
 
+    Given more than once, the last ``--model_dir`` is the one (as absl reads a flag given twice).
+
     Raises:
         UserError: the ``--model_dir`` given is not under ``MODEL_MOUNT``.
     """
     args = list(train_args)
+    given = None
     for i, arg in enumerate(args):
-        if arg == "--model_dir" and i + 1 < len(args):
-            value = args[i + 1]
-        elif arg.startswith("--model_dir="):
-            value = arg.partition("=")[2]
-        else:
-            continue
-        if not value.startswith(MODEL_MOUNT + "/") or "/.." in value:
-            raise UserError(
-                f"Invalid value for `--model_dir` with --volume. Received: model_dir={value!r}. "
-                f"Expected a directory under {MODEL_MOUNT}/, where --volume is mounted in every pod, "
-                f"e.g. {MODEL_MOUNT}/{name}."
-            )
-        return tuple(args), value
-    return (*args, "--model_dir", f"{MODEL_MOUNT}/{name}"), f"{MODEL_MOUNT}/{name}"
+        if arg in ("--model_dir", "-model_dir") and i + 1 < len(args):
+            given = args[i + 1]
+        elif arg.startswith(("--model_dir=", "-model_dir=")):
+            given = arg.partition("=")[2]
+    if given is None:
+        return (*args, "--model_dir", f"{MODEL_MOUNT}/{name}"), f"{MODEL_MOUNT}/{name}"
+    if not given.startswith(MODEL_MOUNT + "/") or "/.." in given:
+        raise UserError(
+            f"Invalid value for `--model_dir` with --volume. Received: model_dir={given!r}. "
+            f"Expected a directory under {MODEL_MOUNT}/, where --volume is mounted in every pod, "
+            f"e.g. {MODEL_MOUNT}/{name}."
+        )
+    return tuple(args), given
 
 
 def run_port(spec: cluster.ClusterSpec) -> int:

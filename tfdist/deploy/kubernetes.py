@@ -52,9 +52,10 @@ _DNS_1123_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 #: host, lowercase path components, then an optional tag and digest.
 _IMAGE_DOMAIN_RE = re.compile(r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
                               r"(?:\.(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9]))*(?::[0-9]+)?")
+_IMAGE_TAG_RE = re.compile(r"[\w][\w.-]{0,127}", re.ASCII)
 _IMAGE_PATH_RE = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-*)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-*)[a-z0-9]+)*)*"
                             r"(?::[\w][\w.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:"
-                            r"[0-9a-fA-F]{32,})?")
+                            r"[0-9a-fA-F]{32,})?", re.ASCII)
 
 
 def image_problem(image: str) -> str | None:
@@ -70,10 +71,15 @@ def image_problem(image: str) -> str | None:
     path = rest if has_domain else image
     if has_domain and not _IMAGE_DOMAIN_RE.fullmatch(first):
         return f"the registry host {first!r} is not a host[:port]"
+    if has_domain and ":" in first and not 0 < int(first.rpartition(":")[2]) <= 65535:
+        return f"the registry port of {first!r} is not a port (1 to 65535)"
     if not _IMAGE_PATH_RE.fullmatch(path):
         name = path.split("@")[0].rsplit(":", 1)
         if len(name) == 2 and "/" not in name[1] and not name[1]:
             return "its tag is empty"
+        if len(name) == 2 and "/" not in name[1] and not _IMAGE_TAG_RE.fullmatch(name[1]):
+            return (f"its tag {name[1]!r} is not ASCII letters, digits, '_', '.' and '-' (at most 128, first not "
+                    "'.' or '-')")
         return "the repository must be lowercase letters, digits and . _ - / separators, then :tag and @digest"
     return None
 
@@ -125,13 +131,13 @@ def check_resources(cpu: str, memory: str, gpus: int) -> None:
     """Check ``--cpu``, ``--memory`` (Kubernetes quantities, e.g. 500m, 4Gi) and ``--gpus``.
 
     Raises:
-        UserError: a quantity is malformed, or ``gpus`` is negative.
+        UserError: a quantity is malformed, or ``gpus`` is negative or past int64 (a Kubernetes quantity's range).
     """
     for flag, value, example in (("cpu", cpu, "2 or 500m"), ("memory", memory, "4Gi or 512Mi")):
         if not _QUANTITY_RE.fullmatch(value or ""):
             raise _label_error(flag, value, "not a Kubernetes quantity", f"a quantity such as {example}")
-    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0:
-        raise _label_error("gpus", str(gpus), "not a count", "an integer >= 0")
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or not 0 <= gpus < 2**63:
+        raise _label_error("gpus", str(gpus), "not a count", "an integer >= 0 and below 2**63")
 
 
 def task_hostname(name: str, task_type: str, index: int) -> str:

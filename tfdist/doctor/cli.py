@@ -9,7 +9,6 @@ import re
 import socket
 import time
 from pathlib import Path
-from typing import Sequence
 
 from absl import flags
 
@@ -28,7 +27,7 @@ FLAGS = flags.FLAGS
 DEVICES = ("tensorflow", "driver", "none")
 
 #: Where the NVIDIA driver lists the GPUs of this machine (one folder each).
-DRIVER_GPUS = Path("/proc/driver/nvidia/gpus")
+DRIVER_GPUS = Path(strategies.host.NVIDIA_DRIVER_GPUS)
 
 
 def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
@@ -85,48 +84,14 @@ def _driver_uuids() -> list[str]:
     return uuids
 
 
-def visible_gpus(visible: str | None, count: int, uuids: Sequence[str] = ()) -> int:
-    """How many of ``count`` GPUs CUDA shows under ``CUDA_VISIBLE_DEVICES=visible``, by CUDA's rules.
-
-    Unset: all of them. Otherwise the entries are GPU numbers, or UUIDs
-    (``GPU-...``, unique prefixes of ``uuids`` when those are known;
-    ``MIG-...``), as the first entry is. CUDA stops at the first entry that
-    names no GPU here (``-1``, a number past the last GPU, an unknown UUID,
-    an entry of the other kind) and shows none when an entry repeats.
-    """
-    if visible is None:
-        return count
-    entries = [e.strip() for e in visible.split(",")]
-    prefix = next((p for p in ("GPU-", "MIG-") if entries[0].startswith(p)), None)
-    seen: list[str] = []
-    for entry in entries:
-        if prefix is None:
-            number = re.match(r"\+?([0-9]+)", entry)  # as strtoul reads it
-            if number is None or int(number.group(1)) >= count:
-                break
-            gpu = str(int(number.group(1)))
-        elif not entry.startswith(prefix):
-            break
-        elif prefix == "GPU-" and uuids:
-            matches = [u for u in uuids if u.startswith(entry)]
-            if len(matches) != 1:
-                break
-            gpu = matches[0]
-        else:
-            gpu = entry
-        if gpu in seen:
-            return 0
-        seen.append(gpu)
-    return min(len(seen), count)
-
-
 def driver_gpus() -> int:
-    """GPUs the NVIDIA driver lists, as ``CUDA_VISIBLE_DEVICES`` narrows them (``visible_gpus``)."""
+    """GPUs the NVIDIA driver lists, as ``CUDA_VISIBLE_DEVICES`` narrows them (``strategies.cuda_visible_gpus``)."""
     if not DRIVER_GPUS.is_dir():
         return 0
     count = len(list(DRIVER_GPUS.iterdir()))
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    return visible_gpus(visible, count, _driver_uuids() if visible and visible.strip().startswith("GPU-") else ())
+    uuids = _driver_uuids() if visible and visible.strip().startswith("GPU-") else ()
+    return strategies.cuda_visible_gpus(visible, count, uuids)
 
 
 def _gpus(how: str) -> int | None:

@@ -14,6 +14,7 @@ from typing import Sequence
 from absl import flags
 
 from tfdist import config as config_lib
+from tfdist import strategies
 from tfdist.segmentation import config as experiment_config
 from tfdist.errors import UserError
 
@@ -42,17 +43,19 @@ def given_fields(flag_values: flags.FlagValues = flags.FLAGS) -> dict:
     return {name: flag_values[name].value for name in experiment_config.FIELD_SECTION if flag_values[name].present}
 
 
-def check_command(args: Sequence[str], *, strategy: str, where: str) -> None:
+def check_command(args: Sequence[str], *, strategy: str, where: str, replicas: int | None = None) -> None:
     """Refuse ``tfdist.train`` arguments that every task would fail on, or that contradict the deployment.
 
     Args:
       args: the arguments after ``--``.
       strategy: the deployment's ``--strategy`` ("" where it sets none).
       where: how the user gave them, for the message (``tfdist.manifest --form kubernetes``).
+      replicas: the replicas the deployment makes (None: not known here); the global batch must split over them.
 
     Raises:
       UserError: an unknown flag or a bad value, a positional argument, a placement flag (``PLACEMENT_FLAGS``),
-        a ``--strategy`` other than the deployment's, or a config that ``tfdist.train`` refuses.
+        a ``--strategy`` other than the deployment's, a config that ``tfdist.train`` refuses, or a global batch
+        that does not split over ``replicas``.
     """
     received = f"Received: -- {' '.join(args)}"
     expected = f"Expected tfdist.train flags (python -m tfdist.train --helpfull) for every task of {where}."
@@ -60,7 +63,7 @@ def check_command(args: Sequence[str], *, strategy: str, where: str) -> None:
     define_flags(values)
     try:
         rest = values(["tfdist.train", *args])
-    except flags.Error as e:
+    except (flags.Error, ValueError) as e:  # absl raises ValueError for a value given to a --noflag
         raise UserError(f"Invalid tfdist.train arguments after --: {e}. {received}. {expected}") from None
     if len(rest) > 1:
         raise UserError(f"Unexpected arguments after --: {' '.join(rest[1:])!r} is not a flag. {received}. "
@@ -72,9 +75,34 @@ def check_command(args: Sequence[str], *, strategy: str, where: str) -> None:
     if strategy and values["strategy"].present and values.strategy != strategy:
         raise UserError(f"Invalid `--strategy` after --: it contradicts the deployment's --strategy={strategy}. "
                         f"{received}. Expected --strategy {strategy} before --, and none after it.")
-    if values.config is None:  # a --config file is read on the task's own host; without one, every field is known
-        given = given_fields(values)
-        given.pop("encoder_weights", None)  # a file on the task's host
-        if strategy:
-            given["strategy"] = strategy
-        experiment_config.validate(config_lib.override(experiment_config.Config(), given))
+    given = given_fields(values)
+    given.pop("encoder_weights", None)  # a file on the task's host
+    if strategy:
+        given["strategy"] = strategy
+    config = _checked_config(values.config, given)
+    if replicas is not None and (config is not None or "global_batch_size" in given):
+        batch = config.train.global_batch_size if config is not None else given["global_batch_size"]
+        strategies.check_global_batch(batch, replicas)
+
+
+#: Fields whose checks read other fields (the dataset's classes and image size, the encoder's depth): with a
+#: ``--config`` file that is only on the tasks' hosts, they are left to the task, which sees the whole config.
+READ_WITH_OTHERS = ("dataset", "data_dir", "num_classes", "image_size", "depth", "encoder")
+
+
+def _checked_config(experiment: str | None, given: dict) -> experiment_config.Config | None:
+    """The config every task builds from ``--config`` and the ``given`` fields, checked as ``tfdist.train``
+    checks it (but its ``encoder_weights``, a file on the tasks' hosts); None where ``--config`` is a file that
+    is not here (read on the task's own host), each given field then checked alone on the defaults (but
+    ``READ_WITH_OTHERS``)."""
+    config = experiment_config.Config()
+    if experiment is not None:
+        try:
+            config_lib.resolve_experiment_path(experiment)
+        except UserError:
+            for name, value in given.items():
+                if name not in READ_WITH_OTHERS:
+                    experiment_config.validate(config_lib.override(config, {name: value}))
+            return None
+        config = config_lib.override(config_lib.load_experiment(config, experiment), {"encoder_weights": ""})
+    return experiment_config.validate(config_lib.override(config, given))

@@ -4,11 +4,14 @@ process's Keras settings set after it."""
 from __future__ import annotations
 
 import os
+import re
 import sys
+from typing import Sequence
 
+from tfdist.cluster.spec import ClusterSpec
 from tfdist.cluster.task import Task
 from tfdist.errors import DevicesFixed, UserError
-from tfdist.strategies.registry import Traits
+from tfdist.strategies.registry import Traits, traits
 
 
 #: What a host with a GPU TensorFlow could use has (NVIDIA's driver, ROCm's, WSL's DirectX): without any of
@@ -31,23 +34,55 @@ def has_gpu() -> bool:
     return physical_gpus() > 0
 
 
-def visible_gpus() -> int:
-    """The NVIDIA GPUs this process may use, from the driver and ``CUDA_VISIBLE_DEVICES``, without starting
-    TensorFlow (``auto`` is resolved before it starts, where bad input is still refused in a second).
+#: Where the NVIDIA driver lists the GPUs of this machine (one folder each).
+NVIDIA_DRIVER_GPUS = "/proc/driver/nvidia/gpus"
 
-    As CUDA reads ``CUDA_VISIBLE_DEVICES``: its entries up to the first that names no device (empty, or negative).
+
+def cuda_visible_gpus(visible: str | None, count: int, uuids: Sequence[str] = ()) -> int:
+    """How many of ``count`` GPUs CUDA shows under ``CUDA_VISIBLE_DEVICES=visible``, by CUDA's rules.
+
+    Unset: all of them. Otherwise the entries are GPU numbers, or UUIDs
+    (``GPU-...``, unique prefixes of ``uuids`` when those are known;
+    ``MIG-...``), as the first entry is. CUDA stops at the first entry that
+    names no GPU here (empty, ``-1``, a number past the last GPU, an unknown
+    UUID, an entry of the other kind) and shows none when an entry repeats.
     """
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is None:
-        driver = "/proc/driver/nvidia/gpus"
-        return len(os.listdir(driver)) if os.path.isdir(driver) else 0
-    count = 0
-    for entry in visible.split(","):
-        entry = entry.strip()
-        if not entry or entry.startswith("-"):
+        return count
+    entries = [e.strip() for e in visible.split(",")]
+    prefix = next((p for p in ("GPU-", "MIG-") if entries[0].startswith(p)), None)
+    seen: list[str] = []
+    for entry in entries:
+        if prefix is None:
+            number = re.match(r"\+?([0-9]+)", entry)  # as strtoul reads it
+            if number is None or int(number.group(1)) >= count:
+                break
+            gpu = str(int(number.group(1)))
+        elif not entry.startswith(prefix):
             break
-        count += 1
-    return count
+        elif prefix == "GPU-" and uuids:
+            matches = [u for u in uuids if u.startswith(entry)]
+            if len(matches) != 1:
+                break
+            gpu = matches[0]
+        else:
+            gpu = entry
+        if gpu in seen:
+            return 0
+        seen.append(gpu)
+    return min(len(seen), count)
+
+
+def visible_gpus() -> int:
+    """The GPUs this process may use, as TensorFlow will see them, without starting it (``auto`` is resolved
+    before it starts, where bad input is still refused in a second).
+
+    With NVIDIA's driver: its GPUs as ``CUDA_VISIBLE_DEVICES`` narrows them (``cuda_visible_gpus``); without it,
+    ``physical_gpus`` (0 on a Linux host with no GPU driver, whatever ``CUDA_VISIBLE_DEVICES`` says).
+    """
+    if os.path.isdir(NVIDIA_DRIVER_GPUS):
+        return cuda_visible_gpus(os.environ.get("CUDA_VISIBLE_DEVICES"), len(os.listdir(NVIDIA_DRIVER_GPUS)))
+    return physical_gpus()
 
 
 def default_cpu_devices(traits: Traits) -> int:
@@ -71,14 +106,26 @@ def check_global_batch(global_batch_size: int, replicas: int) -> None:
 def replicas_in_sync(traits: Traits, *, cpu_devices: int, task: Task) -> int:
     """The replicas of the strategy of ``traits``, known before TensorFlow starts (it lists GPUs and starts nothing).
 
-    Local devices: the GPUs, else ``cpu_devices`` (or the default) logical CPUs; multi_worker_mirrored: its
-    chief and workers times this host's GPUs, as many on each (``python -m tfdist.doctor`` checks that).
+    Local devices: the GPUs, else ``cpu_devices`` (or the default) logical CPUs; a cluster: ``cluster_replicas``
+    with this host's GPUs, as many on each (``python -m tfdist.doctor`` checks that).
     """
-    gpus, t = physical_gpus(), traits
-    if t.local_devices:
+    gpus = physical_gpus()
+    if traits.local_devices:
         return gpus or cpu_devices or default_cpu_devices(traits)
-    workers = sum(task.training_spec.count(k) for k in ("chief", "worker")) if not t.coordinator else 1
-    return workers * max(1, gpus) if t.multi_process else 1
+    return cluster_replicas(traits.name, task.spec, gpus) or 1
+
+
+def cluster_replicas(strategy: str, spec: ClusterSpec, gpus: int) -> int | None:
+    """The replicas of ``strategy`` over the training tasks of ``spec`` with ``gpus`` GPUs on each (a CPU is one
+    replica): ``multi_worker_mirrored``'s chief and workers times their GPUs; one worker's under a coordinator,
+    which gives each step to one worker; 1 for ``one_device``; None for the other one-process strategies, whose
+    replicas come from the host (its GPUs, else ``cpu_devices``).
+    """
+    t = traits(strategy)
+    if not t.multi_process:
+        return None if t.local_devices else 1
+    workers = 1 if t.coordinator else sum(spec.training_spec().count(k) for k in ("chief", "worker"))
+    return workers * max(1, gpus)
 
 
 def setup_host(*, cpu_devices: int = 1, inter_op_threads: int = 0) -> None:

@@ -1,0 +1,244 @@
+"""Bad input to ``tfdist.manifest``, ``tfdist.launch``, ``tfdist.tfconfig`` and ``tfdist.predict`` ends as one line
+with status 2.
+
+Each case runs the CLI's own entry in this process (its flags defined, parsed and removed again), so the
+table costs no process start; a few run as real processes to show the one-line, status-2 contract end to
+end. A case writes nothing, and the run directory it is given is left byte for byte as it was.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import struct
+import sys
+import threading
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from absl import app, flags  # noqa: F401  (app defines its flags, and absl.logging its own, before any test)
+
+from helpers.clis import REPO, assert_user_error, start_cli
+from tfdist import config as config_lib
+from tfdist.strategies import host
+
+LOCAL_MWM = REPO / "configs" / "clusters" / "local_mwm.yaml"
+
+
+def png_header(width: int, height: int) -> bytes:
+    """A PNG whose header claims ``width`` x ``height`` pixels (no pixel data follows): what Pillow opens first."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"")) + chunk(b"IEND", b"")
+
+
+def end_waits(fifos: list[Path], stop: threading.Event) -> None:
+    """Until ``stop``: open each FIFO at the other end as soon as a CLI waits on it, and close it again (a reader
+    sees an empty file), so that a CLI that opens one fails its case instead of waiting for ever."""
+    while not stop.wait(0.05):
+        for fifo in fifos:
+            for flags_ in (os.O_WRONLY | os.O_NONBLOCK, os.O_RDONLY | os.O_NONBLOCK):
+                try:
+                    os.close(os.open(fifo, flags_))
+                except OSError:  # nobody waits to read (ENXIO)
+                    pass
+
+
+@pytest.fixture
+def inputs(tmp_path):
+    """A folder of inputs: a good image, images too large, FIFOs nobody writes, a run with a zeroed model."""
+    from PIL import Image
+
+    Image.fromarray(np.zeros((8, 8, 3), dtype=np.uint8)).save(tmp_path / "ok.png")
+    (tmp_path / "bomb.png").write_bytes(png_header(30000, 30000))  # past Pillow's error limit
+    (tmp_path / "large.png").write_bytes(png_header(10000, 10000))  # past its warning limit
+    os.mkfifo(tmp_path / "fifo.png")
+    os.mkfifo(tmp_path / "fifo.yaml")
+    (tmp_path / "run" / "export").mkdir(parents=True)
+    (tmp_path / "run" / "export" / "model.keras").write_bytes(bytes(4096))
+    (tmp_path / "run" / "params.yaml").write_text("train: {epochs: 1}\n")
+    (tmp_path / "pods.yaml").write_text("model: {encoder: mobilenetv2, encoder_weights: /on/the/pods.h5}\n")
+    stop = threading.Event()
+    writer = threading.Thread(target=end_waits, args=([tmp_path / "fifo.png", tmp_path / "fifo.yaml"], stop),
+                              daemon=True)
+    writer.start()
+    yield tmp_path
+    stop.set()
+    writer.join(timeout=10)
+
+
+def snapshot(folder: Path) -> dict[str, bytes | None]:
+    """Every path under ``folder`` and the bytes of its regular files (None for the others)."""
+    return {str(p.relative_to(folder)): p.read_bytes() if p.is_file() else None for p in sorted(folder.rglob("*"))}
+
+
+@pytest.fixture
+def cli(monkeypatch, capsys):
+    """Run a CLI's entry in this process: ``(status, stdout, stderr)``; its flags are gone again afterwards."""
+    monkeypatch.setenv("TFDIST_TF_LOGS", "1")  # no stderr filter process for this one
+
+    def run(module: str, *args) -> tuple[int, str, str]:
+        entry = importlib.import_module(module).entry
+        monkeypatch.setattr(sys, "argv", [module, *map(str, args)])
+        before, parsed = set(flags.FLAGS), flags.FLAGS.is_parsed()
+        try:
+            with pytest.raises(SystemExit) as exited:
+                entry()
+        finally:
+            for name in set(flags.FLAGS) - before:
+                delattr(flags.FLAGS, name)
+            flags.FLAGS.unparse_flags()
+            if parsed:
+                flags.FLAGS.mark_as_parsed()
+        out, err = capsys.readouterr()
+        return exited.value.code or 0, out, err
+
+    return run
+
+
+def manifest(*args):
+    return ("tfdist.manifest", "--cluster", LOCAL_MWM, "--image", "img", *args)
+
+
+#: (case, the CLI and its arguments ({d}: the inputs folder), a regex the one line must match).
+BAD = [
+    ("image_tag_not_ascii", ("tfdist.manifest", "--cluster", LOCAL_MWM, "--image", "img:t\u00e4", "--"),
+     "`--image`: its tag .* is not ASCII"),
+    ("image_registry_port_past_65535",
+     ("tfdist.manifest", "--cluster", LOCAL_MWM, "--image", "reg.example.com:70000/img:1"), "registry port"),
+    ("volume_not_dns_labels", manifest("--form", "jobset", "--volume", "unet..runs"), "`--volume`.*unet..runs"),
+    ("gpus_past_int64", manifest("--gpus", str(2**63)), "`--gpus`"),
+    ("config_and_a_bad_epochs", manifest("--", "--config", "quick", "--epochs", "-1"), "`--epochs`.*epochs=-1"),
+    ("config_not_here_and_a_bad_epochs", manifest("--", "--config", "{d}/elsewhere.yaml", "--epochs=-1"),
+     "`--epochs`.*epochs=-1"),
+    ("model_dir_twice_the_last_outside_the_volume",
+     manifest("--form", "jobset", "--volume", "unet-runs", "--", "--model_dir", "/runs/a", "--model_dir", "/tmp/b"),
+     "`--model_dir`.*'/tmp/b'"),
+    ("global_batch_over_two_workers", manifest("--", "--global_batch_size", "3"), "global_batch_size=3 with 2 replicas"),
+    ("global_batch_over_two_workers_of_two_gpus", manifest("--gpus", "2", "--", "--global_batch_size", "6"),
+     "global_batch_size=6 with 4 replicas"),
+    ("global_batch_of_the_config_over_the_workers", manifest("--", "--config", "quick", "--global_batch_size", "5"),
+     "global_batch_size=5 with 2 replicas"),
+    ("tfconfig_commands_global_batch_over_two_workers",
+     ("tfdist.tfconfig", "--cluster", LOCAL_MWM, "--commands", "--", "--global_batch_size", "3"),
+     "global_batch_size=3 with 2 replicas"),
+    ("train_bool_given_a_value", manifest("--", "--nodeterministic=true"), "--nodeterministic=true does not take"),
+    ("manifest_cluster_fifo", ("tfdist.manifest", "--cluster", "{d}/fifo.yaml", "--image", "img"), "FIFO"),
+    # A word after a boolean flag would start every task's command (`yes true` never ends; `false true` does).
+    ("launch_bool_then_a_word", ("tfdist.launch", "--show_startup_noise", "false", "--cluster", LOCAL_MWM, "--",
+                                 "true"), "'false' is not a flag"),
+    ("launch_command_without_dashes", ("tfdist.launch", "--cluster", LOCAL_MWM, "true"), "'true' is not a flag"),
+    ("launch_nobool_given_a_value", ("tfdist.launch", "--noshow_startup_noise=1", "--cluster", LOCAL_MWM, "--", "true"),
+     "does not take an argument"),
+    ("launch_max_restarts_past_int64", ("tfdist.launch", f"--max_restarts={2**63}", "--cluster", LOCAL_MWM, "--",
+                                        "true"), "--max_restarts"),
+    ("launch_cluster_fifo", ("tfdist.launch", "--cluster", "{d}/fifo.yaml", "--", "true"), "FIFO"),
+    ("predict_old_name_negated", ("tfdist.predict", "--noimage"), "Unknown command line flag 'noimage'"),
+    ("predict_image_too_large", ("tfdist.predict", "--model_dir={d}/run", "--input_image={d}/bomb.png",
+                                 "--overlay_output={d}/o.png"), "`--input_image`.*bomb.png"),
+    ("predict_image_past_the_warning_limit", ("tfdist.predict", "--model_dir={d}/run", "--input_image={d}/large.png",
+                                              "--overlay_output={d}/o.png"), "`--input_image`.*large.png"),
+    ("predict_image_fifo", ("tfdist.predict", "--model_dir={d}/run", "--input_image={d}/fifo.png",
+                            "--overlay_output={d}/o.png"), "`--input_image`.*FIFO"),
+    ("predict_zeroed_model", ("tfdist.predict", "--model_dir={d}/run", "--input_image={d}/ok.png",
+                              "--overlay_output={d}/o.png"), "model.keras is not a Keras model file"),
+    ("predict_output_in_proc", ("tfdist.predict", "--model_dir={d}/run", "--input_image={d}/ok.png",
+                                "--overlay_output=/proc/o.png"), "`--overlay_output`.*cannot be written"),
+    ("predict_output_in_sys", ("tfdist.predict", "--model_dir={d}/run", "--input_image={d}/ok.png",
+                               "--overlay_output=/sys/o.png"), "`--overlay_output`.*cannot be written"),
+    ("predict_mask_output_fifo", ("tfdist.predict", "--model_dir={d}/run", "--input_image={d}/ok.png",
+                                  "--overlay_output={d}/o.png", "--mask_output={d}/fifo.png"), "`--mask_output`.*FIFO"),
+]
+
+
+@pytest.mark.parametrize("module, args, match", [(case[1][0], case[1][1:], case[2]) for case in BAD],
+                         ids=[case[0] for case in BAD])
+def test_bad_input_is_one_line_with_status_2_and_writes_nothing(cli, inputs, module, args, match):
+    before = snapshot(inputs)
+    status, out, err = cli(module, *(str(a).format(d=inputs) for a in args))
+    assert_user_error((status, out, err), match)
+    assert snapshot(inputs) == before
+
+
+#: What the checks above must still let through.
+GOOD = [
+    ("registry_with_a_port", ("tfdist.manifest", "--cluster", LOCAL_MWM, "--image", "reg.example.com:5000/team/img:1")),
+    ("volume_of_dotted_labels", manifest("--form", "jobset", "--volume", "unet.runs")),
+    ("global_batch_over_two_workers_of_two_gpus", manifest("--gpus", "2", "--", "--global_batch_size", "8")),
+    ("config_not_here_and_a_field_it_may_complete", manifest("--", "--config", "/elsewhere.yaml", "--num_classes", "2")),
+    ("model_dir_twice_the_last_in_the_volume",
+     manifest("--form", "jobset", "--volume", "unet-runs", "--", "--model_dir", "/tmp/b", "--model_dir", "/runs/a")),
+    ("config_here_naming_weights_on_the_pods", manifest("--", "--config", "{d}/pods.yaml")),
+]
+
+
+@pytest.mark.parametrize("argv", [case[1] for case in GOOD], ids=[case[0] for case in GOOD])
+def test_good_manifest_input_still_passes(cli, inputs, argv):
+    status, out, err = cli(argv[0], *(str(a).format(d=inputs) for a in argv[1:]))
+    assert (status, err) == (0, "") and out.startswith("---")
+
+
+def test_the_last_model_dir_is_the_one_in_the_manifests(cli):
+    argv = manifest("--form", "jobset", "--volume", "unet-runs", "--", "--model_dir", "/tmp/b", "--model_dir",
+                    "/runs/a")
+    status, out, _ = cli(argv[0], *argv[1:])
+    assert status == 0 and "/runs/a" in out
+
+
+@pytest.mark.parametrize("visible, driver_gpus, expected", [
+    ("0,,1", None, 0),  # no driver: TensorFlow sees no GPU, whatever CUDA_VISIBLE_DEVICES says
+    ("0,1", None, 0),
+    (None, 2, 2),
+    ("0,,1", 2, 1),  # CUDA stops at the empty entry
+    ("1,0", 2, 2),
+    ("0,5", 2, 1),  # and at a GPU past the last
+    ("-1", 2, 0),
+])
+def test_auto_counts_gpus_as_tensorflow_sees_them(monkeypatch, tmp_path, visible, driver_gpus, expected):
+    driver = tmp_path / "gpus"
+    if driver_gpus is not None:
+        for i in range(driver_gpus):
+            (driver / f"0000:0{i}:00.0").mkdir(parents=True)
+    monkeypatch.setattr(host, "NVIDIA_DRIVER_GPUS", str(driver))
+    monkeypatch.setattr(host, "GPU_DRIVER_PATHS", (str(driver),))
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert host.visible_gpus() == expected
+
+
+def test_auto_without_a_gpu_driver_takes_cpu_devices_whatever_cuda_visible_devices_says(monkeypatch, tmp_path):
+    monkeypatch.setattr(host, "NVIDIA_DRIVER_GPUS", str(tmp_path / "absent"))
+    monkeypatch.setattr(host, "GPU_DRIVER_PATHS", (str(tmp_path / "absent"),))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,,1")
+    rt = config_lib.resolve_strategy(config_lib.RuntimeConfig(strategy="auto", cpu_devices=3))
+    assert (rt.strategy, rt.cpu_devices) == ("mirrored", 3)
+
+
+#: Cases run as real processes, side by side: (the CLI and its arguments, a regex the one line must match).
+END_TO_END = [
+    (("tfdist.launch", "--show_startup_noise", "false", "--cluster", LOCAL_MWM, "--", "true"), "'false' is not a flag"),
+    (("tfdist.manifest", "--cluster", "{d}/fifo.yaml", "--image", "img"), "FIFO"),
+    (("tfdist.predict", "--noimage"), "'noimage'"),
+    (("tfdist.predict", "--model_dir={d}/run", "--input_image={d}/bomb.png", "--overlay_output={d}/o.png"),
+     "`--input_image`"),
+    (("tfdist.train", "--nodeterministic=true", "--model_dir={d}/run"), "--nodeterministic=true does not take"),
+]
+
+
+def test_bad_input_as_real_processes_is_one_line_with_status_2(inputs):
+    before = snapshot(inputs)
+    runs = [(start_cli(argv[0], *(str(a).format(d=inputs) for a in argv[1:])), match) for argv, match in END_TO_END]
+    for proc, match in runs:
+        try:
+            out, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        assert_user_error((proc.returncode, out, err), match)
+    assert snapshot(inputs) == before
