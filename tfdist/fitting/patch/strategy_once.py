@@ -1,4 +1,5 @@
-"""One ``MultiWorkerMirroredStrategy`` per process: a second construction returns the first."""
+"""One strategy per process across workers: a second ``MultiWorkerMirroredStrategy`` construction returns the
+first, and any other strategy built after one across workers is refused with one line (TensorFlow would crash)."""
 
 from __future__ import annotations
 
@@ -40,10 +41,67 @@ def install() -> None:
     __init__.tfdist_once = True
     cls.__new__ = staticmethod(__new__)
     cls.__init__ = __init__
+    for other, name in _other_strategies(tf).items():
+        if not getattr(other.__init__, "tfdist_once", False):
+            other.__init__ = _refused_after_one_across_workers(name, other.__init__)
+
+
+def _other_strategies(tf) -> dict:
+    """TensorFlow's public strategy classes other than ``tf.distribute.MultiWorkerMirroredStrategy``, each with
+    its public name (the first module that has it, TensorFlow 2's before ``tf.compat.v1``'s)."""
+    modules = {"tf.distribute": tf.distribute, "tf.distribute.experimental": tf.distribute.experimental,
+               "tf.compat.v1.distribute": tf.compat.v1.distribute,
+               "tf.compat.v1.distribute.experimental": tf.compat.v1.distribute.experimental}
+    base = (tf.distribute.Strategy, tf.compat.v1.distribute.Strategy)
+    found: dict = {}
+    for prefix, module in modules.items():
+        for name, value in sorted(vars(module).items()):
+            if isinstance(value, type) and issubclass(value, base) and value not in base:
+                found.setdefault(value, f"{prefix}.{name}")
+    found.pop(tf.distribute.MultiWorkerMirroredStrategy, None)
+    return found
+
+
+def _refused_after_one_across_workers(name: str, init):
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        across = _across_workers()
+        if across is not None:
+            raise UserError(
+                f"Invalid {name}(...) in this process: it already has a strategy across workers ({across}), "
+                "and TensorFlow cannot build a second strategy beside it (a MirroredStrategy built after one "
+                f"crashes the process). Received: {name.rsplit('.', 1)[-1]}{_describe(args, kwargs)} after it. "
+                "Expected one strategy per process: the one built at the top of the script, reused everywhere.")
+        init(self, *args, **kwargs)
+
+    __init__.tfdist_once = True
+    return __init__
+
+
+def _across_workers() -> str | None:
+    """What makes this process one task of several, in words (``tfdist.setup``'s cluster, or the script's first
+    ``MultiWorkerMirroredStrategy`` across workers), or None."""
+    from tfdist import _compat
+    from tfdist.runtime import session
+
+    current = session.current()
+    if current is not None and not current.placement.task.is_local:
+        return f"tfdist.setup's {current.runtime.strategy} as {current.placement.name}"
+    made = _made.get("strategy")
+    if made is not None and _compat.is_multi_worker(made):
+        return "the script's first tf.distribute.MultiWorkerMirroredStrategy"
+    return None
 
 
 def _first(cls):
     return _made.get("strategy") or _session_strategy(cls)
+
+
+def first():
+    """The process' ``MultiWorkerMirroredStrategy``: the one ``tfdist.setup`` made, or the script's first; or None."""
+    import tensorflow as tf
+
+    return _first(tf.distribute.MultiWorkerMirroredStrategy)
 
 
 def _session_strategy(cls):
@@ -69,5 +127,11 @@ def _key(args, kwargs) -> tuple:
 
 
 def _describe(args, kwargs) -> str:
-    parts = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
+    """The arguments as typed, an object without a short repr by its type's name."""
+
+    def shown(v):
+        text = repr(v)
+        return type(v).__name__ if text.startswith("<") else text
+
+    parts = [shown(a) for a in args] + [f"{k}={shown(v)}" for k, v in kwargs.items()]
     return "(" + ", ".join(parts) + ")"
