@@ -4,7 +4,8 @@
 (Keras' ``Model.save``, ``keras.saving.save_model``, ``save_weights``, ``export``; TensorFlow's ``Checkpoint.save``
 and ``write``, ``CheckpointManager.save``, ``tf.saved_model.save``), each followed at once by its load, with the
 chief's saves 3 s late. Every worker reads the chief's file (the tag each worker sets says whose), predicting what
-was saved; the folder holds the chief's files alone; no worker's scratch folder is left. The same run builds the
+was saved; nothing changes in the folder while the chief waits to save (no other worker writes there); the folder
+holds the chief's files alone; no worker's scratch folder is left. The same run builds the
 strategy again (the session's comes back) and every other strategy (each refused with one line).
 
 The two TensorFlow tutorials on saving under a strategy, compact, with ``strategy = tfdist.setup()`` as their
@@ -66,6 +67,7 @@ def test_every_save_lands_once_and_every_worker_loads_the_chiefs_finished_file(t
         managed = result["CheckpointManager.save"]
         assert managed["returned"] == ["managed/ckpt-1", "managed/ckpt-2", "managed/ckpt-3"], (task, managed)
         assert managed["latest"] == ["managed/ckpt-3"] * 2 and managed["kept"] == ["managed/ckpt-2", "managed/ckpt-3"]
+    assert results["worker:0"]["foreign"] == [], results["worker:0"]["foreign"]  # nothing but the chief wrote
     assert {p.name for p in out.iterdir()} == FOLDER
     written = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
     assert not [p for p in written if "temp" in p or "worker" in p], written

@@ -4,7 +4,7 @@ Every listed save call writes a fresh path in the folder, then every worker load
 read as one ``RESULTS`` JSON line: the weight ``tag`` the file holds (each worker sets its own before saving:
 1000 plus its index, so the file says who wrote it), whether the reload predicts what was saved, and the path a
 save returned. The chief's saves start 3 s late (a slow write), so a worker that did not wait for them would find
-no file, or its own. At the end: ``tf.distribute.MultiWorkerMirroredStrategy()`` again, and every other strategy
+no file, or its own; whatever changes in the folder while the chief waits was written by another worker. At the end: ``tf.distribute.MultiWorkerMirroredStrategy()`` again, and every other strategy
 that the process must refuse.
 """
 
@@ -52,10 +52,22 @@ model.get_layer("tag").tag.assign(TAG)  # this worker's copy alone: the file say
 expected = model(x).numpy()
 
 
+#: What changed in the folder while the chief slept before a save: nothing, unless another worker wrote there.
+foreign = []
+
+
+def listing() -> dict:
+    return {os.path.relpath(os.path.join(d, f), out): os.stat(os.path.join(d, f)).st_mtime_ns
+            for d, _, files in os.walk(out) for f in files}
+
+
 def slow(save):
-    """The chief's save, 3 s late."""
+    """The chief's save, 3 s late; what changed in the folder meanwhile is noted in ``foreign``."""
     def late(*args, **kwargs):
+        before = listing()
         time.sleep(3)
+        after = listing()
+        foreign.extend(sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p)))
         return save(*args, **kwargs)
     return late
 
@@ -154,4 +166,5 @@ for name, make in [
     except tfdist.errors.UserError as e:
         refused[name] = str(e)
 results["refused"] = refused
+results["foreign"] = foreign
 print("RESULTS " + json.dumps(results), flush=True)
