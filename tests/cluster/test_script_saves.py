@@ -6,7 +6,8 @@ and ``write``, ``CheckpointManager.save``, ``tf.saved_model.save``), each follow
 chief's saves 3 s late. Every worker reads the chief's file (the tag each worker sets says whose), predicting what
 was saved; nothing changes in the folder while the chief waits to save (no other worker writes there); the folder
 holds the chief's files alone; no worker's scratch folder is left. The same run builds the
-strategy again (the session's comes back) and every other strategy (each refused with one line).
+strategy again (the session's comes back) and every other strategy (each refused with one line); inside
+``tfdist.saves_on_every_worker()`` each worker writes and reads a file of its own.
 
 The two TensorFlow tutorials on saving under a strategy, compact, with ``strategy = tfdist.setup()`` as their
 strategy's line, run on 2 workers and reload what they saved. A strategy built after a set-up across workers, not
@@ -34,8 +35,8 @@ PUBLIC = {"MirroredStrategy": "tf.distribute.MirroredStrategy",
           "OneDeviceStrategy": "tf.distribute.OneDeviceStrategy",
           "ParameterServerStrategy": "tf.distribute.ParameterServerStrategy"}
 
-#: What the folder holds after the saves: the chief's files, once each.
-FOLDER = {"model.keras", "saved_with_keras.keras", "only.weights.h5", "checkpoints", "written", "managed",
+#: What the folder holds after the saves: the chief's files, once each, and each worker's own file.
+FOLDER = {"own-0.keras", "own-1.keras", "model.keras", "saved_with_keras.keras", "only.weights.h5", "checkpoints", "written", "managed",
           "saved_model", "exported"}
 
 
@@ -62,6 +63,8 @@ def test_every_save_lands_once_and_every_worker_loads_the_chiefs_finished_file(t
                      "Checkpoint.write", "CheckpointManager.save", "tf.saved_model.save", "Model.export"):
             assert result[case]["tags"] and set(result[case]["tags"]) == {1000.0}, (task, case, result[case])
             assert result[case]["same"], (task, case)
+        own = result["saves_on_every_worker"]
+        assert own == {"tags": [1000.0 + int(task[-1])], "same": True}, (task, own)
         assert result["Checkpoint.save"]["returned"] == ["checkpoints/ckpt-1", "checkpoints/ckpt-2"], task
         assert result["Checkpoint.write"]["returned"] == ["written/weights"], task
         managed = result["CheckpointManager.save"]

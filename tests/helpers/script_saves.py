@@ -4,8 +4,8 @@ Every listed save call writes a fresh path in the folder, then every worker load
 read as one ``RESULTS`` JSON line: the weight ``tag`` the file holds (each worker sets its own before saving:
 1000 plus its index, so the file says who wrote it), whether the reload predicts what was saved, and the path a
 save returned. The chief's saves start 3 s late (a slow write), so a worker that did not wait for them would find
-no file, or its own; whatever changes in the folder while the chief waits was written by another worker. At the end: ``tf.distribute.MultiWorkerMirroredStrategy()`` again, and every other strategy
-that the process must refuse.
+no file, or its own; whatever changes in the folder while the chief waits was written by another worker. Then ``tf.distribute.MultiWorkerMirroredStrategy()`` again, every other strategy that the
+process must refuse, and a save of each worker's own file inside ``tfdist.saves_on_every_worker()``.
 """
 
 import json
@@ -72,15 +72,13 @@ def slow(save):
     return late
 
 
+SLOWED = [(keras.Model, "save"), (keras.Model, "save_weights"), (keras.Model, "export"), (keras.saving, "save_model"),
+          (tf.train.Checkpoint, "save"), (tf.train.Checkpoint, "write"), (tf.train.CheckpointManager, "save"),
+          (tf.saved_model, "save")]
+ORIGINALS = [getattr(owner, name) for owner, name in SLOWED]
 if chief:
-    keras.Model.save = slow(keras.Model.save)
-    keras.Model.save_weights = slow(keras.Model.save_weights)
-    keras.Model.export = slow(keras.Model.export)
-    keras.saving.save_model = slow(keras.saving.save_model)
-    tf.train.Checkpoint.save = slow(tf.train.Checkpoint.save)
-    tf.train.Checkpoint.write = slow(tf.train.Checkpoint.write)
-    tf.train.CheckpointManager.save = slow(tf.train.CheckpointManager.save)
-    tf.saved_model.save = slow(tf.saved_model.save)
+    for owner, name in SLOWED:
+        setattr(owner, name, slow(getattr(owner, name)))
 
 
 def same(predicted) -> bool:
@@ -167,4 +165,12 @@ for name, make in [
         refused[name] = str(e)
 results["refused"] = refused
 results["foreign"] = foreign
+
+for (owner, name), original in zip(SLOWED, ORIGINALS):
+    setattr(owner, name, original)
+path = os.path.join(out, f"own-{index}.keras")
+with tfdist.saves_on_every_worker():  # each worker's own file, written by itself
+    model.save(path)
+loaded = keras.models.load_model(path, custom_objects={"Tag": Tag})
+results["saves_on_every_worker"] = {"tags": [float(loaded.get_layer("tag").tag.numpy())], "same": same(loaded(x))}
 print("RESULTS " + json.dumps(results), flush=True)
