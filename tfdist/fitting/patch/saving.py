@@ -56,14 +56,14 @@ def install() -> None:
     import tensorflow as tf
 
     for name in ("save", "save_weights", "export"):
-        _wrap_attribute(keras.Model, name, _path_save(getattr(keras.Model, name), holder=True))
+        _wrap_attribute(keras.Model, name, _path_save(getattr(keras.Model, name), "filepath"))
     for name in ("save", "write"):
-        _wrap_attribute(tf.train.Checkpoint, name, _path_save(getattr(tf.train.Checkpoint, name), holder=True))
+        _wrap_attribute(tf.train.Checkpoint, name, _path_save(getattr(tf.train.Checkpoint, name), "file_prefix"))
     _wrap_attribute(tf.train.CheckpointManager, "save", _manager_save(tf.train.CheckpointManager.save))
-    save_model = _path_save(keras.saving.save_model, holder=False)
+    save_model = _path_save(keras.saving.save_model, "filepath")
     for module in (keras.saving, keras.models):
         _wrap_attribute(module, "save_model", save_model)
-    _wrap_attribute(tf.saved_model, "save", _path_save(tf.saved_model.save, holder=False))
+    _wrap_attribute(tf.saved_model, "save", _path_save(tf.saved_model.save, "export_dir"))
 
 
 def _wrap_attribute(owner, name: str, wrapper) -> None:
@@ -71,22 +71,22 @@ def _wrap_attribute(owner, name: str, wrapper) -> None:
         setattr(owner, name, wrapper)
 
 
-def _path_save(save: Callable, *, holder: bool) -> Callable:
-    """``save(what, path, ...)`` made once across workers; ``holder``: ``what`` is ``self`` (a method)."""
+def _path_save(save: Callable, path_name: str) -> Callable:
+    """``save(what, path, ...)`` (a method, or a function of what it saves) made once across workers, its path
+    given second or as ``path_name``."""
     if getattr(save, "tfdist_saves", False):
         return save
 
     @functools.wraps(save)
     def wrapper(*args, **kwargs):
-        name = "file_prefix" if "file_prefix" in kwargs else "export_dir" if "export_dir" in kwargs else "filepath"
-        if len(args) < 2 and name not in kwargs or _left_alone(sys._getframe(1)):
+        if not args or len(args) < 2 and path_name not in kwargs or _left_alone(sys._getframe(1)):
             return save(*args, **kwargs)
-        what, path = args[0], args[1] if len(args) > 1 else kwargs[name]
+        what, path = args[0], args[1] if len(args) > 1 else kwargs[path_name]
 
         def call(target):
             if len(args) > 1:
                 return save(what, target, *args[2:], **kwargs)
-            return save(what, **{**kwargs, name: target})
+            return save(what, **{**kwargs, path_name: target})
 
         return _once(call, path, _saved_objects(what))
 
