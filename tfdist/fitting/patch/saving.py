@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import os
 import shutil
 import sys
@@ -79,7 +80,8 @@ def _path_save(save: Callable, path_name: str) -> Callable:
 
     @functools.wraps(save)
     def wrapper(*args, **kwargs):
-        if not args or len(args) < 2 and path_name not in kwargs or _left_alone(sys._getframe(1)):
+        caller = sys._getframe(1)
+        if not args or len(args) < 2 and path_name not in kwargs or _left_alone(caller):
             return save(*args, **kwargs)
         what, path = args[0], args[1] if len(args) > 1 else kwargs[path_name]
 
@@ -88,7 +90,7 @@ def _path_save(save: Callable, path_name: str) -> Callable:
                 return save(what, target, *args[2:], **kwargs)
             return save(what, **{**kwargs, path_name: target})
 
-        return _once(call, path, _saved_objects(what))
+        return _once(call, path, _saved_objects(what), caller)
 
     wrapper.tfdist_saves = True
     return wrapper
@@ -101,7 +103,8 @@ def _manager_save(save: Callable) -> Callable:
 
     @functools.wraps(save)
     def wrapper(self, *args, **kwargs):
-        if _left_alone(sys._getframe(1)):
+        caller = sys._getframe(1)
+        if _left_alone(caller):
             return save(self, *args, **kwargs)
 
         def call(target):
@@ -110,7 +113,7 @@ def _manager_save(save: Callable) -> Callable:
             with _compat.checkpoint_manager_in(self, target):
                 return save(self, *args, **kwargs)
 
-        return _once(call, self.directory, _saved_objects(self.checkpoint))
+        return _once(call, self.directory, _saved_objects(self.checkpoint), caller)
 
     wrapper.tfdist_saves = True
     return wrapper
@@ -154,15 +157,16 @@ def _is_model(value) -> bool:
     return isinstance(value, keras.Model)
 
 
-def _once(call: Callable[[str], Any], path, objects) -> Any:
+def _once(call: Callable[[str], Any], path, objects, caller) -> Any:
     """Run ``call`` (a save into the path it is given) once across workers: the chief into ``path``, any other
-    worker into a scratch directory, removed after; then each returns once the chief's save of ``path`` is done.
-    A path ``call`` returns that names the scratch copy names ``path``'s instead."""
+    worker into a scratch directory, removed after; then each returns once the chief's save made by the same
+    line of the script (``caller``'s) is done. A path ``call`` returns that names the scratch copy names ``path``'s
+    instead."""
     strategy = _strategy(objects)
     if strategy is None:
         return _saving(call, path)
     path = os.fspath(path)
-    key = _key(path)
+    key = _key(caller)
     if strategy.extended.should_checkpoint:
         try:
             result = _saving(call, path)
@@ -196,7 +200,19 @@ def _saving(call: Callable[[str], Any], path: str) -> Any:
         _local.saving = previous
 
 
-def _key(path: str) -> str:
-    """The key of this process' next save of ``path``: every worker numbers its saves of one path alike."""
-    _counts[path] = _counts.get(path, 0) + 1
-    return f"{KEY_PREFIX}{path}/{_counts[path]}"
+def _key(caller) -> str:
+    """The key of this process' next save made from ``caller``'s place in the script: its line, and the lines of
+    the calls that led there.
+
+    Every worker runs the same script, so its n-th save from one place is every other worker's n-th save from that
+    place, whatever path each names there (the chief's own, a scratch path of a worker's own, as Keras 2's
+    multi-worker guide wrote) and whatever saves the chief alone makes elsewhere (``if is_chief: ...``).
+    """
+    lines = []
+    frame = caller
+    while frame is not None:
+        lines.append(f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_code.co_name}:{frame.f_lineno}")
+        frame = frame.f_back
+    site = hashlib.sha256("|".join(lines).encode()).hexdigest()[:24]
+    _counts[site] = _counts.get(site, 0) + 1
+    return f"{KEY_PREFIX}{site}/{_counts[site]}"
