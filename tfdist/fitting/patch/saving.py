@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator
 from tfdist import _compat
 from tfdist.fitting.callbacks import inside
 
-#: How long a worker waits for the chief's save of the same call, in seconds (a slow upload of a large model).
+#: How long a worker waits for the chief's matching save, in seconds (a slow upload of a large model).
 WAIT_SECONDS = 3600.0
 
 #: The packages whose own saves are left as they are: Keras' callbacks (``ModelCheckpoint``, ``BackupAndRestore``)
@@ -26,7 +26,7 @@ WAIT_SECONDS = 3600.0
 #: Keras' and TensorFlow's saves call each other.
 LIBRARIES = ("keras", "tensorflow", "tfdist", "tf_keras")
 
-#: The prefix of the keys the chief sets in the coordination service when a save of a path is done.
+#: The prefix of the keys the chief sets in the coordination service when a save is done (``_key``).
 KEY_PREFIX = "tfdist/saves/"
 
 _local = threading.local()
@@ -159,9 +159,13 @@ def _is_model(value) -> bool:
 
 def _once(call: Callable[[str], Any], path, objects, caller) -> Any:
     """Run ``call`` (a save into the path it is given) once across workers: the chief into ``path``, any other
-    worker into a scratch directory, removed after; then each returns once the chief's save made by the same
-    line of the script (``caller``'s) is done. A path ``call`` returns that names the scratch copy names ``path``'s
-    instead."""
+    worker into a scratch directory, removed after; then each returns once the chief's save from the same place
+    in the script (``caller``'s, ``_key``) is done. A path ``call`` returns that names the scratch copy names
+    ``path``'s instead.
+
+    Raises:
+      RuntimeError: on a worker other than the chief, the chief's matching save failed (its error is said).
+    """
     strategy = _strategy(objects)
     if strategy is None:
         return _saving(call, path)
