@@ -11,7 +11,8 @@ _made: dict = {}
 
 
 def install() -> None:
-    """Make ``tf.distribute.MultiWorkerMirroredStrategy`` return the process' first instance; idempotent."""
+    """Make ``tf.distribute.MultiWorkerMirroredStrategy`` return the process' first instance, and every other
+    strategy class refuse to be built in a process across workers; idempotent."""
     import tensorflow as tf
 
     cls = tf.distribute.MultiWorkerMirroredStrategy
