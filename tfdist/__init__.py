@@ -1,14 +1,16 @@
 """tfdist: train a UNet, or any Keras 3 model, with every tf.distribute strategy, from one process to many hosts.
 
-Importing ``tfdist`` imports neither TensorFlow nor Keras; ``fit``, ``setup`` and ``patch_keras`` load on first use.
+Importing ``tfdist`` imports neither TensorFlow nor Keras; ``fit``, ``setup``, ``patch_keras`` and
+``saves_on_every_worker`` load on first use.
 """
 
 __version__ = "0.1.0"
 
-__all__ = ["fit", "setup", "patch_keras", "__version__"]
+__all__ = ["fit", "setup", "patch_keras", "saves_on_every_worker", "__version__"]
 
 #: The public calls and their modules, each loaded when first asked for (PEP 562).
-_API = {"fit": "tfdist.fitting.api", "setup": "tfdist.fitting.setup", "patch_keras": "tfdist.fitting.setup"}
+_API = {"fit": "tfdist.fitting.api", "setup": "tfdist.fitting.setup", "patch_keras": "tfdist.fitting.setup",
+        "saves_on_every_worker": "tfdist.fitting.patch.saving"}
 
 
 def __getattr__(name: str):

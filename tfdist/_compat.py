@@ -30,6 +30,51 @@ def wait_at_barrier(name: str, timeout_ms: int) -> None:
     context.context().wait_at_barrier(name, timeout_ms)
 
 
+def set_cluster_value(key: str, value: str) -> None:
+    """Set ``key`` in the coordination service's key-value store, which every task of the cluster reads (no public
+    API)."""
+    from tensorflow.python.eager import context
+
+    context.context().set_config_key_value(key, value)
+
+
+def cluster_value(key: str, timeout_ms: int) -> str:
+    """The value of ``key`` in the coordination service's key-value store, once a task has set it (no public API).
+
+    Raises:
+      tf.errors.DeadlineExceededError: not set within ``timeout_ms``, or its setter's task is gone.
+    """
+    from tensorflow.python.eager import context
+
+    return context.context().get_config_key_value(key, timeout_ms)
+
+
+@contextlib.contextmanager
+def checkpoint_manager_in(manager, directory: str) -> Iterator[None]:
+    """While it runs, ``tf.train.CheckpointManager`` ``manager`` writes into ``directory`` (its checkpoints, its
+    state file, the old checkpoints it deletes); before and after, its records (``latest_checkpoint``,
+    ``checkpoints``) name its own directory, as if it had written there."""
+    own = manager._directory
+
+    def moved(path, a, b):
+        if isinstance(path, str) and (path == a or path.startswith(a.rstrip("/") + "/")):
+            return b.rstrip("/") + path[len(a.rstrip("/")):]
+        return path
+
+    def move(a, b):
+        manager._directory = b
+        manager._checkpoint_prefix = moved(manager._checkpoint_prefix, a, b)
+        manager._latest_checkpoint = moved(manager._latest_checkpoint, a, b)
+        manager._maybe_delete = type(manager._maybe_delete)(
+            (moved(path, a, b), stamp) for path, stamp in manager._maybe_delete.items())
+
+    move(own, directory)
+    try:
+        yield
+    finally:
+        move(directory, own)
+
+
 def expand_slurm_hostlist(nodelist: str) -> list[str]:
     """``node[1-3]`` -> ``[node1, node2, node3]``, as TensorFlow's Slurm resolver expands it.
 

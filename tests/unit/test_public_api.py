@@ -1,4 +1,5 @@
-"""The public face: ``tfdist.fit``, ``setup`` and ``patch_keras`` show their real signatures without TensorFlow."""
+"""The public face: ``tfdist.fit``, ``setup``, ``patch_keras`` and ``saves_on_every_worker`` show their real signatures
+without TensorFlow."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
 def test_all_names_the_public_calls_and_each_has_its_real_signature():
-    assert set(tfdist.__all__) == {"fit", "setup", "patch_keras", "__version__"}
+    assert set(tfdist.__all__) == {"fit", "setup", "patch_keras", "saves_on_every_worker", "__version__"}
     fit = inspect.signature(tfdist.fit).parameters
     assert not any(p.kind is p.VAR_KEYWORD for p in fit.values())
     assert {"model_fn", "x", "y", "batch_size", "epochs", "strategy", "model_dir"} <= set(fit)

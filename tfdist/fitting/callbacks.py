@@ -85,7 +85,7 @@ class KerasCallbacks(Hook):
                                               keras_logs(window, None))
 
 
-def _inside(directory: str, path: str) -> str:
+def inside(directory: str, path: str) -> str:
     """``path``'s last component (a file or a directory) placed inside ``directory``."""
     return os.path.join(directory, os.path.basename(os.path.normpath(str(path))) or "files")
 
@@ -101,21 +101,21 @@ def _redirect(callback, directory: str) -> list[tuple[object, str, object]]:
         setattr(obj, attribute, value)
 
     if isinstance(callback, keras.callbacks.ModelCheckpoint):
-        move(callback, "filepath", _inside(directory, callback.filepath))
+        move(callback, "filepath", inside(directory, callback.filepath))
     elif isinstance(callback, keras.callbacks.TensorBoard):
-        move(callback, "log_dir", _inside(directory, callback.log_dir))
+        move(callback, "log_dir", inside(directory, callback.log_dir))
     elif isinstance(callback, keras.callbacks.CSVLogger):
-        move(callback, "filename", _inside(directory, callback.filename))
+        move(callback, "filename", inside(directory, callback.filename))
     elif isinstance(callback, keras.callbacks.BackupAndRestore):
         # Restore from the real backup (every worker resumes from the same state), then write a private one.
         restore = callback.on_train_begin
-        private = _inside(directory, callback.backup_dir)
+        private = inside(directory, callback.backup_dir)
 
         def on_train_begin(logs=None):
             restore(logs)
             move(callback, "backup_dir", private)
             for attribute in _compat.BACKUP_PATHS:
-                move(callback, attribute, _inside(private, getattr(callback, attribute)))
+                move(callback, attribute, inside(private, getattr(callback, attribute)))
 
         move(callback, "on_train_begin", on_train_begin)
     return changed

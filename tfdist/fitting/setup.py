@@ -31,11 +31,12 @@ def setup(strategy: str = "auto", *, cpu_devices: int = 0, cluster: str | None =
 
     Returns:
       The strategy, to pass to ``tfdist.fit`` or to use as Keras' (``with strategy.scope():``). Called again
-      with the same arguments, the same strategy.
+      with the same arguments (``verbose`` aside, and ``"auto"`` where it stands for the same strategy), the same
+      strategy.
 
     Raises:
-      UserError: a bad argument or cluster, a second set-up with other arguments, an evaluator task, or
-        TensorFlow already started in a way the strategy cannot use.
+      UserError: a bad argument or cluster, a second set-up with other arguments (the line names each, as the
+        call typed it), an evaluator task, or TensorFlow already started in a way the strategy cannot use.
     """
     check_keras_backend()
     runtime = config_lib.runtime_config(

@@ -192,12 +192,25 @@ def setup(runtime, *, verbose: bool = True):
         already started in a way the strategy cannot use.
     """
     global _current
-    runtime = config_lib.validate_runtime(runtime)  # "auto" resolved
+    typed, runtime = runtime, config_lib.validate_runtime(runtime)  # "auto" resolved
     if _current is not None:
         if _current.runtime == runtime:
             return _current.strategy
         raise UserError(f"Invalid second tfdist.setup: this process is already set up for "
-                        f"strategy={_current.runtime.strategy!r}. Received: strategy={runtime.strategy!r} with other "
-                        "arguments. Expected one set-up per process, as TensorFlow fixes it when it starts.")
+                        f"strategy={_current.runtime.strategy!r}. Received: {_differences(typed, runtime)}. Expected "
+                        "one set-up per process, as TensorFlow fixes it when it starts: call tfdist.setup once (again "
+                        "only with the same arguments, to get the same strategy).")
     _current = start(runtime, where="tfdist.setup", verbose=verbose, keras_setup=False)
     return _current.strategy
+
+
+def _differences(typed, runtime) -> str:
+    """Each argument of a second ``setup`` that differs from the first's, as the call gave it, with the first's."""
+    parts = []
+    for field in dataclasses.fields(runtime):
+        given, fixed = getattr(runtime, field.name), getattr(_current.runtime, field.name)
+        if given != fixed:
+            shown = getattr(typed, field.name)
+            meaning = f", which is {given!r} here" if shown != given else ""
+            parts.append(f"{field.name}={shown!r}{meaning} (set up with {fixed!r})")
+    return ", ".join(parts)

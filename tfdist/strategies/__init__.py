@@ -22,6 +22,7 @@ from tfdist.strategies.registry import (
     Traits,
     auto_strategy,
     check_strategy,
+    strategy_classes,
     traits,
     traits_of,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "cuda_visible_gpus", "default_cpu_devices",
     "has_gpu",
     "local_compute_devices", "make_strategy", "replicas_in_sync", "set_grpc_fail_fast", "setup_host", "setup_keras",
+    "strategy_classes",
     "traits", "traits_of",
     "visible_gpus",
 ]

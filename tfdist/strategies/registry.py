@@ -177,6 +177,24 @@ def traits_of(strategy) -> Traits | None:
     return None
 
 
+def strategy_classes(*, but: type | None = None) -> dict[type, str]:
+    """TensorFlow's public strategy classes (but ``but``), each with its public name: the first module that has
+    it, TensorFlow 2's before ``tf.compat.v1``'s."""
+    import tensorflow as tf
+
+    modules = {"tf.distribute": tf.distribute, "tf.distribute.experimental": tf.distribute.experimental,
+               "tf.compat.v1.distribute": tf.compat.v1.distribute,
+               "tf.compat.v1.distribute.experimental": tf.compat.v1.distribute.experimental}
+    base = (tf.distribute.Strategy, tf.compat.v1.distribute.Strategy)
+    found: dict = {}
+    for prefix, module in modules.items():
+        for name, value in sorted(vars(module).items()):
+            if isinstance(value, type) and issubclass(value, base) and value not in base:
+                found.setdefault(value, f"{prefix}.{name}")
+    found.pop(but, None)
+    return found
+
+
 def check_strategy(spec: ClusterSpec, strategy: str) -> None:
     """Check that the cluster has the tasks ``strategy`` needs (``Traits.check_cluster``).
 

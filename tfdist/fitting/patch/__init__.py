@@ -1,4 +1,4 @@
-"""Keras' own ``model.fit``, ``evaluate`` and ``predict`` across replicas and workers.
+"""Keras' own ``model.fit``, ``evaluate`` and ``predict`` across replicas and workers, and a script's saves there.
 
 ``install`` (``tfdist.patch_keras``, ``tfdist.setup``, and ``tfdist.fit`` for the model it returns) applies each
 fix of this package; on one replica, Keras runs untouched.
@@ -18,12 +18,13 @@ def install(fit) -> None:
         UserError: this Keras' trainer differs from the one the fix was made for.
     """
     from tfdist.fitting import central_storage, global_gradients
-    from tfdist.fitting.patch import executions, strategy_once, trainer, user_errors, xla
+    from tfdist.fitting.patch import executions, saving, strategy_once, trainer, user_errors, xla
 
     trainer.install(fit)
     executions.install()
     xla.install()
     strategy_once.install()
+    saving.install()
     user_errors.install()
     global_gradients.install()
     central_storage.install()

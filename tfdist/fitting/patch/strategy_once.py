@@ -1,17 +1,19 @@
-"""One ``MultiWorkerMirroredStrategy`` per process: a second construction returns the first."""
+"""One strategy per process across workers: a second ``MultiWorkerMirroredStrategy`` construction returns the
+first, and any other strategy built after one across workers is refused with one line (TensorFlow would crash)."""
 
 from __future__ import annotations
 
 import functools
 
 from tfdist.errors import UserError
-from tfdist.strategies import traits_of
+from tfdist.strategies import strategy_classes, traits_of
 
 _made: dict = {}
 
 
 def install() -> None:
-    """Make ``tf.distribute.MultiWorkerMirroredStrategy`` return the process' first instance; idempotent."""
+    """Make ``tf.distribute.MultiWorkerMirroredStrategy`` return the process' first instance, and every other
+    strategy class refuse to be built in a process across workers; idempotent."""
     import tensorflow as tf
 
     cls = tf.distribute.MultiWorkerMirroredStrategy
@@ -20,8 +22,8 @@ def install() -> None:
     new, init = cls.__new__, cls.__init__
 
     def __new__(klass, *args, **kwargs):
-        first = _first(cls) if klass is cls else None
-        if first is None:
+        made = first() if klass is cls else None
+        if made is None:
             return new(klass) if new is object.__new__ else new(klass, *args, **kwargs)
         if _key(args, kwargs) != _made.get("key", _key((), {})):
             raise UserError(
@@ -29,7 +31,7 @@ def install() -> None:
                 "the collectives up once per process, and a second strategy aborts the first one's. Received: "
                 f"arguments {_describe(args, kwargs)} that differ from the first construction's. Expected the "
                 "strategy built once, at the top of the script, and reused (or the same arguments again).")
-        return first
+        return made
 
     @functools.wraps(init)
     def __init__(self, *args, **kwargs):
@@ -41,9 +43,44 @@ def install() -> None:
     __init__.tfdist_once = True
     cls.__new__ = staticmethod(__new__)
     cls.__init__ = __init__
+    for other, name in strategy_classes(but=cls).items():
+        if not getattr(other.__init__, "tfdist_once", False):
+            other.__init__ = _refused_after_one_across_workers(name, other.__init__)
 
 
-def _first(cls):
+def _refused_after_one_across_workers(name: str, init):
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        across = _across_workers()
+        if across is not None:
+            raise UserError(
+                f"Invalid {name}(...) in this process: it already has a strategy across workers ({across}), "
+                "and TensorFlow cannot build a second strategy beside it (a MirroredStrategy built after one "
+                f"crashes the process). Received: {name.rsplit('.', 1)[-1]}{_describe(args, kwargs)} after it. "
+                "Expected one strategy per process: the one built at the top of the script, reused everywhere.")
+        init(self, *args, **kwargs)
+
+    __init__.tfdist_once = True
+    return __init__
+
+
+def _across_workers() -> str | None:
+    """What makes this process one task of several, in words (``tfdist.setup``'s cluster, or the script's first
+    ``MultiWorkerMirroredStrategy`` across workers), or None."""
+    from tfdist import _compat
+    from tfdist.runtime import session
+
+    current = session.current()
+    if current is not None and not current.placement.task.is_local:
+        return f"tfdist.setup's {current.runtime.strategy} as {current.placement.name}"
+    made = _made.get("strategy")
+    if made is not None and _compat.is_multi_worker(made):
+        return "the script's first tf.distribute.MultiWorkerMirroredStrategy"
+    return None
+
+
+def first():
+    """The process' ``MultiWorkerMirroredStrategy``: the one ``tfdist.setup`` made, or the script's first; or None."""
     return _made.get("strategy") or _session_strategy()
 
 
@@ -71,5 +108,11 @@ def _key(args, kwargs) -> tuple:
 
 
 def _describe(args, kwargs) -> str:
-    parts = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
+    """The arguments as typed, an object without a short repr by its type's name."""
+
+    def shown(v):
+        text = repr(v)
+        return type(v).__name__ if text.startswith("<") else text
+
+    parts = [shown(a) for a in args] + [f"{k}={shown(v)}" for k, v in kwargs.items()]
     return "(" + ", ".join(parts) + ")"

@@ -1,0 +1,121 @@
+"""A script's saves on two workers after ``tfdist.setup``, and one strategy per process.
+
+``helpers/script_saves.py`` runs on 2 workers under ``tfdist.launch --local``: every save call a script makes
+(Keras' ``Model.save``, ``keras.saving.save_model``, ``save_weights``, ``export``; TensorFlow's ``Checkpoint.save``
+and ``write``, ``CheckpointManager.save``, ``tf.saved_model.save``), each followed at once by its load, with the
+chief's saves 3 s late, after a save the chief alone makes and one line that names a path of each worker's own. Every worker reads the chief's file (the tag each worker sets says whose), predicting what
+was saved; nothing changes in the folder while the chief waits to save (no other worker writes there); the folder
+holds the chief's files alone; no worker's scratch folder is left. The same run builds the
+strategy again (the session's comes back) and every other strategy (each refused with one line); inside
+``tfdist.saves_on_every_worker()`` each worker writes and reads a file of its own.
+
+The two TensorFlow tutorials on saving under a strategy, compact, with ``strategy = tfdist.setup()`` as their
+strategy's line, run on 2 workers and reload what they saved. A strategy built after a set-up across workers, not
+caught, ends the script with one ``error:`` line and status 2.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from helpers.clis import HELPERS, assert_user_error
+from helpers.cluster_runs import Processes, launcher, loopback_cluster
+from helpers.outputs import tagged
+from tfdist.quiet import is_noise
+
+pytestmark = pytest.mark.slow
+
+TASKS = ("worker:0", "worker:1")
+
+#: The public names the refusals give.
+PUBLIC = {"MirroredStrategy": "tf.distribute.MirroredStrategy",
+          "CentralStorageStrategy": "tf.distribute.experimental.CentralStorageStrategy",
+          "OneDeviceStrategy": "tf.distribute.OneDeviceStrategy",
+          "ParameterServerStrategy": "tf.distribute.ParameterServerStrategy"}
+
+#: What the folder holds after the saves: the chief's files, once each, and each worker's own file.
+FOLDER = {"own-0.keras", "own-1.keras", "chief_only.keras", "keras2_style.keras", "model.keras", "saved_with_keras.keras", "only.weights.h5", "checkpoints", "written", "managed",
+          "saved_model", "exported"}
+
+
+def launched(tmp_path, script: str, *args: str, name: str = "launch") -> tuple[int, str]:
+    cluster = loopback_cluster(tmp_path / f"{name}.yaml", worker=2)
+    with Processes(tmp_path) as procs:
+        proc = procs.start(name, launcher(cluster, sys.executable, str(HELPERS / script), *args))
+        return proc.wait(400), proc.text()
+
+
+def per_task(text: str, task: str) -> str:
+    prefix = f"[{task}] "
+    return "\n".join(line[len(prefix):] for line in text.splitlines() if line.startswith(prefix))
+
+
+def test_every_save_lands_once_and_every_worker_loads_the_chiefs_finished_file(tmp_path):
+    out = tmp_path / "saves"
+    out.mkdir()
+    status, text = launched(tmp_path, "script_saves.py", str(out))
+    assert status == 0, text[-5000:]
+    results = {task: tagged(per_task(text, task), "RESULTS") for task in TASKS}
+    for task, result in results.items():
+        for case in ("per-worker paths", "Model.save", "keras.saving.save_model", "Model.save_weights", "Checkpoint.save",
+                     "Checkpoint.write", "CheckpointManager.save", "tf.saved_model.save", "Model.export"):
+            assert result[case]["tags"] and set(result[case]["tags"]) == {1000.0}, (task, case, result[case])
+            assert result[case]["same"], (task, case)
+        own = result["saves_on_every_worker"]
+        assert own == {"tags": [1000.0 + int(task[-1])], "same": True}, (task, own)
+        assert result["Checkpoint.save"]["returned"] == ["checkpoints/ckpt-1", "checkpoints/ckpt-2"], task
+        assert result["Checkpoint.write"]["returned"] == ["written/weights"], task
+        managed = result["CheckpointManager.save"]
+        assert managed["returned"] == ["managed/ckpt-1", "managed/ckpt-2", "managed/ckpt-3"], (task, managed)
+        assert managed["latest"] == ["managed/ckpt-3"] * 2 and managed["kept"] == ["managed/ckpt-2", "managed/ckpt-3"]
+    assert results["worker:0"]["foreign"] == [], results["worker:0"]["foreign"]  # nothing but the chief wrote
+    assert {p.name for p in out.iterdir()} == FOLDER
+    written = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+    assert not [p for p in written if "temp" in p or "worker" in p], written
+    assert sorted(p.name for p in (out / "managed").iterdir()) == [
+        "checkpoint", "ckpt-2.data-00000-of-00001", "ckpt-2.index", "ckpt-3.data-00000-of-00001", "ckpt-3.index"]
+    assert not list(tmp_path.glob("tfdist-*-save-*")), list(tmp_path.glob("tfdist-*"))
+    # One strategy per process: the session's again, and every other one refused with one line.
+    for task, result in results.items():
+        assert result["again"] is True, task
+        for name, line in result["refused"].items():
+            assert line is not None, (task, name)
+            assert "\n" not in line, line
+            if name.startswith("MultiWorkerMirroredStrategy"):
+                assert line.startswith("Invalid second tf.distribute.MultiWorkerMirroredStrategy(...)"), line
+            else:
+                assert line.startswith(f"Invalid {PUBLIC[name]}(...) in this process"), line
+                assert "one strategy per process" in line and f"as {task}" in line, line
+
+
+@pytest.mark.parametrize("tutorial", ["tutorial_save_and_load.py", "tutorial_custom_training.py"])
+def test_tensorflow_tutorials_on_saving_run_on_two_workers_with_one_line(tmp_path, tutorial):
+    status, text = launched(tmp_path, tutorial, str(tmp_path / "work"))
+    assert status == 0, text[-5000:]
+    for task in TASKS:
+        result = tagged(per_task(text, task), "RESULTS")
+        assert result and all(result.values()), (task, result)
+
+
+#: One worker's cluster, set up across workers by ``tfdist.setup``, then another strategy, not caught.
+SECOND_STRATEGY = """
+import sys
+import tfdist
+tfdist.setup(cluster=sys.argv[1], task="worker:0")
+import tensorflow as tf
+tf.distribute.MirroredStrategy()
+print("not refused")
+"""
+
+
+def test_a_strategy_built_after_a_set_up_across_workers_ends_the_script_with_one_line(python, tmp_path):
+    cluster = loopback_cluster(tmp_path / "one.yaml", worker=1)
+    script = tmp_path / "second.py"
+    script.write_text(SECOND_STRATEGY)
+    result = python([script, cluster], timeout=240)
+    # A script's own stderr has TensorFlow's start-up lines before anything of tfdist's (no CLI quiets them).
+    stderr = "".join(line for line in result.stderr.splitlines(keepends=True) if not is_noise(line.encode()))
+    assert_user_error((result.returncode, result.stdout, stderr), r"^error: Invalid tf\.distribute\.MirroredStrategy\(\.\.\.\) in this process: it "
+                              r"already has a strategy across workers .*one strategy per process")

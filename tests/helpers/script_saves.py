@@ -1,0 +1,187 @@
+"""A script's saves, each followed at once by its load, on every worker after ``tfdist.setup`` (argv: the folder).
+
+Every listed save call writes a fresh path in the folder, then every worker loads it right away and prints what it
+read as one ``RESULTS`` JSON line: the weight ``tag`` the file holds (each worker sets its own before saving:
+1000 plus its index, so the file says who wrote it), whether the reload predicts what was saved, and the path a
+save returned. The chief's saves start 3 s late (a slow write), so a worker that did not wait for them would find
+no file, or its own; whatever changes in the folder while the chief waits was written by another worker. Before
+them: a save the chief alone makes, and one line that names the chief's path on the chief and a path of its own
+on each other worker (as Keras 2's multi-worker guide did). Then ``tf.distribute.MultiWorkerMirroredStrategy()`` again, every other strategy that the
+process must refuse, and a save of each worker's own file inside ``tfdist.saves_on_every_worker()``.
+"""
+
+import json
+import os
+import sys
+import time
+
+import tfdist
+
+strategy = tfdist.setup()
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+out = sys.argv[1]
+index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+chief = strategy.extended.should_checkpoint
+TAG = 1000.0 + index
+
+
+class Tag(keras.layers.Layer):
+    """Adds 0 times a weight that tells which worker's file a reload read."""
+
+    def build(self, shape):
+        self.tag = self.add_weight(shape=(), initializer="zeros", trainable=False, name="tag")
+
+    def call(self, x):
+        return x + 0.0 * self.tag
+
+
+def make_model():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3), Tag(name="tag")])
+    model.compile(optimizer="sgd", loss="mse")
+    return model
+
+
+with strategy.scope():
+    model = make_model()
+x = np.random.default_rng(0).normal(size=(64, 4)).astype("float32")
+y = np.random.default_rng(1).normal(size=(64, 3)).astype("float32")
+model.fit(x, y, batch_size=16, epochs=1, verbose=0)
+model.get_layer("tag").tag.assign(TAG)  # this worker's copy alone: the file says who wrote it
+expected = model(x).numpy()
+
+
+#: What changed in the folder while the chief slept before a save: nothing, unless another worker wrote there.
+foreign = []
+
+
+def listing() -> dict:
+    return {os.path.relpath(os.path.join(d, f), out): os.stat(os.path.join(d, f)).st_mtime_ns
+            for d, _, files in os.walk(out) for f in files}
+
+
+def slow(save):
+    """The save, 3 s late on the chief; what changed in the folder meanwhile is noted in ``foreign``."""
+    def late(*args, **kwargs):
+        if chief:
+            before = listing()
+            time.sleep(3)
+            after = listing()
+            foreign.extend(sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p)))
+        return save(*args, **kwargs)
+    return late
+
+
+SLOWED = [(keras.Model, "save"), (keras.Model, "save_weights"), (keras.Model, "export"), (keras.saving, "save_model"),
+          (tf.train.Checkpoint, "save"), (tf.train.Checkpoint, "write"), (tf.train.CheckpointManager, "save"),
+          (tf.saved_model, "save")]
+ORIGINALS = [getattr(owner, name) for owner, name in SLOWED]
+for owner, name in SLOWED:
+    setattr(owner, name, slow(getattr(owner, name)))
+
+
+def same(predicted) -> bool:
+    return bool(np.allclose(np.asarray(predicted), expected, atol=1e-6))
+
+
+def saved_tags(directory) -> list:
+    """The scalar float values a SavedModel holds (the tag among them)."""
+    reader = tf.train.load_checkpoint(os.path.join(directory, "variables", "variables"))
+    values = [reader.get_tensor(k) for k in reader.get_variable_to_shape_map()]
+    return sorted({float(v) for v in values if np.ndim(v) == 0 and np.asarray(v).dtype == np.float32 and v >= 1000})
+
+
+results = {}
+
+if chief:  # a save the chief alone makes: nobody waits for it, and it shifts nothing
+    model.save(os.path.join(out, "chief_only.keras"))
+
+path = os.path.join(out, "keras2_style.keras")
+# As Keras 2's multi-worker guide wrote: the chief's path, a path of each other worker's own, on one line.
+model.save(path if chief else os.path.join(out, f"workertemp_{index}", "keras2_style.keras"))
+loaded = keras.models.load_model(path, custom_objects={"Tag": Tag})
+results["per-worker paths"] = {"tags": [float(loaded.get_layer("tag").tag.numpy())], "same": same(loaded(x))}
+
+path = os.path.join(out, "model.keras")
+model.save(path)
+loaded = keras.models.load_model(path, custom_objects={"Tag": Tag})
+results["Model.save"] = {"tags": [float(loaded.get_layer("tag").tag.numpy())], "same": same(loaded(x))}
+
+path = os.path.join(out, "saved_with_keras.keras")
+keras.saving.save_model(model, path)
+loaded = keras.saving.load_model(path, custom_objects={"Tag": Tag})
+results["keras.saving.save_model"] = {"tags": [float(loaded.get_layer("tag").tag.numpy())], "same": same(loaded(x))}
+
+path = os.path.join(out, "only.weights.h5")
+model.save_weights(path)
+fresh = make_model()
+fresh.load_weights(path)
+results["Model.save_weights"] = {"tags": [float(fresh.get_layer("tag").tag.numpy())], "same": same(fresh(x))}
+
+who = tf.Variable(TAG)
+checkpoint = tf.train.Checkpoint(model=model, who=who)
+directory = os.path.join(out, "checkpoints")
+returned = [checkpoint.save(os.path.join(directory, "ckpt")) for _ in range(2)]
+fresh, fresh_who = make_model(), tf.Variable(0.0)
+tf.train.Checkpoint(model=fresh, who=fresh_who).restore(tf.train.latest_checkpoint(directory)).expect_partial()
+results["Checkpoint.save"] = {"tags": [float(fresh_who.numpy()), float(fresh.get_layer("tag").tag.numpy())],
+                              "same": same(fresh(x)), "returned": [os.path.relpath(p, out) for p in returned]}
+
+path = os.path.join(out, "written", "weights")
+returned = checkpoint.write(path)
+fresh, fresh_who = make_model(), tf.Variable(0.0)
+tf.train.Checkpoint(model=fresh, who=fresh_who).read(returned).expect_partial()
+results["Checkpoint.write"] = {"tags": [float(fresh_who.numpy()), float(fresh.get_layer("tag").tag.numpy())],
+                               "same": same(fresh(x)), "returned": [os.path.relpath(returned, out)]}
+
+directory = os.path.join(out, "managed")
+manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model, who=who), directory, max_to_keep=2)
+returned = [manager.save() for _ in range(3)]
+fresh, fresh_who = make_model(), tf.Variable(0.0)
+tf.train.Checkpoint(model=fresh, who=fresh_who).restore(manager.latest_checkpoint).expect_partial()
+results["CheckpointManager.save"] = {
+    "tags": [float(fresh_who.numpy()), float(fresh.get_layer("tag").tag.numpy())], "same": same(fresh(x)),
+    "returned": [os.path.relpath(p, out) for p in returned],
+    "latest": [os.path.relpath(manager.latest_checkpoint, out), os.path.relpath(tf.train.latest_checkpoint(directory), out)],
+    "kept": [os.path.relpath(p, out) for p in manager.checkpoints]}
+
+path = os.path.join(out, "saved_model")
+tf.saved_model.save(model, path)
+reloaded = tf.saved_model.load(path)
+served = reloaded.signatures["serving_default"](tf.constant(x))
+results["tf.saved_model.save"] = {"tags": saved_tags(path), "same": same(list(served.values())[0])}
+
+path = os.path.join(out, "exported")
+model.export(path)
+reloaded = tf.saved_model.load(path)  # kept: its functions read its variables
+results["Model.export"] = {"tags": saved_tags(path), "same": same(reloaded.serve(x))}
+
+refused = {}
+results["again"] = tf.distribute.MultiWorkerMirroredStrategy() is strategy
+for name, make in [
+        ("MirroredStrategy", lambda: tf.distribute.MirroredStrategy()),
+        ("CentralStorageStrategy", lambda: tf.distribute.experimental.CentralStorageStrategy()),
+        ("OneDeviceStrategy", lambda: tf.distribute.OneDeviceStrategy("/cpu:0")),
+        ("ParameterServerStrategy", lambda: tf.distribute.experimental.ParameterServerStrategy(
+            tf.distribute.cluster_resolver.TFConfigClusterResolver())),
+        ("MultiWorkerMirroredStrategy(other)", lambda: tf.distribute.MultiWorkerMirroredStrategy(
+            communication_options=tf.distribute.experimental.CommunicationOptions(bytes_per_pack=1024)))]:
+    try:
+        make()
+        refused[name] = None
+    except tfdist.errors.UserError as e:
+        refused[name] = str(e)
+results["refused"] = refused
+results["foreign"] = foreign
+
+for (owner, name), original in zip(SLOWED, ORIGINALS):
+    setattr(owner, name, original)
+path = os.path.join(out, f"own-{index}.keras")
+with tfdist.saves_on_every_worker():  # each worker's own file, written by itself
+    model.save(path)
+loaded = keras.models.load_model(path, custom_objects={"Tag": Tag})
+results["saves_on_every_worker"] = {"tags": [float(loaded.get_layer("tag").tag.numpy())], "same": same(loaded(x))}
+print("RESULTS " + json.dumps(results), flush=True)
