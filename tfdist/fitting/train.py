@@ -105,7 +105,8 @@ def train_keras(model_fn, x, y, *, training, batch_size, epochs, validation_data
     start_step, total_steps = int(step_counter.numpy()), epochs * epoch_steps
     train_fn, _ = dataset_fns(x, y, sample_weight=sample_weight, class_weight=class_weight, batch_size=batch_size,
                               shuffle=shuffle, seed=seed, training=True, start_step=start_step,
-                              own_order_per_worker=coordinator, stage_dir=run_dir.fit_inputs if coordinator else None)
+                              own_order_per_worker=coordinator, stage_dir=run_dir.fit_inputs if coordinator else None,
+                              total_steps=total_steps)
     outputs = RunOutputs(run_dir=run_dir, is_chief=is_chief)
 
     params = {"verbose": verbose, "epochs": epochs, "steps": epoch_steps}
