@@ -32,7 +32,13 @@ def _pairs(n):
     return tf.data.Dataset.range(n).map(lambda i: (i, -i))
 
 
-def test_a_dataset_that_repeats_without_end_stages_the_batches_its_steps_take(tmp_path, capfd):
+@pytest.fixture
+def small_limit(monkeypatch):
+    """A staging limit of 100000 bytes: a stage that would not end stops at once."""
+    monkeypatch.setenv("TFDIST_STAGE_LIMIT", "100000")
+
+
+def test_a_dataset_that_repeats_without_end_stages_the_batches_its_steps_take(tmp_path, capfd, small_limit):
     x = _pairs(10).batch(4).repeat()
     stream = [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9], [0, 1, 2, 3], [4, 5, 6, 7], [8, 9], [0, 1, 2, 3]]
     assert [b[0].numpy().tolist() for b in x.take(7)] == stream  # one process's batches, epoch after epoch
@@ -44,7 +50,7 @@ def test_a_dataset_that_repeats_without_end_stages_the_batches_its_steps_take(tm
     assert _staged(x, tmp_path / "stage", total_steps=7, training=True, start_step=3, take=4) == stream[3:7]
 
 
-def test_a_dataset_of_unknown_length_stages_at_most_its_steps_batches(tmp_path, capfd):
+def test_a_dataset_of_unknown_length_stages_at_most_its_steps_batches(tmp_path, capfd, small_limit):
     short = _pairs(10).filter(lambda a, b: a % 2 == 0).batch(2)  # 3 batches; TensorFlow does not know it
     assert int(short.cardinality()) == int(tf.data.UNKNOWN_CARDINALITY)
     assert _staged(short, tmp_path / "a", total_steps=100) == [[0, 2], [4, 6], [8]]
@@ -59,8 +65,8 @@ def test_a_dataset_of_unknown_length_stages_at_most_its_steps_batches(tmp_path, 
     assert _staged(generated, tmp_path / "b", total_steps=4) == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9, 10, 11]]
 
 
-def test_a_stage_over_the_limit_is_one_user_error_naming_its_size_and_leaves_no_stage(tmp_path, monkeypatch):
-    monkeypatch.setenv("TFDIST_STAGE_LIMIT", "100000")
+def test_a_stage_over_the_limit_is_one_user_error_naming_its_size_and_leaves_no_stage(tmp_path, monkeypatch,
+                                                                                     small_limit):
     limit = "the staging limit of 97.7 KiB (TFDIST_STAGE_LIMIT=100000)"
     # Known beforehand: 2000 steps of 10 int64 pairs, 160 bytes each (about 312.5 KiB); nothing is written.
     with pytest.raises(UserError) as known:

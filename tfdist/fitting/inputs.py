@@ -157,6 +157,8 @@ def dataset_fns(x, y, *, batch_size, shuffle: bool, seed: int, training: bool, s
     return fn, steps
 
 
+#: Numpy rows staged as one element.
+STAGED_ROWS = 1024
 #: What to pass instead of an input too large to stage.
 STAGE_INSTEAD = ("fewer epochs or steps_per_epoch, or x as a dataset_fn (a function of a "
                  "tf.distribute.InputContext that returns the Dataset), which each worker calls to build its own")
@@ -196,9 +198,12 @@ def _source(dataset, stage_dir, *, rows: int | None, total_steps: int | None):
         estimate = staging.element_bytes(next(iter(dataset.take(1)))) * count
         if estimate > limit:
             raise staging.refuse(what, f"would take about {staging.size_text(estimate)}", limit, STAGE_INSTEAD)
-    staging.stage(dataset, stage_dir, what=what, instead=STAGE_INSTEAD, limit=limit)
-    spec, path = dataset.element_spec, str(stage_dir)
-    return lambda: tf.data.Dataset.load(path, element_spec=spec)
+    staged = dataset if rows is None else dataset.batch(STAGED_ROWS)  # each element staged costs a Python call
+    staging.stage(staged, stage_dir, what=what, instead=STAGE_INSTEAD, limit=limit)
+    spec, path = staged.element_spec, str(stage_dir)
+    if rows is None:
+        return lambda: tf.data.Dataset.load(path, element_spec=spec)
+    return lambda: tf.data.Dataset.load(path, element_spec=spec).unbatch()
 
 
 def _cardinality(dataset) -> int | None:
