@@ -5,12 +5,14 @@ with a ``stage_dir``), in this process:
   (a resumed run goes on at its step), with one line saying so;
 - one of unknown length (``.filter``, a generator) stages at most that many, a shorter one whole;
 - over ``TFDIST_STAGE_LIMIT``, a size known beforehand is refused before anything is written, and one found
-  while writing stops there: one ``UserError`` naming the size and the limit, and no stage is left.
+  while writing stops there, its save ended: one ``UserError`` naming the size and the limit, and no stage
+  is left.
 """
 
 from __future__ import annotations
 
 import itertools
+import threading
 
 import numpy as np
 import pytest
@@ -76,11 +78,13 @@ def test_a_stage_over_the_limit_is_one_user_error_naming_its_size_and_leaves_no_
         f"the workers, and its stage would take about 312.5 KiB, over {limit}. Expected fewer epochs or "
         "steps_per_epoch, or x as a dataset_fn"), known.value
     assert not list(tmp_path.iterdir())
-    # Found while writing: a Dataset of unknown length stops at the limit, and what it wrote is removed.
+    # Found while writing: a Dataset of unknown length stops at the limit, its save ends (it would take minutes
+    # more), and what it wrote is removed.
     with pytest.raises(UserError) as found:
-        _staged(_pairs(10 ** 6).filter(lambda a, b: a >= 0).batch(10), tmp_path / "found", total_steps=10 ** 5)
+        _staged(_pairs(10 ** 7).filter(lambda a, b: a >= 0), tmp_path / "found", total_steps=10 ** 7)
     assert " of the Dataset x must be staged on disk for the workers, and its stage reached " in str(found.value)
     assert f"before its end, over {limit}." in str(found.value)
+    assert not [thread for thread in threading.enumerate() if thread.name == "tfdist-stage"]
     assert not list(tmp_path.iterdir())
     monkeypatch.setenv("TFDIST_STAGE_LIMIT", "2GB")
     with pytest.raises(UserError, match=r"^Invalid TFDIST_STAGE_LIMIT. Received: TFDIST_STAGE_LIMIT='2GB'. "
