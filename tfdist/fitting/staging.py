@@ -30,7 +30,7 @@ PROGRESS_BYTES = 128 << 20
 #: Seconds between two looks at the bytes written (and at the signals Python handles meanwhile).
 POLL_SECONDS = 0.1
 #: Seconds a stopped save has to end before its files are removed anyway.
-STOP_SECONDS = 30.0
+STOP_SECONDS = 10.0
 
 
 def limit_bytes() -> int:
@@ -127,9 +127,10 @@ def stage(dataset, directory: Path, *, what: str, instead: str, limit: int) -> N
     saver = threading.Thread(target=save, name="tfdist-stage", daemon=True)
     saver.start()
     try:
-        shown = 0
-        while saver.is_alive():
+        shown, ended = 0, False
+        while not ended:  # a last look once the save has ended: its last bytes count too
             saver.join(POLL_SECONDS)
+            ended = not saver.is_alive()
             written = disk_bytes(partial)
             if written > limit:
                 raise refuse(what, f"reached {size_text(written)} before its end", limit, instead)
