@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 
 import tensorflow as tf
 
@@ -100,7 +101,7 @@ def rows_and_steps(x, batch_size) -> tuple[int | None, int | None]:
 
 def dataset_fns(x, y, *, batch_size, shuffle: bool, seed: int, training: bool, start_step: int = 0,
                 sample_weight=None, class_weight: dict | None = None, own_order_per_worker: bool = False,
-                stage_dir=None):
+                stage_dir=None, total_steps: int | None = None):
     """``(InputContext -> Dataset of (x, y[, sample_weight], p)``, steps per epoch or None) for any input.
 
     Args:
@@ -119,6 +120,8 @@ def dataset_fns(x, y, *, batch_size, shuffle: bool, seed: int, training: bool, s
       stage_dir: under a coordinator, where the chief saves numpy rows or a Dataset (``Dataset.save``) for
         the workers to load: a dataset function sent to a remote worker cannot carry its data as constants
         (gRPC refuses messages over 4 MB: "Unable to parse tensor proto"). On storage every task shares.
+      total_steps: with ``stage_dir``, the global step the run trains to: of a Dataset that repeats without
+        end, or whose length TensorFlow does not know, only that many batches are staged (``_source``).
     """
     weigh = class_weights_map(class_weight) if class_weight else None
     if callable(x) and not isinstance(x, tf.data.Dataset):
@@ -133,7 +136,7 @@ def dataset_fns(x, y, *, batch_size, shuffle: bool, seed: int, training: bool, s
         dataset = x
     else:
         dataset = tf.data.Dataset.from_tensor_slices((x, y) if sample_weight is None else (x, y, sample_weight))
-    source = _source(dataset, stage_dir)
+    source = _source(dataset, stage_dir, rows=rows, total_steps=total_steps)
 
     def fn(context):
         batches = source()  # made inside the function: a coordinator's workers make their own
@@ -154,16 +157,53 @@ def dataset_fns(x, y, *, batch_size, shuffle: bool, seed: int, training: bool, s
     return fn, steps
 
 
-def _source(dataset, stage_dir):
-    """``() -> dataset``; with ``stage_dir``, the dataset is saved there now and each call loads it from the files."""
+#: Numpy rows staged as one element.
+STAGED_ROWS = 1024
+#: What to pass instead of an input too large to stage.
+STAGE_INSTEAD = ("fewer epochs or steps_per_epoch, or x as a dataset_fn (a function of a "
+                 "tf.distribute.InputContext that returns the Dataset), which each worker calls to build its own")
+
+
+def _source(dataset, stage_dir, *, rows: int | None, total_steps: int | None):
+    """``() -> dataset``; with ``stage_dir``, the dataset is staged there now and each call loads it from the files.
+
+    A finite dataset (numpy rows, or a Dataset of known length) is staged whole. Of a Dataset that repeats
+    without end (``.repeat()`` with ``steps_per_epoch``), or whose length TensorFlow does not know
+    (``.filter``, a generator), its first ``total_steps`` batches are staged: the batches one process trains
+    on, each epoch going on where the last one ended (a shorter one is staged whole, and repeats as it
+    would on one process). A stage whose size is known beforehand and over the limit is refused before
+    anything is written; any other is stopped at the limit (``staging.stage``).
+    """
     if stage_dir is None:
         return lambda: dataset
-    import shutil
+    from tfdist.fitting import staging
 
-    shutil.rmtree(stage_dir, ignore_errors=True)
-    dataset.save(str(stage_dir))
-    spec, path = dataset.element_spec, str(stage_dir)
-    return lambda: tf.data.Dataset.load(path, element_spec=spec)
+    limit = staging.limit_bytes()
+    count = rows if rows is not None else _cardinality(dataset)
+    if rows is not None:
+        what = f"the {rows} numpy rows of x"
+    elif count is not None:
+        what = f"the {count} batches of the Dataset x"
+    else:
+        infinite = int(dataset.cardinality().numpy()) == int(tf.data.INFINITE_CARDINALITY)
+        what = f"the first {total_steps} batches of the Dataset x"
+        sys.stderr.write(
+            f"tfdist: the Dataset x {'repeats without end' if infinite else 'is of unknown length'}: "
+            f"{'its' if infinite else 'at most its'} first {total_steps} batches, one for each step up to step "
+            f"{total_steps} (each epoch going on where the last one ended), are staged for the workers\n")
+        sys.stderr.flush()
+        dataset = dataset.take(total_steps)
+        count = total_steps if infinite else None
+    if count:
+        estimate = staging.element_bytes(next(iter(dataset.take(1)))) * count
+        if estimate > limit:
+            raise staging.refuse(what, f"would take about {staging.size_text(estimate)}", limit, STAGE_INSTEAD)
+    staged = dataset if rows is None else dataset.batch(STAGED_ROWS)  # each element staged costs a Python call
+    staging.stage(staged, stage_dir, what=what, instead=STAGE_INSTEAD, limit=limit)
+    spec, path = staged.element_spec, str(stage_dir)
+    if rows is None:
+        return lambda: tf.data.Dataset.load(path, element_spec=spec)
+    return lambda: tf.data.Dataset.load(path, element_spec=spec).unbatch()
 
 
 def _cardinality(dataset) -> int | None:

@@ -34,8 +34,12 @@ def _sample(x, y) -> tuple:
     return tf.nest.map_structure(lambda a: np.asarray(a)[:2], x), tf.nest.map_structure(lambda a: np.asarray(a)[:2], y)
 
 
-def _build(model_fn, strategy_name: str, coordinator: bool):
-    """``(model, its optimizer or None)`` from ``model_fn``, checked; called under the strategy's scope."""
+def _build(model_fn, strategy_name: str, coordinator: bool, sample: tuple):
+    """``(model, its optimizer or None)`` from ``model_fn``, checked and built; called under the strategy's scope.
+
+    A model made without its input's shape (``Sequential([Dense(10)])``) is built on ``sample``'s ``x``, as
+    Keras' fit builds it from its first batch: the optimizer is built next, with the model's variables.
+    """
     import keras
 
     model = model_fn()
@@ -44,6 +48,8 @@ def _build(model_fn, strategy_name: str, coordinator: bool):
         raise UserError(f"Invalid model_fn: it must return a compiled keras.Model. Received: a "
                         f"{type(model).__name__} without an optimizer. Expected model.compile(optimizer=..., "
                         "loss=...) inside model_fn.")
+    if not model.built:
+        model(sample[0], training=False)
     if coordinator:
         refuse_under_coordinator(model, strategy_name)
         refuse_accumulation_under_coordinator(model.optimizer, strategy_name)
@@ -87,12 +93,12 @@ def train_keras(model_fn, x, y, *, training, batch_size, epochs, validation_data
     replicas = strategy.num_replicas_in_sync
     if batch_size is not None:
         check_batch(batch_size, replicas)
-    state = build_state(strategy, lambda: _build(model_fn, placement.strategy, coordinator), run_dir=run_dir,
-                        is_chief=is_chief, task=placement.name)
+    sample = _sample(x, y)
+    state = build_state(strategy, lambda: _build(model_fn, placement.strategy, coordinator, sample),
+                        run_dir=run_dir, is_chief=is_chief, task=placement.name)
     model, optimizer, step_counter = state.model, state.optimizer, state.step
     warn_unsynchronized_batch_norm(model, replicas)
     own_steps = bool(overrides_steps(model))
-    sample = _sample(x, y)
     steps = (KerasModelSteps(model=model, sample=sample) if own_steps
              else KerasSteps(model=model, optimizer=optimizer, sample=sample))
     epoch_steps = steps_per_epoch or rows_and_steps(x, batch_size)[1]
@@ -105,7 +111,8 @@ def train_keras(model_fn, x, y, *, training, batch_size, epochs, validation_data
     start_step, total_steps = int(step_counter.numpy()), epochs * epoch_steps
     train_fn, _ = dataset_fns(x, y, sample_weight=sample_weight, class_weight=class_weight, batch_size=batch_size,
                               shuffle=shuffle, seed=seed, training=True, start_step=start_step,
-                              own_order_per_worker=coordinator, stage_dir=run_dir.fit_inputs if coordinator else None)
+                              own_order_per_worker=coordinator, stage_dir=run_dir.fit_inputs if coordinator else None,
+                              total_steps=total_steps)
     outputs = RunOutputs(run_dir=run_dir, is_chief=is_chief)
 
     params = {"verbose": verbose, "epochs": epochs, "steps": epoch_steps}

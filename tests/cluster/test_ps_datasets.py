@@ -1,0 +1,140 @@
+"""Datasets that repeat without end, or of unknown length, under ``parameter_server``: one cluster of real
+processes on 127.0.0.1 (a chief, 2 workers and a ps under ``tfdist.launch --local``) runs one script:
+
+- TensorFlow's parameter-server tutorial, its ``Model.fit`` part, with tfdist's one line:
+  ``dataset.shuffle(10).repeat()`` with ``steps_per_epoch`` trains to its end with the loss falling, its
+  checkpoint reloads and predicts as the model does, and the files are the chief's alone;
+- ``tfdist.fit`` with a Dataset that repeats, and with one of unknown length (``.filter``), trains as many
+  epochs as asked and leaves no stage behind; without ``steps_per_epoch`` the latter is one line;
+- a stage over ``TFDIST_STAGE_LIMIT`` is one line naming its size, from Keras' ``fit`` too;
+- last, a SIGTERM to the chief while it stages a large input ends it as a preemption does (status 42, one
+  ``error: Preempted`` line, the cluster stopped), within the grace period, with no stage left that could
+  be taken for a complete one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sys
+import time
+
+from helpers.cluster_runs import Processes, launcher, loopback_cluster, started_pids
+from tfdist.errors import PREEMPTED_EXIT_CODE
+
+#: A preempted task must be gone well within Kubernetes' default grace period (30 s).
+GRACE_S = 30
+
+SCRIPT = r'''
+import json, os, sys, time
+import tfdist
+strategy = tfdist.setup("parameter_server")
+import numpy as np, keras, tensorflow as tf
+
+work = sys.argv[1]
+out = {}
+
+# TensorFlow's parameter-server tutorial, Model.fit part, in Keras 3: its names, a Dataset where it had a
+# DatasetCreator, and targets of shape (10, 1) (Keras 3's mse does not expand (64,) against (64, 10)).
+global_batch_size = 64
+x = tf.random.uniform((10, 10))
+y = tf.random.uniform((10, 1))
+dataset = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(10).repeat()
+dataset = dataset.batch(global_batch_size)
+dataset = dataset.prefetch(2)
+with strategy.scope():
+    model = keras.models.Sequential([keras.layers.Dense(10)])
+    model.compile(keras.optimizers.SGD(), loss="mse", steps_per_execution=10)
+working_dir = os.path.join(work, "my_working_dir")
+ckpt_filepath = os.path.join(working_dir, "ckpt.keras")
+callbacks = [
+    keras.callbacks.TensorBoard(log_dir=os.path.join(working_dir, "log")),
+    keras.callbacks.ModelCheckpoint(filepath=ckpt_filepath),
+    keras.callbacks.BackupAndRestore(backup_dir=os.path.join(working_dir, "backup")),
+]
+history = model.fit(dataset, epochs=5, steps_per_epoch=20, callbacks=callbacks)
+out["tutorial"] = history.history["loss"]
+restored = keras.models.load_model(ckpt_filepath)
+out["predict_equal"] = bool(np.array_equal(restored.predict(x, verbose=0), model.predict(x, verbose=0)))
+
+def model_fn():
+    m = keras.Sequential([keras.Input((10,)), keras.layers.Dense(1)])
+    m.compile(keras.optimizers.SGD(0.1), loss="mse")
+    return m
+
+pairs = tf.data.Dataset.from_tensor_slices((x, y))
+for name, data, steps in (("repeats", pairs.shuffle(10).repeat().batch(4), 5),
+                          ("filtered", pairs.filter(lambda a, b: b[0] >= 0).batch(4), 3)):
+    run = os.path.join(work, name)
+    h = tfdist.fit(model_fn, data, epochs=3, steps_per_epoch=steps, strategy=strategy, model_dir=run, verbose=0)
+    out[name] = {"loss": h.history["loss"], "left": sorted(p for p in os.listdir(run) if p.startswith("fit-inputs"))}
+
+def refused(call):
+    try:
+        call()
+    except tfdist.errors.UserError as e:
+        return str(e)
+
+out["unknown_no_steps"] = refused(lambda: tfdist.fit(model_fn, pairs.filter(lambda a, b: b[0] >= 0).batch(4),
+                                                      epochs=1, strategy=strategy, verbose=0))
+os.environ["TFDIST_STAGE_LIMIT"] = "20000"
+out["over_limit"] = refused(lambda: model.fit(dataset, epochs=5, steps_per_epoch=20))
+del os.environ["TFDIST_STAGE_LIMIT"]
+print("RESULT " + json.dumps(out), flush=True)
+
+# Large and slow to stage (1.1 MB a batch, 100 batches a second at most): the test sends SIGTERM meanwhile.
+def slow(i):
+    time.sleep(0.01)
+    return i
+
+big = (tf.data.Dataset.range(10 ** 6).map(lambda i: tf.py_function(slow, [i], tf.int64))
+       .map(lambda j: (tf.zeros([25600, 10]), tf.zeros([25600, 1]))).filter(lambda a, b: True))
+tfdist.fit(model_fn, big, epochs=1, steps_per_epoch=10 ** 6, strategy=strategy,
+           model_dir=os.path.join(work, "preempted"), verbose=0)
+print("NOT PREEMPTED", flush=True)
+'''
+
+
+def test_the_tutorials_repeat_and_steps_per_epoch_train_and_staging_is_bounded_and_preemptible(tmp_path):
+    script = tmp_path / "ps_datasets.py"
+    script.write_text(SCRIPT)
+    cluster = loopback_cluster(tmp_path / "cluster.yaml", chief=1, worker=2, ps=1)
+    work = tmp_path / "work"
+    work.mkdir()
+    command = launcher(cluster, sys.executable, str(script), str(work), options=(f"--grace_seconds={GRACE_S}",))
+    with Processes(tmp_path) as procs:
+        proc = procs.start("launch", command)
+        proc.wait_for(lambda t: "tfdist: staged " in t, 400, "a progress line of the large stage")
+        chief = started_pids(proc.text())["chief:0"]
+        sent = time.monotonic()
+        os.kill(chief, signal.SIGTERM)  # the chief alone, as a scheduler preempts one task
+        status, took = proc.wait(GRACE_S + 30), time.monotonic() - sent
+    text = proc.text()
+    result = json.loads(re.search(r"^\[chief:0\] RESULT (.*)$", text, re.M).group(1))
+    # The tutorial trains to its end, the loss falling; its checkpoint predicts as the model does.
+    loss = result["tutorial"]
+    assert len(loss) == 5 and loss[-1] < 0.8 * loss[0], loss
+    assert result["predict_equal"] is True
+    assert "[chief:0] tfdist: the Dataset x repeats without end: its first 100 batches, one for each step up " \
+           "to step 100" in text
+    # The callbacks' files, the chief's alone (BackupAndRestore removes its backup at the end of a fit).
+    assert sorted(p.name for p in (work / "my_working_dir").iterdir()) == ["ckpt.keras", "log"]
+    # tfdist.fit: a Dataset that repeats and one of unknown length train their epochs; no stage is left.
+    for name in ("repeats", "filtered"):
+        assert len(result[name]["loss"]) == 3 and result[name]["loss"][-1] < result[name]["loss"][0], result
+        assert result[name]["left"] == [], result
+    assert result["unknown_no_steps"].startswith("Missing `steps_per_epoch`."), result
+    assert result["over_limit"].startswith(
+        "Invalid `x` under parameter_server: the first 100 batches of the Dataset x must be staged on disk for "
+        "the workers, and its stage would take about 275.0 KiB, over the staging limit of 19.5 KiB "
+        "(TFDIST_STAGE_LIMIT=20000)."), result
+    # SIGTERM while staging: a preemption's end, at once, and nothing staged left behind.
+    assert status == PREEMPTED_EXIT_CODE and took < GRACE_S, (status, took, text[-4000:])
+    assert re.search(r"^\[chief:0\] error: Preempted: chief:0 received SIGTERM before its first step", text, re.M), \
+        text[-4000:]
+    assert "[launch] chief:0 exited with status 42" in text and "NOT PREEMPTED" not in text
+    assert "Traceback" not in text, text[-4000:]
+    assert not [p.name for p in (work / "preempted").iterdir() if p.name.startswith("fit-inputs")]
+
