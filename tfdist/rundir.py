@@ -295,8 +295,8 @@ class RunDir:
         older += sorted((p.name[:-len(".index")] for p in self.checkpoints.glob("ckpt-*.index")),
                         key=_step_of, reverse=True)
         whole = next((p for p in older if _files_there(self.checkpoints, p)), None)
-        then = (f"the files of an older checkpoint, {whole}, are there: write 'model_checkpoint_path: \"{whole}\"' "
-                "into it to resume from that one" if whole else "no other checkpoint's files are there")
+        then = (f"{whole}'s files are all there: write 'model_checkpoint_path: \"{whole}\"' into it to resume "
+                "from that checkpoint" if whole else "no checkpoint's files are all there")
         wrong = (f"names {latest}, whose files are not there" if state is not None and latest else
                  "is empty" if state_file.stat().st_size == 0 else "is not a checkpoint state")
         raise UserError(f"Invalid {name} {self.path}: its checkpoints/checkpoint {wrong}; {then}. Expected a "

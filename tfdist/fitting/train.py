@@ -4,6 +4,7 @@ the engine task.
 
 from __future__ import annotations
 
+import re
 import shutil
 
 import numpy as np
@@ -96,14 +97,15 @@ def train_keras(model_fn, x, y, *, training, batch_size, epochs, validation_data
     warn_unsynchronized_batch_norm(model, replicas)
     own_steps = bool(overrides_steps(model))
     sample = _sample(x, y)
-    _check_takes(model, sample, "x" if not isinstance(x, tf.data.Dataset) else "x (a Dataset)")
+    _check_takes(model, sample, "x", batched_by_user=isinstance(x, tf.data.Dataset))
     val_sample = _sample(*split_validation(validation_data)[:2]) if validation_data is not None else None
     if val_sample is not None:
-        _check_takes(model, val_sample, "validation_data")
+        _check_takes(model, val_sample, "validation_data",
+                     batched_by_user=isinstance(validation_data, tf.data.Dataset))
     steps = (KerasModelSteps(model=model, sample=sample) if own_steps
              else KerasSteps(model=model, optimizer=optimizer, sample=sample))
     if not own_steps:
-        for name, checked in (("y", sample), ("validation_data", val_sample)):
+        for name, checked in (("y" if y is not None else "x", sample), ("validation_data", val_sample)):
             if checked is not None:
                 _check_loss(model, checked, name)
     epoch_steps = steps_per_epoch or rows_and_steps(x, batch_size)[1]
@@ -171,13 +173,18 @@ def _optimizer_settings(optimizer) -> dict:
 
 
 def _first_line(error: Exception) -> str:
-    """An error's first informative line, for a one-line message."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    return " ".join((lines or [type(error).__name__])[0].split())[:200]
+    """An error's first informative line, for a one-line message: not Keras' frame of which layer's call raised
+    it ("Exception encountered when calling ..."), without its terminal colours."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(error))
+    lines = [line.strip() for line in text.splitlines()
+             if line.strip() and not line.strip().startswith("Exception encountered when calling")]
+    return " ".join((lines or [type(error).__name__])[0].split())[:200].rstrip(".")
 
 
-def _check_takes(model, sample, name: str) -> None:
+def _check_takes(model, sample, name: str, *, batched_by_user: bool) -> None:
     """Refuse an input the model cannot be called on (e.g. another width), before anything is written.
+
+    ``batched_by_user``: the input is a Dataset, whose batches are the user's (the message says so).
 
     Raises:
         UserError: naming ``name`` (``x``, ``validation_data``) with the model's complaint.
@@ -187,10 +194,10 @@ def _check_takes(model, sample, name: str) -> None:
             model(sample[0], training=False)
     except (ValueError, TypeError, tf.errors.InvalidArgumentError) as e:
         shapes = [tuple(t.shape) for t in tf.nest.flatten(sample[0])]
-        hint = " (a Dataset yields batches: dataset.batch(n))" if "Dataset" in name else ""
+        hint = " (a Dataset must yield batches: dataset.batch(n))" if batched_by_user else ""
         raise UserError(f"Invalid `{name}` for this model: the model cannot take its examples{hint}. Received: "
-                        f"inputs of shapes {shapes} (the first rows), and the model says: {_first_line(e)} Expected "
-                        "inputs of the shape the model was built for.") from None
+                        f"inputs of shapes {shapes} (the first rows), and the model says: {_first_line(e)}. "
+                        "Expected inputs of the shape the model was built for.") from None
 
 
 def _check_loss(model, sample, name: str) -> None:
@@ -210,7 +217,7 @@ def _check_loss(model, sample, name: str) -> None:
         shapes = [tuple(t.shape) for t in tf.nest.flatten(y)]
         raise UserError(f"Invalid `{name}` for this model's loss: it cannot compare the targets with the model's "
                         f"outputs. Received: targets of shapes {shapes} (the first rows), and the loss says: "
-                        f"{_first_line(e)} Expected targets of the shape the compiled loss takes.") from None
+                        f"{_first_line(e)}. Expected targets of the shape the compiled loss takes.") from None
 
 
 def _learning_rate(optimizer) -> float:
