@@ -40,9 +40,11 @@ FIT_RESUME_KEYS = ("batch_size", "ema_momentum", "gradient_accumulation_steps")
 _STATE_LINE = re.compile(r'\s*([a-z_]+)\s*:\s*(".*"|[-+0-9.eE]+)\s*')
 
 
-def refuse_changed(setting: str, before, received, *, name: str, path, why: str = "") -> None:
+def refuse_changed(setting: str, before, received, *, name: str, path, run: str = "run", why: str = "") -> None:
     """The one rule of both clients for a setting that must not change on resume: ``before`` (the run's record;
     None: not recorded) must equal ``received``.
+
+    ``run`` says whose run it is (``tfdist.fit run``), ``why`` why the setting must stay (`` (its ...)``).
 
     Raises:
         UserError: ``before`` is recorded and differs, naming ``setting`` and ``name`` (the run directory's
@@ -51,8 +53,8 @@ def refuse_changed(setting: str, before, received, *, name: str, path, why: str 
     if before is None or before == received:
         return
     key = setting.rsplit(".", 1)[-1]
-    raise UserError(f"Invalid {name} {path}: it holds a run with {setting}={before!r}{why}. Received: "
-                    f"{key}={received!r}. Expected the same value to resume, or a new {name}.")
+    raise UserError(f"Invalid {name} {path}: it holds a {run} with {setting}={before!r}. Received: "
+                    f"{key}={received!r}. Expected the same value to resume{why}, or a new {name}.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -233,7 +235,8 @@ class RunDir:
         record = self._fit_record(name)
         why = {"batch_size": " (its epochs and data position are counted in its batches)"}
         for key, value in settings.items():
-            refuse_changed(key, record.get(key), value, name=name, path=self.path, why=why.get(key, ""))
+            refuse_changed(key, record.get(key), value, name=name, path=self.path, run="tfdist.fit run",
+                           why=why.get(key, ""))
 
     def _fit_record(self, name: str) -> dict:
         """``fit.yaml`` of the ``tfdist.fit`` run there (``{}`` without one)."""
@@ -244,7 +247,8 @@ class RunDir:
         except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
             record = e
         if not isinstance(record, dict):
-            raise UserError(f"Cannot read {self.fit_record}: {type(record).__name__}. Expected the fit.yaml of an "
+            wrong = "it is empty" if record is None else type(record).__name__
+            raise UserError(f"Cannot read {self.fit_record}: {wrong}. Expected the fit.yaml of an "
                             f"earlier tfdist.fit run (restore it, or remove the run directory), or a new {name}.")
         return record
 
@@ -253,7 +257,10 @@ class RunDir:
         once, when the run starts training, after every check (the first file a ``tfdist.fit`` run writes)."""
         if not self.fit_record.exists():
             self.path.mkdir(parents=True, exist_ok=True)
-            self.fit_record.write_text(yaml.safe_dump({"client": "tfdist.fit", **settings}))
+            # Whole or not at all: the other workers read it (check_fit_resume) while the chief writes it.
+            partial = self.fit_record.with_name(f".{self.fit_record.name}.{os.getpid()}")
+            partial.write_text(yaml.safe_dump({"client": "tfdist.fit", **settings}))
+            os.replace(partial, self.fit_record)
 
     def check_intact(self, name: str = "--model_dir") -> None:
         """Refuse a damaged run directory, before anything is written or trained over it.
@@ -309,13 +316,15 @@ def _kind(path: Path) -> str:
 
 
 def _check_rows(path: Path, name: str, run: Path) -> None:
-    """Every line of ``path`` (``metrics.jsonl``) one JSON object, as the run appends them."""
+    """Every line of ``path`` (``metrics.jsonl``) one JSON object, as the run appends them; a row's beginning
+    without its newline, last, may be one the chief is appending now (a task that starts while the run goes on)."""
     with open(path, "rb") as f:
         for number, line in enumerate(f, start=1):
             try:
                 row = json.loads(line)
             except ValueError:
-                row = None
+                appending = line.startswith(b'{"step": ') and not line.endswith(b"\n")
+                row = {} if appending else None
             if not isinstance(row, dict):
                 raise UserError(f"Invalid {name} {run}: line {number} of its {path.name} is not a JSON object. "
                                 f"Received: {line[:40]!r}. Expected one JSON object a line, as runs append them: "

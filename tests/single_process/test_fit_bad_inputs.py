@@ -253,8 +253,8 @@ EXPECTED = {
     "checkpoints a file": r"its checkpoints is not a directory. Received: a file",
     "tensorboard a file": r"its tensorboard is not a directory",
     "export a file": r"its export is not a directory",
-    "another ema_momentum": r"it holds a run with ema_momentum=0.99.* Received: ema_momentum=0.9\b",
-    "another accumulation": r"it holds a run with gradient_accumulation_steps=2. Received: "
+    "another ema_momentum": r"it holds a tfdist.fit run with ema_momentum=0.99. Received: ema_momentum=0.9\b",
+    "another accumulation": r"it holds a tfdist.fit run with gradient_accumulation_steps=2. Received: "
                             r"gradient_accumulation_steps=4",
     "x width on a whole run": r"Invalid `x` for this model: the model cannot take its examples. Received",
     "a Dataset of other examples": r"Invalid `x` for this model: the model cannot take its examples \(a Dataset "
