@@ -136,7 +136,8 @@ def drop_latest(path):
         item.unlink()
 
 
-# name -> (tfdist.fit's arguments over `base` and the run's model, how its model_dir is made or None: a new one)
+# name -> (tfdist.fit's arguments over `base`, how its model_dir is made or None: a new one). A case on a copy of
+# the run asks for an epoch more, which it would train.
 fresh = regression()
 ps = dict(strategy="parameter_server", cluster_resolver=resolver)
 dataset = tf.data.Dataset.from_tensor_slices((x, y))
@@ -168,18 +169,18 @@ CASES = {
     "model_dir under /sys": (dict(model_fn=fresh, model_dir="/sys/tfdist-bad-input"), "skip"),
     "2**63 steps": (dict(model_fn=fresh, epochs=2**32, steps_per_epoch=2**31), None),
     "2**64 steps of numpy": (dict(model_fn=fresh, epochs=2**62), None),
-    "metrics.jsonl garbage": (dict(model_fn=regression(ema_sgd())), damaged(write("metrics.jsonl", b"{\x00garb\n"))),
-    "metrics.jsonl a dir": (dict(model_fn=regression(ema_sgd())), damaged(into_dir("metrics.jsonl"))),
-    "summary.json a dir": (dict(model_fn=regression(ema_sgd())), damaged(into_dir("summary.json"))),
-    "fit.yaml a dir": (dict(model_fn=regression(ema_sgd())), damaged(into_dir("fit.yaml"))),
-    "checkpoint NUL": (dict(model_fn=regression(ema_sgd())), damaged(write("checkpoints/checkpoint", b"\0" * 120))),
-    "checkpoint empty": (dict(model_fn=regression(ema_sgd())), damaged(write("checkpoints/checkpoint", b""))),
-    "checkpoint names a missing one": (dict(model_fn=regression(ema_sgd())), damaged(drop_latest)),
-    "checkpoints a file": (dict(model_fn=regression(ema_sgd())), damaged(into_file("checkpoints"))),
-    "tensorboard a file": (dict(model_fn=regression(ema_sgd())), damaged(into_file("tensorboard"))),
-    "export a file": (dict(model_fn=regression(ema_sgd())), damaged(lambda p: (p / "export").write_text("x"))),
-    "another ema_momentum": (dict(model_fn=regression(ema_sgd(momentum=0.9))), damaged(lambda p: None)),
-    "another accumulation": (dict(model_fn=regression(ema_sgd(accumulation=4))), damaged(lambda p: None)),
+    "metrics.jsonl garbage": (dict(model_fn=regression(ema_sgd()), epochs=3), damaged(write("metrics.jsonl", b"{\x00garb\n"))),
+    "metrics.jsonl a dir": (dict(model_fn=regression(ema_sgd()), epochs=3), damaged(into_dir("metrics.jsonl"))),
+    "summary.json a dir": (dict(model_fn=regression(ema_sgd()), epochs=3), damaged(into_dir("summary.json"))),
+    "fit.yaml a dir": (dict(model_fn=regression(ema_sgd()), epochs=3), damaged(into_dir("fit.yaml"))),
+    "checkpoint NUL": (dict(model_fn=regression(ema_sgd()), epochs=3), damaged(write("checkpoints/checkpoint", b"\0" * 120))),
+    "checkpoint empty": (dict(model_fn=regression(ema_sgd()), epochs=3), damaged(write("checkpoints/checkpoint", b""))),
+    "checkpoint names a missing one": (dict(model_fn=regression(ema_sgd()), epochs=3), damaged(drop_latest)),
+    "checkpoints a file": (dict(model_fn=regression(ema_sgd()), epochs=3), damaged(into_file("checkpoints"))),
+    "tensorboard a file": (dict(model_fn=regression(ema_sgd()), epochs=3), damaged(into_file("tensorboard"))),
+    "export a file": (dict(model_fn=regression(ema_sgd()), epochs=3), damaged(lambda p: (p / "export").write_text("x"))),
+    "another ema_momentum": (dict(model_fn=regression(ema_sgd(momentum=0.9)), epochs=3), damaged(lambda p: None)),
+    "another accumulation": (dict(model_fn=regression(ema_sgd(accumulation=4)), epochs=3), damaged(lambda p: None)),
     "x width on a whole run": (dict(model_fn=regression(ema_sgd()), x=np.zeros((64, 5), np.float32), epochs=3),
                                damaged(lambda p: None)),
 }
