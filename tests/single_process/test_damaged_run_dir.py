@@ -129,3 +129,17 @@ def test_a_place_no_run_can_write_or_a_run_too_long_is_one_line(tmp_path, case, 
     result = run_cli("tfdist.train", *FLAGS, *flags, timeout=120)
     assert_user_error(result, re.escape(needle))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_row_being_appended_is_no_damage_but_a_garbled_last_line_is(tmp_path):
+    """A task that starts while the chief appends a row may read the row's beginning without its newline."""
+    from tfdist.errors import UserError
+    from tfdist.rundir import RunDir
+
+    run = RunDir(tmp_path)
+    run.metrics.write_text('{"step": 1, "loss": 2.0}\n{"step": 2, "lo')
+    run.check_intact()
+    for garbled in ('{"step": 1, "loss": 2.0}\n{"step": 2, "lo\n', '{"step": 1}\nnot json'):
+        run.metrics.write_text(garbled)
+        with pytest.raises(UserError, match="line 2 of its metrics.jsonl is not a JSON object"):
+            run.check_intact()
