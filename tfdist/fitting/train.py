@@ -108,10 +108,7 @@ def train_keras(model_fn, x, y, *, training, batch_size, epochs, validation_data
         for name, checked in (("y" if y is not None else "x", sample), ("validation_data", val_sample)):
             if checked is not None:
                 _check_loss(model, checked, name)
-    epoch_steps = steps_per_epoch or rows_and_steps(x, batch_size)[1]
-    if not epoch_steps:
-        raise UserError("Missing `steps_per_epoch`. Received: an input of unknown length. Expected "
-                        "steps_per_epoch=N with a dataset_fn or a Dataset that repeats.")
+    epoch_steps = steps_per_epoch or rows_and_steps(x, batch_size)[1]  # an input of unknown length: refused before
     check_total_steps(epochs, epoch_steps, epochs_name="epochs", steps_name="steps_per_epoch")
     eval_fn = _eval_fn(validation_data, batch_size=batch_size, validation_steps=validation_steps, seed=seed)
     if not state.restored and initial_epoch:
