@@ -268,6 +268,24 @@ def check_magnitudes(section) -> None:
         check_magnitude(field.name, getattr(section, field.name))
 
 
+#: The most steps a run counts: its step counter is an int64 variable.
+MAX_STEPS = 2**63 - 1
+
+
+def check_total_steps(epochs: int, steps_per_epoch: int, *, epochs_name: str = "--epochs",
+                      steps_name: str = "--steps_per_epoch") -> None:
+    """Refuse ``epochs`` epochs of ``steps_per_epoch`` steps, more than the step counter (an int64) counts.
+
+    ``epochs_name`` and ``steps_name``: how the caller's user gave them (``--epochs``, or ``epochs`` of
+    ``tfdist.fit``).
+    """
+    if epochs * steps_per_epoch > MAX_STEPS:
+        raise UserError(f"Invalid `{epochs_name}` with `{steps_name}`: more steps than a run counts. Received: "
+                        f"{epochs_name.lstrip('-')}={epochs} epochs of {steps_name.lstrip('-')}={steps_per_epoch} "
+                        f"steps, {epochs * steps_per_epoch} steps. Expected at most 2**63-1 steps in all (the step "
+                        "counter is an int64).")
+
+
 def check_seed(seed: int) -> None:
     """A seed that Keras' ``set_random_seed`` (and NumPy's) takes: 0..2**32-1."""
     check_magnitude("seed", seed)

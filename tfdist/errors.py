@@ -6,6 +6,7 @@ import atexit
 import os
 import stat
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Callable, Collection, Mapping, NoReturn, Sequence
 
@@ -158,10 +159,18 @@ def unwritable_directory(path) -> Path | None:
 
     Checked with ``file_in_the_way`` before anything is written or trained, so that a directory the user cannot
     write is one line at the start, not a ``PermissionError`` traceback after the run.
+    The write is tried (a directory made and removed there): ``os.access`` calls every directory writable for
+    root, ``/proc`` and ``/sys`` included, where making one fails.
     """
     path = Path(path)
     found = next((p for p in (path, *path.parents) if p.exists()), None)
-    return found if found is not None and found.is_dir() and not os.access(found, os.W_OK | os.X_OK) else None
+    if found is None or not found.is_dir():
+        return None
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".tfdist-write-check-", dir=found))
+    except OSError:
+        return found
+    return None
 
 
 def check_keras_backend(environ=None) -> None:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import hashlib
+import json
+import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -27,6 +31,31 @@ RESUME_KEYS = {
     "train": ("global_batch_size", "optimizer", "ema_momentum"),
 }
 
+#: What ``fit.yaml`` records of a ``tfdist.fit`` run that must not change on resume: the data position and epochs
+#: are counted in its batches, and the optimizer's moving averages and gradient accumulators are variables of
+#: its checkpoint, as ``RESUME_KEYS``' ``ema_momentum`` is for ``tfdist.train``.
+FIT_RESUME_KEYS = ("batch_size", "ema_momentum", "gradient_accumulation_steps")
+
+#: The line of a checkpoint state file (``checkpoints/checkpoint``, a text ``CheckpointState``): ``key: value``.
+_STATE_LINE = re.compile(r'\s*([a-z_]+)\s*:\s*(".*"|[-+0-9.eE]+)\s*')
+
+
+def refuse_changed(setting: str, before, received, *, name: str, path, run: str = "run", why: str = "") -> None:
+    """The one rule of both clients for a setting that must not change on resume: ``before`` (the run's record;
+    None: not recorded) must equal ``received``.
+
+    ``run`` says whose run it is (``tfdist.fit run``), ``why`` why the setting must stay (`` (its ...)``).
+
+    Raises:
+        UserError: ``before`` is recorded and differs, naming ``setting`` and ``name`` (the run directory's
+            argument, ``--model_dir`` or ``model_dir``).
+    """
+    if before is None or before == received:
+        return
+    key = setting.rsplit(".", 1)[-1]
+    raise UserError(f"Invalid {name} {path}: it holds a {run} with {setting}={before!r}. Received: "
+                    f"{key}={received!r}. Expected the same value to resume{why}, or a new {name}.")
+
 
 @dataclasses.dataclass(frozen=True)
 class RunDir:
@@ -39,7 +68,11 @@ class RunDir:
     path: Path
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "path", Path(self.path))
+        path = Path(self.path)
+        if ".." in path.parts:
+            # As the kernel would resolve it, without making the directories that a ``..`` steps out of.
+            path = Path(os.path.realpath(path))
+        object.__setattr__(self, "path", path)
 
     @property
     def params(self) -> Path:
@@ -138,12 +171,16 @@ class RunDir:
             return {}
         expected = "Expected the params.yaml of an earlier tfdist run, or a new --model_dir."
         try:
-            old = yaml.safe_load(self.params.read_text(encoding="utf-8")) or {}
+            old = yaml.safe_load(self.params.read_text(encoding="utf-8"))
         except UnicodeDecodeError as e:
             raise UserError(f"Cannot read {self.params}: it is not UTF-8 text (byte {e.object[e.start:e.start + 1]!r} "
                             f"at offset {e.start}). {expected}") from None
         except (OSError, yaml.YAMLError) as e:
             raise UserError(f"Cannot read {self.params}: {' '.join(str(e).split())}. {expected}") from None
+        if old is None:  # what a run leaves is never empty: its checkpoints would be resumed with another config
+            raise UserError(f"Invalid --model_dir {self.path}: its params.yaml is empty. Received: an empty file. "
+                            "Expected the params.yaml of the run there (restore it, or remove the run directory), "
+                            "or a new --model_dir.")
         sections = old.values() if isinstance(old, dict) else ()
         if not isinstance(old, dict) or not all(s is None or isinstance(s, dict) for s in sections):
             raise UserError(f"Invalid {self.params}: not a mapping of sections. "
@@ -157,23 +194,18 @@ class RunDir:
             params: the new run's resolved config as nested dicts (the shape of ``params.yaml``).
 
         Raises:
-            UserError: the path cannot be a run directory; ``params.yaml`` cannot be
-                read, or holds another value of a setting that must not change (``RESUME_KEYS``).
+            UserError: the path cannot be a run directory, or is a damaged one (``check_intact``); ``params.yaml``
+                cannot be read, or holds another value of a setting that must not change (``RESUME_KEYS``).
         """
         model_dir = params["train"]["model_dir"]
         self.check_place()
         self._check_written_by("tfdist.train", model_dir, "--model_dir")
+        self.check_intact("--model_dir")
         old = self._old_params()
-        new = params
         for section, keys in RESUME_KEYS.items():
             for key in keys:
-                before = (old.get(section) or {}).get(key)
-                if before is not None and before != new[section][key]:
-                    raise UserError(
-                        f"Invalid --model_dir {model_dir}: "
-                        f"it holds a run with {section}.{key}={before!r}. Received: {key}={new[section][key]!r}. "
-                        "Expected the same value to resume, or a new --model_dir."
-                    )
+                refuse_changed(f"{section}.{key}", (old.get(section) or {}).get(key), params[section][key],
+                               name="--model_dir", path=model_dir)
 
     def _check_written_by(self, client: str, received, name: str) -> None:
         """Refuse a run directory that the other client wrote: ``tfdist.fit``'s (``fit.yaml``, or checkpoints with
@@ -189,27 +221,150 @@ class RunDir:
                             f"Received: {name}={str(received)!r} for {client}. Expected a {client} run's directory, "
                             "or a new one.")
 
-    def check_fit_resume(self, batch_size, name: str = "model_dir") -> None:
-        """Refuse to resume in ``tfdist.fit`` a run that ``tfdist.train`` wrote, or one fitted with another batch.
+    def check_fit_resume(self, settings: Mapping[str, Any], name: str = "model_dir") -> None:
+        """Refuse to resume in ``tfdist.fit`` a damaged run directory, one that ``tfdist.train`` wrote, or one
+        fitted with other ``settings`` (of ``FIT_RESUME_KEYS``: ``batch_size`` before TensorFlow starts, the
+        optimizer's once ``model_fn`` has built it).
 
         Raises:
-            UserError: ``params.yaml`` is there, or ``fit.yaml`` holds another ``batch_size``.
+            UserError: ``check_intact`` refuses it, ``params.yaml`` is there, or ``fit.yaml`` cannot be read or
+                holds another value of one of ``settings``.
         """
         self._check_written_by("tfdist.fit", self.path, name)
-        if not self.fit_record.is_file():
-            return
-        try:
-            before = (yaml.safe_load(self.fit_record.read_text(encoding="utf-8")) or {}).get("batch_size")
-        except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError) as e:
-            raise UserError(f"Cannot read {self.fit_record}: {type(e).__name__}. Expected the fit.yaml of an earlier "
-                            f"tfdist.fit run, or a new {name}.") from None
-        if before != batch_size:
-            raise UserError(f"Invalid {name} {self.path}: it holds a tfdist.fit run with batch_size={before!r}. "
-                            f"Received: batch_size={batch_size!r}. Expected the same batch_size to resume (its epochs "
-                            f"and data position are counted in its batches), or a new {name}.")
+        self.check_intact(name)
+        record = self._fit_record(name)
+        why = {"batch_size": " (its epochs and data position are counted in its batches)"}
+        for key, value in settings.items():
+            refuse_changed(key, record.get(key), value, name=name, path=self.path, run="tfdist.fit run",
+                           why=why.get(key, ""))
 
-    def write_fit_record(self, batch_size) -> None:
-        """Record ``tfdist.fit``'s ``batch_size`` for its resumptions (``check_fit_resume``); once, at the start."""
+    def _fit_record(self, name: str) -> dict:
+        """``fit.yaml`` of the ``tfdist.fit`` run there (``{}`` without one)."""
+        if not self.fit_record.is_file():
+            return {}
+        try:
+            record = yaml.safe_load(self.fit_record.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+            record = e
+        if not isinstance(record, dict):
+            wrong = "it is empty" if record is None else type(record).__name__
+            raise UserError(f"Cannot read {self.fit_record}: {wrong}. Expected the fit.yaml of an "
+                            f"earlier tfdist.fit run (restore it, or remove the run directory), or a new {name}.")
+        return record
+
+    def write_fit_record(self, settings: Mapping[str, Any]) -> None:
+        """Record ``tfdist.fit``'s ``settings`` (``FIT_RESUME_KEYS``) for its resumptions (``check_fit_resume``);
+        once, when the run starts training, after every check (the first file a ``tfdist.fit`` run writes)."""
         if not self.fit_record.exists():
             self.path.mkdir(parents=True, exist_ok=True)
-            self.fit_record.write_text(yaml.safe_dump({"client": "tfdist.fit", "batch_size": batch_size}))
+            # Whole or not at all: the other workers read it (check_fit_resume) while the chief writes it.
+            partial = self.fit_record.with_name(f".{self.fit_record.name}.{os.getpid()}")
+            partial.write_text(yaml.safe_dump({"client": "tfdist.fit", **settings}))
+            os.replace(partial, self.fit_record)
+
+    def check_intact(self, name: str = "--model_dir") -> None:
+        """Refuse a damaged run directory, before anything is written or trained over it.
+
+        Every file a run leaves must be a file and every folder a folder; ``metrics.jsonl`` (and
+        ``evaluator.jsonl``) one JSON object a line; ``checkpoints/checkpoint`` a checkpoint state naming a
+        checkpoint that is there. A checkpoint state is written whole (written aside, then renamed), so a damaged
+        one was damaged afterwards: resuming would start again from step 0 over the run's checkpoints.
+
+        Raises:
+            UserError: one line naming the file, what is wrong with it and what to do.
+        """
+        fix = f"restore it, or remove the run directory or use a new {name}"
+        for path in (self.params, self.fit_record, self.metrics, self.evaluator_metrics, self.summary,
+                     self.checkpoints / "checkpoint"):
+            if path.exists() and not path.is_file():
+                raise UserError(f"Invalid {name} {self.path}: its {path.relative_to(self.path)} is not a file. "
+                                f"Received: a {_kind(path)}. Expected the file a run leaves there: {fix}.")
+        for path in (self.checkpoints, self.path / "tensorboard", self.export, self.heartbeats, self.fit_inputs):
+            if path.exists() and not path.is_dir():
+                raise UserError(f"Invalid {name} {self.path}: its {path.relative_to(self.path)} is not a "
+                                f"directory. Received: a {_kind(path)}. Expected the directory a run leaves there: "
+                                f"{fix}.")
+        for path in (self.metrics, self.evaluator_metrics):
+            if path.is_file():
+                _check_rows(path, name, self.path)
+        self._check_checkpoint_state(name)
+
+    def _check_checkpoint_state(self, name: str) -> None:
+        """``checkpoints/checkpoint``, when there: a checkpoint state whose latest checkpoint is there."""
+        state_file = self.checkpoints / "checkpoint"
+        if not state_file.is_file():
+            return
+        state = _read_state(state_file)
+        latest = state.get("model_checkpoint_path", [""])[-1] if state is not None else ""
+        if state is not None and latest and _files_there(self.checkpoints, latest):
+            return
+        older = [p for p in reversed(state.get("all_model_checkpoint_paths", []) if state else []) if p != latest]
+        older += sorted((p.name[:-len(".index")] for p in self.checkpoints.glob("ckpt-*.index")),
+                        key=_step_of, reverse=True)
+        whole = next((p for p in older if _files_there(self.checkpoints, p)), None)
+        then = (f"{whole}'s files are all there: write 'model_checkpoint_path: \"{whole}\"' into it to resume "
+                "from that checkpoint" if whole else "no checkpoint's files are all there")
+        wrong = (f"names {latest}, whose files are not there" if state is not None and latest else
+                 "is empty" if state_file.stat().st_size == 0 else "is not a checkpoint state")
+        raise UserError(f"Invalid {name} {self.path}: its checkpoints/checkpoint {wrong}; {then}. Expected a "
+                        f"checkpoint state naming a checkpoint of the run, or a new {name}.")
+
+
+def _kind(path: Path) -> str:
+    """What is at ``path``, for a message: ``directory``, ``file`` or ``special file``."""
+    return "directory" if path.is_dir() else "file" if path.is_file() else "special file"
+
+
+def _check_rows(path: Path, name: str, run: Path) -> None:
+    """Every line of ``path`` (``metrics.jsonl``) one JSON object, as the run appends them; a row's beginning
+    without its newline, last, may be one the chief is appending now (a task that starts while the run goes on)."""
+    with open(path, "rb") as f:
+        for number, line in enumerate(f, start=1):
+            try:
+                row = json.loads(line)
+            except ValueError:
+                appending = line.startswith(b'{"step": ') and not line.endswith(b"\n")
+                row = {} if appending else None
+            if not isinstance(row, dict):
+                raise UserError(f"Invalid {name} {run}: line {number} of its {path.name} is not a JSON object. "
+                                f"Received: {line[:40]!r}. Expected one JSON object a line, as runs append them: "
+                                f"repair or remove that line, or use a new {name}.")
+
+
+def _read_state(path: Path) -> dict[str, list[str]] | None:
+    """The fields of a text checkpoint state (each a list of its values), or None when it is not one."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    fields: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        match = _STATE_LINE.fullmatch(line)
+        if match is None:
+            return None
+        value = match.group(2)
+        if value.startswith('"'):  # a C-escaped string
+            value = codecs.escape_decode(value[1:-1].encode("utf-8"))[0].decode("utf-8", "replace")
+        fields.setdefault(match.group(1), []).append(value)
+    return fields or None
+
+
+def _files_there(directory: Path, checkpoint: str) -> bool:
+    """Whether checkpoint ``checkpoint`` (relative to ``directory``, or absolute) has its index and every data
+    shard (``.data-00000-of-00002``...)."""
+    prefix = directory / checkpoint
+    if not Path(f"{prefix}.index").is_file():
+        return False
+    shards = list(prefix.parent.glob(f"{prefix.name}.data-*-of-*"))
+    if not shards:
+        return False
+    count = int(shards[0].name.rsplit("-of-", 1)[1])
+    return all(Path(f"{prefix}.data-{i:05d}-of-{count:05d}").is_file() for i in range(count))
+
+
+def _step_of(checkpoint: str) -> int:
+    """N of ``ckpt-N`` (-1 for another name)."""
+    tail = checkpoint.rsplit("-", 1)[-1]
+    return int(tail) if tail.isdigit() else -1

@@ -95,7 +95,7 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy=
                              task=task, connect_timeout=connect_timeout, progress_timeout=progress_timeout, seed=seed,
                              model_dir=model_dir, shuffle=shuffle, verbose=verbose, callbacks=callbacks)
     if model_dir is not None:
-        RunDir(model_dir).check_fit_resume(batch_size)
+        RunDir(model_dir).check_fit_resume({"batch_size": batch_size})
     session = session_lib.current()
     if session is not None:
         if runtime.strategy not in (strategies.AUTO, session.runtime.strategy):
@@ -117,10 +117,8 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy=
         placement = session.placement
     else:
         placement = session_lib.place(runtime, in_process=cluster_resolver is not None)
-    session_lib.refuse_evaluator(placement, "tfdist.fit")  # before the run directory is written
-    run_dir = RunDir(model_dir)
-    if placement.is_chief and not temporary:
-        run_dir.write_fit_record(batch_size)
+    session_lib.refuse_evaluator(placement, "tfdist.fit")
+    run_dir = RunDir(model_dir)  # written first by train_keras, once every argument is checked (fit.yaml)
     try:
         with training_task(runtime, placement, run_dir, where="tfdist.fit", cluster_resolver=cluster_resolver,
                            verbose=bool(verbose), keras_setup=False, session=session) as training:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import numbers
 
+from tfdist.config import check_total_steps
 from tfdist.errors import UserError, short
 
 
@@ -80,11 +81,27 @@ def _is_layer(value) -> bool:
 
 
 def _check_dataset_elements(name: str, dataset) -> None:
-    """A Dataset must yield ``(x, y)`` or ``(x, y, sample_weight)`` batches, as Keras' ``fit`` reads them."""
+    """A Dataset must yield ``(x, y)`` or ``(x, y, sample_weight)`` batches, as Keras' ``fit`` reads them.
+
+    A scalar part is a single example's (a batch has a dimension of examples): the Dataset was not batched.
+    """
     spec = dataset.element_spec
     if not (isinstance(spec, tuple) and len(spec) in (2, 3)):
         raise UserError(f"Invalid `{name}`: a tf.data.Dataset of {type(spec).__name__} elements. Expected a "
                         "Dataset of (x, y) or (x, y, sample_weight) batches.")
+    scalars = [part for part in _flat(spec) if part.shape.rank == 0]
+    if scalars:
+        raise UserError(f"Invalid `{name}`: a tf.data.Dataset of single examples (a part of its elements is a "
+                        f"scalar, {scalars[0]}). Expected a Dataset of (x, y) batches, e.g. dataset.batch(64), as "
+                        "Keras' fit reads it.")
+
+
+def _unknown_length(x) -> bool:
+    """Whether ``x`` is an input whose batches an epoch cannot count: a dataset_fn, or a Dataset that repeats,
+    is empty or whose length TensorFlow does not know."""
+    if _is_dataset(x):
+        return int(x.cardinality().numpy()) <= 0
+    return callable(x)
 
 
 def check_run_args(*, strategy, cpu_devices, cluster, task, connect_timeout, progress_timeout, seed, model_dir,
@@ -104,9 +121,9 @@ def check_run_args(*, strategy, cpu_devices, cluster, task, connect_timeout, pro
         task="" if task is None else task, connect_timeout=connect_timeout, progress_timeout=progress_timeout)
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
         raise UserError(f"Invalid value for `seed`. Received: seed={seed!r}. Expected None or an integer.")
-    if model_dir is not None and not isinstance(model_dir, (str, os.PathLike)):
-        raise UserError(f"Invalid value for `model_dir`. Received: model_dir={model_dir!r}. Expected None or a "
-                        "directory path.")
+    if model_dir is not None and (not isinstance(model_dir, (str, os.PathLike)) or not os.fspath(model_dir)):
+        raise UserError(f"Invalid value for `model_dir`. Received: model_dir={model_dir!r}. Expected None (a "
+                        "temporary directory) or a directory path.")
     config_lib.check_runtime(runtime)
     config_lib.check_seed(int(seed or 0))
     config_lib.check_cluster_flags(runtime)
@@ -146,6 +163,11 @@ def check_fit_args(model_fn, x, y, *, batch_size, epochs, initial_epoch, steps_p
     check_positive_int("steps_per_epoch", steps_per_epoch)
     check_positive_int("validation_steps", validation_steps)
     _check_inputs(x, y, batch_size, sample_weight)
+    if steps_per_epoch is None and _unknown_length(x):
+        raise UserError("Missing `steps_per_epoch`. Received: an input of unknown length (a dataset_fn, or a "
+                        "Dataset that repeats or whose length TensorFlow does not know). Expected "
+                        "steps_per_epoch=N.")
+    check_total_steps(epochs, steps_per_epoch or 1, epochs_name="epochs", steps_name="steps_per_epoch")
     if class_weight is not None:
         _check_class_weight(class_weight, x, y, sample_weight)
     if validation_data is not None:

@@ -4,11 +4,14 @@ the engine task.
 
 from __future__ import annotations
 
+import re
 import shutil
 
 import numpy as np
 import tensorflow as tf
 
+from tfdist import _compat
+from tfdist.config import check_total_steps
 from tfdist.engine.controller import Schedule
 from tfdist.engine.inputs import batches_per_step
 from tfdist.engine.outputs import RunOutputs
@@ -97,18 +100,29 @@ def train_keras(model_fn, x, y, *, training, batch_size, epochs, validation_data
     state = build_state(strategy, lambda: _build(model_fn, placement.strategy, coordinator, sample),
                         run_dir=run_dir, is_chief=is_chief, task=placement.name)
     model, optimizer, step_counter = state.model, state.optimizer, state.step
+    run_dir.check_fit_resume(_optimizer_settings(optimizer))
     warn_unsynchronized_batch_norm(model, replicas)
     own_steps = bool(overrides_steps(model))
+    _check_takes(model, sample, "x", batched_by_user=isinstance(x, tf.data.Dataset))
+    val_sample = _sample(*split_validation(validation_data)[:2]) if validation_data is not None else None
+    if val_sample is not None:
+        _check_takes(model, val_sample, "validation_data",
+                     batched_by_user=isinstance(validation_data, tf.data.Dataset))
     steps = (KerasModelSteps(model=model, sample=sample) if own_steps
              else KerasSteps(model=model, optimizer=optimizer, sample=sample))
-    epoch_steps = steps_per_epoch or rows_and_steps(x, batch_size)[1]
-    if not epoch_steps:
-        raise UserError("Missing `steps_per_epoch`. Received: an input of unknown length. Expected "
-                        "steps_per_epoch=N with a dataset_fn or a Dataset that repeats.")
+    if not own_steps:
+        for name, checked in (("y" if y is not None else "x", sample), ("validation_data", val_sample)):
+            if checked is not None:
+                _check_loss(model, checked, name)
+    epoch_steps = steps_per_epoch or rows_and_steps(x, batch_size)[1]  # an input of unknown length: refused before
+    check_total_steps(epochs, epoch_steps, epochs_name="epochs", steps_name="steps_per_epoch")
     eval_fn = _eval_fn(validation_data, batch_size=batch_size, validation_steps=validation_steps, seed=seed)
     if not state.restored and initial_epoch:
         step_counter.assign(initial_epoch * epoch_steps)
     start_step, total_steps = int(step_counter.numpy()), epochs * epoch_steps
+    # Every check is done: the run directory's first write.
+    if is_chief and keep_checkpoints:
+        run_dir.write_fit_record({"batch_size": batch_size, **_optimizer_settings(optimizer)})
     train_fn, _ = dataset_fns(x, y, sample_weight=sample_weight, class_weight=class_weight, batch_size=batch_size,
                               shuffle=shuffle, seed=seed, training=True, start_step=start_step,
                               own_order_per_worker=coordinator, stage_dir=run_dir.fit_inputs if coordinator else None,
@@ -140,7 +154,7 @@ def train_keras(model_fn, x, y, *, training, batch_size, epochs, validation_data
         callback_list.on_epoch_begin(start_step // epoch_steps)
         run_loop(training, state, task,
                  Schedule(total_steps=total_steps, steps_per_epoch=epoch_steps, steps_per_loop=per_execution,
-                              log_every=epoch_steps, checkpoint_every=epoch_steps,
+                          log_every=epoch_steps, checkpoint_every=epoch_steps,
                           evaluates_after=lambda epoch: evaluates_after(epoch, validation_freq)),
                  outputs=outputs, checkpoints=keep_checkpoints, verbose=bool(verbose) and is_chief)
         if epochs > 0:
@@ -149,6 +163,65 @@ def train_keras(model_fn, x, y, *, training, batch_size, epochs, validation_data
     if coordinator:
         shutil.rmtree(run_dir.fit_inputs, ignore_errors=True)
     return history
+
+
+def _optimizer_settings(optimizer) -> dict:
+    """What a resumed ``tfdist.fit`` run's optimizer must keep (``rundir.FIT_RESUME_KEYS``): its moving averages'
+    momentum (0: none, as ``--ema_momentum``) and gradient accumulation (1: none); ``{}`` without an optimizer."""
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    if inner is None:
+        return {}
+    ema = float(inner.ema_momentum) if getattr(inner, "use_ema", False) else 0.0
+    return {"ema_momentum": ema,
+            "gradient_accumulation_steps": int(getattr(inner, "gradient_accumulation_steps", None) or 1)}
+
+
+def _first_line(error: Exception) -> str:
+    """An error's first informative line, for a one-line message: not Keras' frame of which layer's call raised
+    it ("Exception encountered when calling ..."), without its terminal colours."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(error))
+    lines = [line.strip() for line in text.splitlines()
+             if line.strip() and not line.strip().startswith("Exception encountered when calling")]
+    return " ".join((lines or [type(error).__name__])[0].split())[:200].rstrip(".")
+
+
+def _check_takes(model, sample, name: str, *, batched_by_user: bool) -> None:
+    """Refuse an input the model cannot be called on (e.g. another width), before anything is written.
+
+    ``batched_by_user``: the input is a Dataset, whose batches are the user's (the message says so).
+
+    Raises:
+        UserError: naming ``name`` (``x``, ``validation_data``) with the model's complaint.
+    """
+    try:
+        with model.distribute_strategy.scope():
+            model(sample[0], training=False)
+    except (ValueError, TypeError, tf.errors.InvalidArgumentError) as e:
+        shapes = [tuple(t.shape) for t in tf.nest.flatten(sample[0])]
+        hint = " (a Dataset must yield batches: dataset.batch(n))" if batched_by_user else ""
+        raise UserError(f"Invalid `{name}` for this model: the model cannot take its examples{hint}. Received: "
+                        f"inputs of shapes {shapes} (the first rows), and the model says: {_first_line(e)}. "
+                        "Expected inputs of the shape the model was built for.") from None
+
+
+def _check_loss(model, sample, name: str) -> None:
+    """Refuse targets the compiled loss cannot compare with the model's predictions, before anything is written;
+    under a ``StatelessScope``, so that the loss trackers keep their state.
+
+    Raises:
+        UserError: naming ``name`` (``y``, ``validation_data``) with the loss's complaint.
+    """
+    import keras
+
+    x, y = sample[:2]
+    try:
+        with model.distribute_strategy.scope(), keras.StatelessScope():
+            _compat.compiled_loss(model)(y, model(x, training=False))
+    except (ValueError, TypeError, tf.errors.InvalidArgumentError) as e:
+        shapes = [tuple(t.shape) for t in tf.nest.flatten(y)]
+        raise UserError(f"Invalid `{name}` for this model's loss: it cannot compare the targets with the model's "
+                        f"outputs. Received: targets of shapes {shapes} (the first rows), and the loss says: "
+                        f"{_first_line(e)}. Expected targets of the shape the compiled loss takes.") from None
 
 
 def _learning_rate(optimizer) -> float:

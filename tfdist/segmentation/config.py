@@ -122,6 +122,7 @@ def validate(config: Config) -> Config:
     for section in (rt, data, model, train):
         config_lib.check_magnitudes(section)
     config_lib.check_cpu_devices(rt)
+    config_lib.check_total_steps(train.epochs, train.steps_per_epoch or 1)
     config_lib.check_seed(train.seed)
     strategies.check_ps_shards(rt.ps_shards)
     if not (0 <= model.dropout < 1):

@@ -1,0 +1,294 @@
+"""``tfdist.fit``'s bad inputs, found before or after TensorFlow starts: one ``UserError`` naming the argument,
+with nothing written.
+
+One fresh process (2 logical CPUs, and an in-process cluster of 2 workers and a ps for ``parameter_server``)
+trains a small run to resume, then calls ``tfdist.fit`` once a case: a bad argument, a model or input that
+does not fit, a damaged copy of the run directory, a resumption with another optimizer setting. Each must
+raise ``UserError``; a new ``model_dir`` must not exist afterwards, and an existing one must hold the same
+paths, kinds and bytes as before. The same process pins two accepted inputs: a ``model_dir`` holding ``..``
+trains where the kernel would resolve it (and makes no directory a ``..`` steps out of), and a model's own
+``train_step`` on a last batch that splits 2/1 over the replicas trains as Keras' own ``fit`` on one device.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers.outputs import script_results
+
+SCRIPT = r'''
+import json, os, shutil, sys
+from pathlib import Path
+
+from tfdist.strategies import setup_host
+
+setup_host(cpu_devices=2, inter_op_threads=4)
+import keras, numpy as np, tensorflow as tf
+import tfdist
+from tfdist.deploy.in_process import in_process_cluster
+from tfdist.errors import UserError
+
+root = Path(sys.argv[1])
+rng = np.random.default_rng(0)
+x = rng.random((64, 4), dtype=np.float32)
+y = x.sum(axis=1, keepdims=True)
+resolver = in_process_cluster(num_workers=2, num_ps=1)
+
+
+def regression(optimizer=lambda: keras.optimizers.SGD(0.01), loss="mse", metrics=(), jit=False, layers=(),
+               cls=keras.Sequential, width=4):
+    def model_fn():
+        keras.utils.set_random_seed(1)
+        model = cls([keras.Input((width,)), *[make() for make in layers], keras.layers.Dense(1)])
+        model.compile(optimizer=optimizer(), loss=loss, metrics=list(metrics), jit_compile=jit)
+        return model
+    return model_fn
+
+
+def classifier():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="softmax")])
+    model.compile(optimizer="sgd", loss="categorical_crossentropy")
+    return model
+
+
+class MeanState(keras.metrics.Metric):
+    """A metric whose state aggregates with "mean": it does not add up over replicas."""
+
+    def __init__(self, name="mean_state", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.total = self.add_variable((), "zeros", aggregation="mean", name="total")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        self.total.assign_add(tf.reduce_mean(y_pred))
+
+    def result(self):
+        return self.total
+
+
+class OwnStep(keras.Sequential):
+    """Keras' guide's own train_step over the compiled loss and metrics."""
+
+    def train_step(self, data):
+        x, y = data
+        with tf.GradientTape() as tape:
+            y_pred = self(x, training=True)
+            loss = self.compute_loss(y=y, y_pred=y_pred)
+        gradients = tape.gradient(loss, self.trainable_variables)
+        self.optimizer.apply(gradients, self.trainable_variables)
+        for metric in self.metrics:
+            metric.update_state(loss) if metric.name == "loss" else metric.update_state(y, y_pred)
+        return {m.name: m.result() for m in self.metrics}
+
+
+def uncompiled():
+    return keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+
+
+def snapshot(path):
+    """Every path under ``path`` with its kind and bytes (None: nothing there)."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    tree = {}
+    for item in sorted(path.rglob("*")):
+        tree[str(item.relative_to(path))] = item.read_bytes().hex() if item.is_file() else "dir"
+    return tree
+
+
+def ema_sgd(momentum=0.99, accumulation=2):
+    return lambda: keras.optimizers.SGD(0.01, use_ema=True, ema_momentum=momentum,
+                                        gradient_accumulation_steps=accumulation)
+
+
+base = dict(x=x, y=y, batch_size=16, epochs=2, strategy="mirrored", verbose=0)
+run = root / "run"  # the run that damaged copies and resumptions start from
+tfdist.fit(regression(ema_sgd()), **base, model_dir=str(run))
+
+
+def damaged(change):
+    def make(path):
+        shutil.copytree(run, path)
+        change(path)
+    return make
+
+
+def write(name, data):
+    return lambda path: (path / name).write_bytes(data)
+
+
+def into_dir(name):
+    def change(path):
+        target = path / name
+        shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
+        target.mkdir()
+    return change
+
+
+def into_file(name):
+    def change(path):
+        shutil.rmtree(path / name)
+        (path / name).write_text("not a directory\n")
+    return change
+
+
+def drop_latest(path):
+    for item in (path / "checkpoints").glob("ckpt-8.*"):
+        item.unlink()
+
+
+# name -> (tfdist.fit's arguments over `base`, how its model_dir is made or None: a new one). A case on a copy of
+# the run asks for an epoch more, which it would train.
+fresh = regression()
+ps = dict(strategy="parameter_server", cluster_resolver=resolver)
+dataset = tf.data.Dataset.from_tensor_slices((x, y))
+examples = tf.data.Dataset.from_tensor_slices((x, y[:, 0]))  # never batched: each label a scalar
+CASES = {
+    "loss reduction": (dict(model_fn=regression(loss=keras.losses.MeanSquaredError(reduction="sum"))), None),
+    "metric state": (dict(model_fn=regression(metrics=[MeanState()])), None),
+    "jit_compile": (dict(model_fn=regression(jit=True, layers=[
+        lambda: keras.layers.BatchNormalization(synchronized=True)])), None),
+    "accumulation under ps": (dict(model_fn=regression(ema_sgd(accumulation=2)), **ps), None),
+    "own train_step under ps": (dict(model_fn=regression(cls=OwnStep), **ps), None),
+    "uncompiled": (dict(model_fn=uncompiled), None),
+    "a layer": (dict(model_fn=lambda: keras.layers.Dense(1)), None),
+    "batch over replicas": (dict(model_fn=fresh, batch_size=15), None),
+    "dataset_fn without steps": (dict(model_fn=fresh, x=lambda context: dataset.batch(8).repeat(), y=None), None),
+    "repeating Dataset without steps": (dict(model_fn=fresh, x=dataset.batch(16).repeat(), y=None,
+                                             batch_size=None), None),
+    "x width": (dict(model_fn=fresh, x=np.zeros((64, 5), np.float32)), None),
+    "validation_data width": (dict(model_fn=fresh, validation_data=(np.zeros((8, 5), np.float32), y[:8])), None),
+    "y targets": (dict(model_fn=classifier, y=np.zeros((64, 2), np.float32)), None),
+    "validation_data targets": (dict(model_fn=classifier, y=np.eye(3, dtype=np.float32)[np.arange(64) % 3],
+                                     validation_data=(x[:8], np.zeros((8, 2), np.float32))), None),
+    "unbatched Dataset": (dict(model_fn=fresh, x=examples, y=None, batch_size=None), None),
+    "unbatched validation Dataset": (dict(model_fn=fresh, validation_data=examples), None),
+    "a Dataset of other examples": (dict(model_fn=fresh, x=dataset.map(lambda a, b: (a[:3], b)).batch(16), y=None,
+                                         batch_size=None), None),
+    "empty model_dir": (dict(model_fn=fresh, model_dir=""), "skip"),
+    "model_dir under /proc": (dict(model_fn=fresh, model_dir="/proc/tfdist-bad-input/run"), "skip"),
+    "model_dir under /sys": (dict(model_fn=fresh, model_dir="/sys/tfdist-bad-input"), "skip"),
+    "2**63 steps": (dict(model_fn=fresh, epochs=2**32, steps_per_epoch=2**31), None),
+    "2**64 steps of numpy": (dict(model_fn=fresh, epochs=2**62), None),
+    "metrics.jsonl garbage": (dict(model_fn=regression(ema_sgd()), epochs=3), damaged(write("metrics.jsonl", b"{\x00garb\n"))),
+    "metrics.jsonl a dir": (dict(model_fn=regression(ema_sgd()), epochs=3), damaged(into_dir("metrics.jsonl"))),
+    "summary.json a dir": (dict(model_fn=regression(ema_sgd()), epochs=3), damaged(into_dir("summary.json"))),
+    "fit.yaml a dir": (dict(model_fn=regression(ema_sgd()), epochs=3), damaged(into_dir("fit.yaml"))),
+    "checkpoint NUL": (dict(model_fn=regression(ema_sgd()), epochs=3), damaged(write("checkpoints/checkpoint", b"\0" * 120))),
+    "checkpoint empty": (dict(model_fn=regression(ema_sgd()), epochs=3), damaged(write("checkpoints/checkpoint", b""))),
+    "checkpoint names a missing one": (dict(model_fn=regression(ema_sgd()), epochs=3), damaged(drop_latest)),
+    "checkpoints a file": (dict(model_fn=regression(ema_sgd()), epochs=3), damaged(into_file("checkpoints"))),
+    "tensorboard a file": (dict(model_fn=regression(ema_sgd()), epochs=3), damaged(into_file("tensorboard"))),
+    "export a file": (dict(model_fn=regression(ema_sgd()), epochs=3), damaged(lambda p: (p / "export").write_text("x"))),
+    "another ema_momentum": (dict(model_fn=regression(ema_sgd(momentum=0.9)), epochs=3), damaged(lambda p: None)),
+    "another accumulation": (dict(model_fn=regression(ema_sgd(accumulation=4)), epochs=3), damaged(lambda p: None)),
+    "x width on a whole run": (dict(model_fn=regression(ema_sgd()), x=np.zeros((64, 5), np.float32), epochs=3),
+                               damaged(lambda p: None)),
+}
+out = {}
+for index, (name, (arguments, make)) in enumerate(CASES.items()):
+    model_dir = root / f"case-{index}"
+    if callable(make):
+        make(model_dir)
+    arguments = {**base, "model_dir": str(model_dir), **arguments}
+    before = snapshot(arguments["model_dir"]) if arguments["model_dir"] else None
+    try:
+        tfdist.fit(**arguments)
+        error = None
+    except UserError as e:
+        error = str(e)
+    except Exception as e:
+        error = f"RAW {type(e).__name__}: {e}"[:600]
+    after = snapshot(arguments["model_dir"]) if arguments["model_dir"] else None
+    out[name] = {"error": error, "untouched": before == after,
+                 "cwd_untouched": not Path("fit.yaml").exists() and not Path("checkpoints").exists()}
+
+# Accepted: `..` resolved as the kernel would, with no directory made for what it steps out of.
+tfdist.fit(fresh, **{**base, "epochs": 1}, model_dir=str(root / "dots" / "missing" / ".." / "run"))
+out["dots"] = {"run": (root / "dots" / "run" / "fit.yaml").is_file(), "stray": (root / "dots" / "missing").exists()}
+
+# A model's own train_step on rows whose last batch of 3 splits 2/1 over the replicas: one device's steps.
+rows = x[:51], y[:51]
+own = regression(cls=OwnStep, metrics=["mae"])
+one = own()
+one_history = one.fit(*rows, batch_size=16, epochs=2, shuffle=False, verbose=0).history
+two = tfdist.fit(own, *rows, batch_size=16, epochs=2, shuffle=False, verbose=0, strategy="mirrored")
+out["uneven"] = {"weights": max(float(np.abs(a - b).max()) for a, b in zip(one.get_weights(), two.model.get_weights())),
+                 "one": one_history, "two": two.history}
+print("RESULTS " + json.dumps(out))
+'''
+
+#: Each case's expected line (a regular expression of the UserError's text).
+EXPECTED = {
+    "loss reduction": r"Invalid loss reduction for tfdist.fit: .* reduces with 'sum'",
+    "metric state": r"Invalid metric for tfdist.fit: .*total aggregates with 'mean'",
+    "jit_compile": r"Invalid compile\(jit_compile=True\) for 2 replicas on CPU",
+    "accumulation under ps": r"Invalid optimizer for strategy='parameter_server': gradient_accumulation_steps=2",
+    "own train_step under ps": r"Invalid model for tfdist.fit under strategy='parameter_server': OwnStep overrides",
+    "uncompiled": r"Invalid model_fn: it must return a compiled keras.Model",
+    "a layer": r"Invalid model_fn: it must return a compiled keras.Model. Received: a Dense",
+    "batch over replicas": r"Invalid value for `batch_size`. Received: batch_size=15 with 2 replicas",
+    "dataset_fn without steps": r"Missing `steps_per_epoch`. Received: an input of unknown length",
+    "repeating Dataset without steps": r"Missing `steps_per_epoch`. Received: an input of unknown length",
+    "x width": r"Invalid `x` for this model: the model cannot take its examples. Received: inputs of shapes "
+               r"\[\(2, 5\)\]",
+    "validation_data width": r"Invalid `validation_data` for this model: .* shapes \[\(2, 5\)\]",
+    "y targets": r"Invalid `y` for this model's loss: .* targets of shapes \[\(2, 2\)\].* the loss says: "
+                 r"Arguments `target` and `output` must have the same shape",
+    "validation_data targets": r"Invalid `validation_data` for this model's loss: .* targets of shapes \[\(2, 2\)\]",
+    "unbatched Dataset": r"Invalid `x`: a tf.data.Dataset of single examples .* dataset.batch\(64\)",
+    "unbatched validation Dataset": r"Invalid `validation_data`: a tf.data.Dataset of single examples",
+    "empty model_dir": r"Invalid value for `model_dir`. Received: model_dir=''",
+    "model_dir under /proc": r"Invalid `model_dir`: /proc is not writable",
+    "model_dir under /sys": r"Invalid `model_dir`: /sys is not writable",
+    "2**63 steps": r"Invalid `epochs` with `steps_per_epoch`: more steps than a run counts. Received: "
+                   r"epochs=4294967296 epochs of steps_per_epoch=2147483648 steps, 9223372036854775808 steps",
+    "2**64 steps of numpy": r"Invalid `epochs` with `steps_per_epoch`: .*steps_per_epoch=4 steps",
+    "metrics.jsonl garbage": r"line 1 of its metrics.jsonl is not a JSON object",
+    "metrics.jsonl a dir": r"its metrics.jsonl is not a file. Received: a directory",
+    "summary.json a dir": r"its summary.json is not a file. Received: a directory",
+    "fit.yaml a dir": r"its fit.yaml is not a file. Received: a directory",
+    "checkpoint NUL": r"its checkpoints/checkpoint is not a checkpoint state; ckpt-8's files are all there",
+    "checkpoint empty": r"its checkpoints/checkpoint is empty; ckpt-8's files are all there",
+    "checkpoint names a missing one": r"its checkpoints/checkpoint names ckpt-8, whose files are not there; "
+                                      r"ckpt-4's files are all there: write 'model_checkpoint_path: \"ckpt-4\"'",
+    "checkpoints a file": r"its checkpoints is not a directory. Received: a file",
+    "tensorboard a file": r"its tensorboard is not a directory",
+    "export a file": r"its export is not a directory",
+    "another ema_momentum": r"it holds a tfdist.fit run with ema_momentum=0.99. Received: ema_momentum=0.9\b",
+    "another accumulation": r"it holds a tfdist.fit run with gradient_accumulation_steps=2. Received: "
+                            r"gradient_accumulation_steps=4",
+    "x width on a whole run": r"Invalid `x` for this model: the model cannot take its examples. Received",
+    "a Dataset of other examples": r"Invalid `x` for this model: the model cannot take its examples \(a Dataset "
+                                   r"must yield batches: dataset.batch\(n\)\). Received: inputs of shapes "
+                                   r"\[\(2, 3\)\]",
+}
+
+
+def results(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("fit_bad_inputs")
+    return script_results("fit_bad_inputs", ["-c", SCRIPT, str(root)], timeout=600)
+
+
+@pytest.mark.xdist_group("fit_bad_inputs")
+@pytest.mark.parametrize("case", sorted(EXPECTED))
+def test_a_bad_input_is_one_user_error_and_writes_nothing(case, tmp_path_factory):
+    import re
+
+    found = results(tmp_path_factory)[case]
+    assert found["error"] is not None and not found["error"].startswith("RAW"), found
+    assert re.search(EXPECTED[case], found["error"]), (EXPECTED[case], found["error"])
+    assert "\n" not in found["error"], found["error"]
+    assert found["untouched"], f"{case}: model_dir written or changed"
+    assert found["cwd_untouched"], f"{case}: trained into the working directory"
+
+
+@pytest.mark.xdist_group("fit_bad_inputs")
+def test_a_model_dir_with_dot_dot_trains_where_the_kernel_resolves_it(tmp_path_factory):
+    assert results(tmp_path_factory)["dots"] == {"run": True, "stray": False}
+
+
+@pytest.mark.xdist_group("fit_bad_inputs")
+def test_an_own_train_step_on_a_batch_split_unevenly_trains_as_one_device(tmp_path_factory):
+    found = results(tmp_path_factory)["uneven"]
+    assert found["weights"] < 1e-6, found
+    assert found["two"]["loss"] == pytest.approx(found["one"]["loss"], rel=1e-5), found
