@@ -41,12 +41,8 @@ def saves_on_every_worker() -> Iterator[None]:
         with tfdist.saves_on_every_worker():
             model.save(f"/local/worker-{task_id}/model.keras")
     """
-    previous = getattr(_local, "every_worker", False)
-    _local.every_worker = True
-    try:
+    with _flag("every_worker"):
         yield
-    finally:
-        _local.every_worker = previous
 
 
 def install() -> None:
@@ -196,12 +192,19 @@ def _once(call: Callable[[str], Any], path, objects, caller) -> Any:
 
 def _saving(call: Callable[[str], Any], path: str) -> Any:
     """``call(path)``, with the saves it makes itself left as they are."""
-    previous = getattr(_local, "saving", False)
-    _local.saving = True
-    try:
+    with _flag("saving"):
         return call(path)
+
+
+@contextlib.contextmanager
+def _flag(name: str) -> Iterator[None]:
+    """This thread's flag ``name`` set while the block runs, as it was after."""
+    previous = getattr(_local, name, False)
+    setattr(_local, name, True)
+    try:
+        yield
     finally:
-        _local.saving = previous
+        setattr(_local, name, previous)
 
 
 def _key(caller) -> str:
