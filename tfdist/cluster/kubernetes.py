@@ -20,9 +20,6 @@ SUBDOMAIN_ENV = "TFDIST_SUBDOMAIN"  #: the pods' subdomain (the headless Service
 INDEX_ENV = "JOB_COMPLETION_INDEX"  #: set by the Job controller in every pod of an Indexed Job
 HOSTNAME_ENV = "HOSTNAME"  #: the pod's host name, set in every container
 
-#: Every variable this source reads, for the guide and the errors.
-VARIABLES = (TASKS_ENV, PORT_ENV, TASK_TYPE_ENV, INDEX_ENV, HOSTNAME_ENV, JOB_INDEX_ENV, SUBDOMAIN_ENV)
-
 #: The port when ``TFDIST_PORT`` is unset (TensorFlow's usual one, and Volcano's).
 DEFAULT_PORT = 2222
 

@@ -143,8 +143,6 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy=
     except Preempted as e:
         # As every tfdist task: the step reached is saved, and the process ends here with status 42 and one
         # line, so that a scheduler (or tfdist.launch) restarts the same command, which resumes from that step.
-        if temporary:
-            shutil.rmtree(model_dir, ignore_errors=True)
         sys.stdout.flush()
         sys.stderr.write(f"error: {e}\n")
         sys.stderr.flush()
