@@ -138,6 +138,31 @@ def file_in_the_way(path) -> Path | None:
     return found if found is not None and not found.is_dir() else None
 
 
+def check_directory(path, name: str, expected: str, *, writable: bool = True) -> None:
+    """Refuse a directory argument that cannot be one, before anything is written: the one check and wording of
+    every directory that tfdist makes (``--model_dir``, ``model_dir``, ``--dump_weights``, ``--data_dir``).
+
+    Args:
+        path: the directory as the user gave it (it may not exist yet).
+        name: the argument as the user wrote it (``--model_dir``, or ``model_dir`` of ``tfdist.fit``).
+        expected: the sentence that says what is expected (``"Expected a directory ..."``).
+        writable: also refuse a place this process cannot create files in (``unwritable_directory``).
+
+    Raises:
+        UserError: ``path`` is a file, lies under a file, or (``writable``) where nothing can be written.
+    """
+    received = str(path)
+    blocking = file_in_the_way(path)
+    if blocking == Path(path):
+        raise UserError(f"Invalid value for `{name}`: not a directory. Received: {received!r}, an existing file. "
+                        f"{expected}")
+    if blocking is not None:
+        raise UserError(f"Invalid value for `{name}`: {blocking} is a file. Received: {received!r}. {expected}")
+    locked = unwritable_directory(path) if writable else None
+    if locked is not None:
+        raise UserError(f"Invalid value for `{name}`: {locked} is not writable. Received: {received!r}. {expected}")
+
+
 def special_file(path) -> str | None:
     """What ``path`` is when it is neither a regular file nor a directory (a FIFO, a socket, a device), or None.
 

@@ -16,7 +16,7 @@ from typing import Any, Mapping
 import yaml
 
 from tfdist.cluster.task import slug_of
-from tfdist.errors import UserError, file_in_the_way, unwritable_directory
+from tfdist.errors import UserError, check_directory
 
 #: Settings that must not change between a run and its resumption.
 RESUME_KEYS = {
@@ -150,20 +150,11 @@ class RunDir:
             UserError: the path is a file, lies under a file or in a directory this process cannot write, or
                 its ``params.yaml`` is not a file.
         """
-        expected = "Expected a directory (an existing run's, or a new one)."
-        blocking = file_in_the_way(self.path)
-        if blocking == self.path:
-            raise UserError(f"Invalid `{name}`: not a directory. "
-                            f"Received: {str(self.path)!r}, an existing file. {expected}")
-        if blocking is not None:
-            raise UserError(f"Invalid `{name}`: {blocking} is a file. Received: {str(self.path)!r}. {expected}")
-        locked = unwritable_directory(self.path)
-        if locked is not None:
-            raise UserError(f"Invalid `{name}`: {locked} is not writable. Received: {str(self.path)!r}. Expected a "
-                            "directory this process can write (an existing run's, or a new one).")
+        expected = "Expected a directory this process can write (an existing run's, or a new one)."
+        check_directory(self.path, name, expected)
         if self.params.exists() and not self.params.is_file():
-            raise UserError(f"Invalid `{name}`: its {self.params.name} is not a file. Received: {str(self.path)!r}. "
-                            f"{expected}")
+            raise UserError(f"Invalid value for `{name}`: its {self.params.name} is not a file. "
+                            f"Received: {str(self.path)!r}. {expected}")
 
     def _old_params(self) -> dict:
         """The ``params.yaml`` of the run there (``{}`` without one), as sections of settings."""

@@ -6,13 +6,12 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is imported anywhere
 
 from absl import flags  # noqa: E402
 
-from tfdist.errors import UserError, file_in_the_way, run_main, unwritable_directory  # noqa: E402
+from tfdist.errors import UserError, check_directory, run_main  # noqa: E402
 from tfdist.segmentation.command import define_flags, given_fields  # noqa: E402
 from tfdist.segmentation.config import build_config  # noqa: E402
 
@@ -26,17 +25,7 @@ def config_from_flags():
 
 def check_dump_weights(path: str) -> None:
     """Refuse a ``--dump_weights`` that cannot be a directory or cannot be written, before anything runs."""
-    blocking = file_in_the_way(path)
-    expected = "Expected a directory for the weights files (existing or new)."
-    if blocking == Path(path):
-        raise UserError(f"Invalid value for `--dump_weights`: not a directory. Received: {path!r}, an existing file. "
-                        f"{expected}")
-    if blocking is not None:
-        raise UserError(f"Invalid value for `--dump_weights`: {blocking} is a file. Received: {path!r}. {expected}")
-    locked = unwritable_directory(path)
-    if locked is not None:
-        raise UserError(f"Invalid value for `--dump_weights`: {locked} is not writable. Received: {path!r}. "
-                        f"{expected}")
+    check_directory(path, "--dump_weights", "Expected a directory for the weights files (existing or new).")
 
 
 def main(argv: list[str]) -> int:

@@ -66,7 +66,7 @@ def drop_latest(run: Path):
 #: (case, how the copy is damaged, what the line must say besides the copy's path).
 DAMAGED = [
     ("params_empty", write("params.yaml", b""), "its params.yaml is empty"),
-    ("params_a_dir", into_dir("params.yaml"), "Invalid `--model_dir`: its params.yaml is not a file"),
+    ("params_a_dir", into_dir("params.yaml"), "Invalid value for `--model_dir`: its params.yaml is not a file"),
     ("metrics_garbage", write("metrics.jsonl", b'{"step": 1, "loss": 2.0}\nnot json\n'),
      "line 2 of its metrics.jsonl is not a JSON object. Received: b'not json\\n'"),
     ("metrics_a_dir", into_dir("metrics.jsonl"), "its metrics.jsonl is not a file. Received: a directory"),
@@ -112,8 +112,8 @@ def test_a_model_dir_with_dot_dot_is_the_directory_the_kernel_resolves(tmp_path,
 
 BAD_PLACES = [
     ("model_dir_in_proc", ["--model_dir={tmp}/../../proc/tfdist-x/run"],
-     "Invalid `--model_dir`: /proc is not writable."),
-    ("model_dir_in_sys", ["--model_dir=/sys/tfdist-x"], "Invalid `--model_dir`: /sys is not writable."),
+     "Invalid value for `--model_dir`: /proc is not writable."),
+    ("model_dir_in_sys", ["--model_dir=/sys/tfdist-x"], "Invalid value for `--model_dir`: /sys is not writable."),
     ("dump_weights_in_sys", ["--model_dir={tmp}/run", "--dump_weights=/sys/tfdist-x"],
      "Invalid value for `--dump_weights`: /sys is not writable. Received: '/sys/tfdist-x'."),
     ("steps_past_int64", ["--model_dir={tmp}/run", "--epochs=4294967296", "--steps_per_epoch=2147483648"],

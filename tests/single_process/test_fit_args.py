@@ -95,8 +95,8 @@ CASES = {
     "shuffle a word": ({"shuffle": "yes"}, "Invalid value for `shuffle`. Received: shuffle='yes'."),
     "callbacks an int": ({"callbacks": 5}, "Invalid `callbacks`. Received: 5 (int)."),
     "callbacks of ints": ({"callbacks": [5]}, "Invalid `callbacks`. Received: 5 (int)."),
-    "model_dir a file": ({"model_dir": __file__}, "Invalid `model_dir`: not a directory. Received: "),
-    "model_dir under a file": ({"model_dir": f"{__file__}/run"}, "Invalid `model_dir`: "),
+    "model_dir a file": ({"model_dir": __file__}, "Invalid value for `model_dir`: not a directory. Received: "),
+    "model_dir under a file": ({"model_dir": f"{__file__}/run"}, "Invalid value for `model_dir`: "),
     "model_dir an int": ({"model_dir": 5}, "Invalid value for `model_dir`. Received: model_dir=5."),
     "cluster an int": ({"cluster": 5, "task": "worker:0"},
                        "Invalid value for `runtime.cluster` in tfdist.fit. Received: cluster=5."),
@@ -132,7 +132,7 @@ CASES = {
     "validation_freq 2.0": ({"validation_freq": 2.0},
                             "Invalid value for `validation_freq`. Received: validation_freq=2.0."),
     "model_dir unwritable": ({"model_dir": "/proc/1/run"},
-                             "Invalid `model_dir`: /proc/1 is not writable. Received: '/proc/1/run'."),
+                             "Invalid value for `model_dir`: /proc/1 is not writable. Received: '/proc/1/run'."),
 }
 
 

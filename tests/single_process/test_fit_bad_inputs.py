@@ -238,8 +238,8 @@ EXPECTED = {
     "unbatched Dataset": r"Invalid `x`: a tf.data.Dataset of single examples .* dataset.batch\(64\)",
     "unbatched validation Dataset": r"Invalid `validation_data`: a tf.data.Dataset of single examples",
     "empty model_dir": r"Invalid value for `model_dir`. Received: model_dir=''",
-    "model_dir under /proc": r"Invalid `model_dir`: /proc is not writable",
-    "model_dir under /sys": r"Invalid `model_dir`: /sys is not writable",
+    "model_dir under /proc": r"Invalid value for `model_dir`: /proc is not writable",
+    "model_dir under /sys": r"Invalid value for `model_dir`: /sys is not writable",
     "2**63 steps": r"Invalid `epochs` with `steps_per_epoch`: more steps than a run counts. Received: "
                    r"epochs=4294967296 epochs of steps_per_epoch=2147483648 steps, 9223372036854775808 steps",
     "2**64 steps of numpy": r"Invalid `epochs` with `steps_per_epoch`: .*steps_per_epoch=4 steps",

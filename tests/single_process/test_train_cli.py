@@ -178,7 +178,7 @@ def _config_not_utf8(tmp_path, stack):
 def _model_dir_a_file(tmp_path, stack):
     path = tmp_path / "run.txt"
     path.write_text("a file")
-    return [f"--model_dir={path}"], f"Invalid `--model_dir`: not a directory. Received: '{path}', an existing file."
+    return [f"--model_dir={path}"], f"Invalid value for `--model_dir`: not a directory. Received: '{path}', an existing file."
 
 
 def _params(text: bytes, needle: str):
@@ -255,7 +255,7 @@ BAD_INPUT = [
     ("folder_missing", ["--dataset=folder", "--num_classes=3", "--data_dir=/nonexistent/dir"], "/nonexistent/dir"),
     ("folder_bad_mask", _bad_mask, None),
     ("pet_data_dir_under_a_file", ["--dataset=oxford_iiit_pet", "--data_dir=README.md/pets"],
-     "Invalid value for `--data_dir`: README.md is a file. Received: data_dir='README.md/pets'."),
+     "Invalid value for `--data_dir`: README.md is a file. Received: 'README.md/pets'."),
     ("cluster_file", ["--cluster=/nonexistent.yaml", "--task=worker:0"], "/nonexistent.yaml"),
     ("no_cluster", ["--strategy=parameter_server"], "parameter_server"),
     ("positional", ["positional"], "positional"),
@@ -266,7 +266,7 @@ BAD_INPUT = [
     ("resume_other_batch", ["--global_batch_size=16"], "it holds a run with train.global_batch_size=8"),
     ("resume_other_model", ["--base_filters=8"], "it holds a run with model.base_filters=4"),
     ("model_dir_a_file", _model_dir_a_file, None),
-    ("model_dir_under_a_file", ["--model_dir=README.md/run"], "Invalid `--model_dir`: README.md is a file."),
+    ("model_dir_under_a_file", ["--model_dir=README.md/run"], "Invalid value for `--model_dir`: README.md is a file."),
     ("params_not_utf8", _params(b"model: {base_filters: \xff}\n", "Cannot read {}: it is not UTF-8 text"), None),
     ("params_not_a_mapping", _params(b"- 1\n", "Invalid {}: not a mapping of sections"), None),
     ("dump_weights_a_file", _dump_weights_a_file, None),
@@ -281,7 +281,7 @@ BAD_INPUT = [
                                      "Invalid experiment file {}: the key 'epochs' is given twice, on lines 2 and 3."),
      None),
     ("model_dir_unwritable", [f"--model_dir={UNWRITABLE}/run"],
-     f"Invalid `--model_dir`: {UNWRITABLE} is not writable. Received: '{UNWRITABLE}/run'."),
+     f"Invalid value for `--model_dir`: {UNWRITABLE} is not writable. Received: '{UNWRITABLE}/run'."),
     ("dump_weights_unwritable", [f"--dump_weights={UNWRITABLE}/weights"],
      f"Invalid value for `--dump_weights`: {UNWRITABLE} is not writable. Received: '{UNWRITABLE}/weights'."),
     ("resume_other_optimizer", ["--optimizer=adam"], "it holds a run with train.optimizer='sgd'. Received: optimizer="),

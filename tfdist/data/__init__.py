@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tfdist.data.shapes import check_split_sizes, generate_shapes
-from tfdist.errors import UserError, file_in_the_way
+from tfdist.errors import check_directory
 
 if TYPE_CHECKING:
     from tfdist.data.pipeline import dataset_fn, load_split, make_dataset, num_examples, resize_and_normalise
@@ -28,11 +28,8 @@ def validate_data(data) -> None:
 
         check_folder(data)
     elif data.dataset == "oxford_iiit_pet" and data.data_dir:  # TFDS's directory: may not exist yet, cannot be a file
-        blocking = file_in_the_way(Path(data.data_dir).expanduser())
-        if blocking is not None:
-            raise UserError(f"Invalid value for `--data_dir`: {blocking} is a file. "
-                            f"Received: data_dir={data.data_dir!r}. "
-                            f"Expected the TFDS data directory of {data.dataset} (existing or new).")
+        check_directory(Path(data.data_dir).expanduser(), "--data_dir",
+                        f"Expected the TFDS data directory of {data.dataset} (existing or new).", writable=False)
 
 
 def __getattr__(name: str):

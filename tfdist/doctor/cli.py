@@ -19,7 +19,7 @@ from tfdist.doctor import probe as doctor
 from tfdist.doctor import meet
 from tfdist.cluster.spec import ENVIRONMENT_CLUSTERS, SLURM, ClusterSpec, source_name
 from tfdist.cluster.task import Task
-from tfdist.errors import DONE_EXIT_CODE, USAGE_EXIT_CODE, UserError, file_in_the_way, require_finite, run_main
+from tfdist.errors import DONE_EXIT_CODE, USAGE_EXIT_CODE, UserError, check_directory, require_finite, run_main
 
 FLAGS = flags.FLAGS
 
@@ -198,13 +198,8 @@ def main(argv: list[str]) -> int:
 
 def check_model_dir(model_dir: str) -> None:
     """Refuse a ``--model_dir`` that cannot be a directory: a file, or a path under one."""
-    blocking = file_in_the_way(model_dir)
-    expected = "Expected the run directory on the storage every task shares (existing or new)."
-    if blocking == Path(model_dir):
-        raise UserError(f"Invalid value for `--model_dir`: not a directory. Received: {model_dir!r}, an existing "
-                        f"file. {expected}")
-    if blocking is not None:
-        raise UserError(f"Invalid value for `--model_dir`: {blocking} is a file. Received: {model_dir!r}. {expected}")
+    check_directory(model_dir, "--model_dir",
+                    "Expected the run directory on the storage every task shares (existing or new).", writable=False)
 
 
 def entry() -> None:
