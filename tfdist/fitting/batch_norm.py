@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from tfdist import _compat
 
 
@@ -24,3 +26,10 @@ def warn_unsynchronized_batch_norm(model, replicas: int) -> None:
             "of the global batch, so training differs from one device. "
             "keras.layers.BatchNormalization(synchronized=True) all-reduces the statistics.",
             replicas, ", ".join(layers))
+
+
+@contextlib.contextmanager
+def around(model, arguments, placement):
+    """One Keras ``fit``: ``warn_unsynchronized_batch_norm`` before it runs."""
+    warn_unsynchronized_batch_norm(model, model.distribute_strategy.num_replicas_in_sync)
+    yield

@@ -121,6 +121,13 @@ def _redirect(callback, directory: str) -> list[tuple[object, str, object]]:
     return changed
 
 
+def around(model, arguments, placement):
+    """One Keras ``fit`` across workers (``placement``): ``chief_only_files`` of its callbacks."""
+    if placement is None:
+        return contextlib.nullcontext()
+    return chief_only_files(list(arguments.get("callbacks") or []), placement)
+
+
 @contextlib.contextmanager
 def chief_only_files(callbacks, placement: Placement):
     """While ``fit`` runs: on a worker that is not the chief, the callbacks write into a temporary directory."""

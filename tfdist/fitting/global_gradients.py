@@ -200,6 +200,11 @@ def sum_over_replicas(context, grads):
     return out
 
 
+def around(model, arguments, placement):
+    """One Keras ``fit``: ``own_steps_as_one_device`` over the model's replicas."""
+    return own_steps_as_one_device(model, model.distribute_strategy.num_replicas_in_sync)
+
+
 @contextlib.contextmanager
 def own_steps_as_one_device(model, replicas: int):
     """While Keras' own ``fit`` runs on several replicas: its steps compute what one device computes.

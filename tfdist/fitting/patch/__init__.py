@@ -1,14 +1,14 @@
 """Keras' own ``model.fit``, ``evaluate`` and ``predict`` across replicas and workers, and a script's saves there.
 
-``install`` (``tfdist.patch_keras``, ``tfdist.setup``, and ``tfdist.fit`` for the model it returns) applies each
-fix of this package; on one replica, Keras runs untouched.
+``install`` (``tfdist.patch_keras``, ``tfdist.setup``, and ``tfdist.fit`` for the model it returns) installs
+``trainer`` and each fix of ``fixes.FIXES``, the one list of them; on one replica, Keras runs untouched.
 """
 
 from __future__ import annotations
 
 
 def install(fit) -> None:
-    """Install the fix into Keras' TensorFlow trainer; idempotent.
+    """Install the fixes into Keras' TensorFlow trainer: ``trainer``, then each of ``fixes.FIXES``; idempotent.
 
     Args:
         fit: ``tfdist.fit``, which trains Keras' own ``fit`` under a parameter-server strategy (passed in:
@@ -17,14 +17,10 @@ def install(fit) -> None:
     Raises:
         UserError: this Keras' trainer differs from the one the fix was made for.
     """
-    from tfdist.fitting import central_storage, global_gradients
-    from tfdist.fitting.patch import executions, saving, strategy_once, trainer, user_errors, xla
+    from tfdist.fitting.patch import trainer
+    from tfdist.fitting.patch.fixes import FIXES
 
     trainer.install(fit)
-    executions.install()
-    xla.install()
-    strategy_once.install()
-    saving.install()
-    user_errors.install()
-    global_gradients.install()
-    central_storage.install()
+    for fix in FIXES:
+        if hasattr(fix, "install"):
+            fix.install()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 from tfdist import _compat
@@ -31,6 +32,14 @@ def _keys_at_trace_time(make_function):
 
     _make_function.tfdist_executions = True
     return _make_function
+
+
+@contextlib.contextmanager
+def around(model, arguments, placement):
+    """One Keras ``fit`` over several replicas of one process (no ``placement``): ``refuse_in_one_process``."""
+    if placement is None and model.distribute_strategy.num_replicas_in_sync > 1:
+        refuse_in_one_process(model)
+    yield
 
 
 def refuse_in_one_process(model) -> None:

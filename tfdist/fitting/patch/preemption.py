@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 import threading
@@ -10,9 +11,24 @@ import weakref
 from tfdist.runtime.placement import Placement
 from tfdist.runtime.preemption import SIGNALS, exit_preempted, signal_name
 from tfdist import _compat
+from tfdist.errors import preempted_exit
 
 #: The log key that carries the vote out of the step; removed before Keras sees the logs.
 VOTE = "_tfdist_preemption_vote"
+
+@contextlib.contextmanager
+def around(model, arguments, placement):
+    """One Keras ``fit`` across workers (``placement``): the ``PreemptionVote``; every worker's stop at the same
+    step ends the process with status 42 and one line (``errors.PreemptedExit``)."""
+    if placement is None:
+        yield
+        return
+    try:
+        with PreemptionVote(model, placement, list(arguments.get("callbacks") or [])):
+            yield
+    except Stopped as e:
+        raise preempted_exit(str(e)) from None
+
 
 class Stopped(BaseException):
     """Every worker stopped at the same step and saved it: ``fit`` then raises ``errors.PreemptedExit`` (42).

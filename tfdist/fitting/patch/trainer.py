@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 
-from tfdist.errors import UserError, preempted_exit
+from tfdist.errors import UserError
 from tfdist import _compat
 from tfdist.fitting.patch.parameter_server import fit_under_coordinator, on_the_coordinator
 from tfdist.strategies import traits_of
@@ -163,20 +164,14 @@ def _refuse_metrics_outside(model, strategy) -> None:
 
 
 def _wrapped_fit(original, multi_worker, coordinated_fit):
-    """``fit`` that trains under a parameter-server strategy by ``coordinated_fit(model, arguments)``; over
-    several replicas, says once which batch norm layers normalize each replica's slice on their own, as
-    ``tfdist.fit`` does; and, across workers, keeps files and preemption right (``callbacks``, ``preemption``)."""
+    """``fit`` that trains under a parameter-server strategy by ``coordinated_fit(model, arguments)``, and
+    otherwise runs Keras' ``fit`` inside the ``around`` of every fix of ``fixes.FIXES`` that has one, each given
+    the model, the call's arguments and this worker's placement across workers (None in one process)."""
     signature = inspect.signature(original)
 
     @functools.wraps(original)
     def fit(self, *args, **kwargs):
-        from tfdist.fitting.global_gradients import own_steps_as_one_device
-        from tfdist.fitting.callbacks import chief_only_files
-        from tfdist.fitting.patch.executions import refuse_in_one_process
-        from tfdist.fitting.patch.finish import wait_for_every_worker
-        from tfdist.fitting.patch.preemption import PreemptionVote, Stopped
-        from tfdist.fitting.patch.xla import refuse_on_cpu
-        from tfdist.fitting.batch_norm import warn_unsynchronized_batch_norm
+        from tfdist.fitting.patch.fixes import FIXES
         from tfdist.runtime.session import placement_of
 
         strategy = self.distribute_strategy
@@ -184,25 +179,12 @@ def _wrapped_fit(original, multi_worker, coordinated_fit):
         known = traits_of(strategy)
         if known is not None and known.coordinator:
             return coordinated_fit(self, {k: v for k, v in arguments.items() if k != "self"})
-        if strategy.num_replicas_in_sync > 1:
-            refuse_on_cpu(self, strategy)
-            if not multi_worker(strategy):
-                refuse_in_one_process(self)
-            warn_unsynchronized_batch_norm(self, strategy.num_replicas_in_sync)
-        one_device_loss = own_steps_as_one_device(self, strategy.num_replicas_in_sync)
-        if not multi_worker(strategy):
-            with one_device_loss:
-                return original(self, *args, **kwargs)
-        callbacks = list(arguments.get("callbacks") or [])
-        placement = placement_of(strategy)
-        try:
-            # The step that sees one device's loss first: the vote wraps whatever train_step the model has.
-            with one_device_loss, chief_only_files(callbacks, placement), PreemptionVote(self, placement, callbacks):
-                history = original(self, *args, **kwargs)
-        except Stopped as e:
-            raise preempted_exit(str(e)) from None
-        wait_for_every_worker()
-        return history
+        placement = placement_of(strategy) if multi_worker(strategy) else None
+        with contextlib.ExitStack() as around:
+            for fix in FIXES:  # in order: the first is outermost
+                if hasattr(fix, "around"):
+                    around.enter_context(fix.around(self, arguments, placement))
+            return original(self, *args, **kwargs)
 
     fit._tfdist_fit = True
     return fit

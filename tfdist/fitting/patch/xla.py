@@ -10,6 +10,7 @@ replica's forward pass alone, which XLA runs on CPU.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 from tfdist import _compat
@@ -39,6 +40,13 @@ def refuse_on_cpu(model, strategy) -> None:
             f"jit_compile=True with replicas on {', '.join(cpus)}. Expected jit_compile=False (or 'auto', which "
             "Keras resolves to False under a distribution strategy) on CPU, or tfdist.fit, which compiles each "
             "replica's forward and backward pass and all-reduces outside it.")
+
+
+@contextlib.contextmanager
+def around(model, arguments, placement):
+    """One Keras ``fit``: ``refuse_on_cpu`` before it runs."""
+    refuse_on_cpu(model, model.distribute_strategy)
+    yield
 
 
 def install() -> None:

@@ -1,0 +1,25 @@
+"""The fixes that make Keras' own ``fit``, ``evaluate`` and ``predict`` right across replicas and workers, as
+one list: each is a module with ``install()`` (once per process, into Keras or TensorFlow) and/or
+``around(model, arguments, placement)`` (a context around one ``fit``; the first in the list is outermost).
+"""
+
+from __future__ import annotations
+
+from tfdist.fitting import batch_norm, callbacks, central_storage, global_gradients
+from tfdist.fitting.patch import executions, finish, preemption, saving, strategy_once, user_errors, xla
+
+#: In order: ``finish`` waits for every worker once the others have ended; the refusals come before the
+#: step's changes; ``preemption``'s vote wraps whatever step the model has by then.
+FIXES = (
+    finish,            # across workers, fit returns on every worker once all have ended it
+    xla,               # jit_compile over CPU replicas: refused in fit, evaluate's step without XLA
+    executions,        # steps_per_execution across workers (refused over replicas of one process)
+    strategy_once,     # one strategy per process: a second MultiWorkerMirroredStrategy is the first
+    saving,            # a script's saves land once, the chief's, and every worker reads them whole
+    user_errors,       # a UserError that leaves a script is one line and status 2
+    batch_norm,        # the warning for batch norm that normalizes each replica's slice alone
+    global_gradients,  # the optimizer applies the global batch's gradient; steps compute one device's loss
+    central_storage,   # assign_add on a variable kept apart from the replicas changes it once
+    callbacks,         # callbacks on every worker, their files the chief's
+    preemption,        # every worker stops at the same step, saves it, exits 42
+)
