@@ -25,10 +25,6 @@ Tree = TypeVar("Tree")
 STRATEGIES = (*strategies.NAMES, strategies.AUTO)
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 COMMUNICATIONS = ("auto", "ring", "nccl")
-#: The ``--norm`` names (tfdist/models/unet.py): batch (exact, all-reduced), group (exact, no collective),
-#: replica_batch (each replica its own statistics), none. Here, below both the UNet and its experiment's config,
-#: because importing ``tfdist.models`` starts Keras and the experiment checks ``--norm`` before that.
-NORMS = ("batch", "group", "replica_batch", "none")
 
 #: Logical CPU devices one process may be split into: more than any host's cores, and TensorFlow grows
 #: memory for each, so a larger ``--cpu_devices`` is a typo refused before TensorFlow starts.
@@ -291,23 +287,6 @@ def check_seed(seed: int) -> None:
     check_magnitude("seed", seed)
     if not 0 <= seed < 2**32:
         raise UserError(f"Invalid value for `--seed`. Received: seed={seed}. Expected an integer in 0..2**32-1.")
-
-
-def resolve_norm(norm: str, batch_norm: bool) -> str:
-    """The normalization that ``norm`` and the older ``batch_norm`` switch ask for together.
-
-    ``batch_norm=False`` (``--nobatch_norm``) means no normalization: it turns the default ``"batch"``
-    into ``"none"``; with ``"group"`` or ``"replica_batch"`` the pair contradicts itself and is refused.
-    """
-    check_choice("norm", norm, NORMS)
-    if batch_norm:
-        return norm
-    if norm not in ("batch", "none"):
-        raise UserError(
-            f"Invalid value for `--norm` with --nobatch_norm. Received: norm={norm!r} and batch_norm=False. "
-            f"Expected norm='none' (or no --norm) with --nobatch_norm, or --batch_norm with norm={norm!r}."
-        )
-    return "none"
 
 
 def check_runtime_choices(rt: RuntimeConfig) -> None:

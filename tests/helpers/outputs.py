@@ -52,7 +52,7 @@ def exported_weights(model_dir) -> list[np.ndarray]:
     """The weights of a run's ``export/model.keras``."""
     import keras
 
-    import tfdist.models  # noqa: F401  (registers ReplicaBatchNorm)
+    import tfdist.models.unet  # noqa: F401  (registers ReplicaBatchNorm)
 
     return keras.models.load_model(Path(model_dir) / "export" / "model.keras").get_weights()
 

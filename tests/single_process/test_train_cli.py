@@ -31,7 +31,7 @@ TF_STARTUP_LINE = re.compile(r"^(WARNING: All log messages before absl::Initiali
 
 
 def weights(model_dir):
-    import tfdist.models  # noqa: F401
+    import tfdist.models.unet  # noqa: F401
 
     return keras.models.load_model(Path(model_dir) / "export" / "model.keras").get_weights()
 

@@ -452,7 +452,7 @@ def test_ema_momentum_exports_the_moving_averages_and_replicas_equal_one_device(
     assert_weights_close(exported_weights(tmp_path / "two"), exported, rtol=1e-5)
     import tensorflow as tf
 
-    import tfdist.models  # noqa: F401  (registers ReplicaBatchNorm)
+    import tfdist.models.unet  # noqa: F401  (registers ReplicaBatchNorm)
 
     saved = checkpoint_values(tf.train.latest_checkpoint(str(tmp_path / "one" / "checkpoints")))
     trained = [v for k, v in saved.items() if k.startswith("model/") and "VARIABLE_VALUE" in k]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import keras
 
-from tfdist.config import resolve_norm
 from tfdist.errors import UserError
+from tfdist.models.norms import resolve_norm
 from tfdist.strategies import traits_of
 
 #: Groups of ``GroupNormalization``: the largest divisor of the channels up to this.

@@ -15,6 +15,7 @@ from tfdist import config as config_lib
 from tfdist import strategies
 from tfdist.config import RuntimeConfig, check_at_least, check_choice
 from tfdist.errors import UserError
+from tfdist.models.norms import resolve_norm
 
 DATASETS = ("shapes", "oxford_iiit_pet", "folder")
 ENCODERS = ("unet", "mobilenetv2")
@@ -112,7 +113,7 @@ def validate(config: Config) -> Config:
     config_lib.check_runtime_choices(rt)
     check_choice("dataset", data.dataset, DATASETS)
     check_choice("encoder", model.encoder, ENCODERS)
-    norm = config_lib.resolve_norm(model.norm, model.batch_norm)
+    norm = resolve_norm(model.norm, model.batch_norm)
     model = dataclasses.replace(model, norm=norm, batch_norm=norm != "none")
     check_choice("optimizer", train.optimizer, OPTIMIZERS)
     check_choice("lr_scaling", train.lr_scaling, LR_SCALINGS)

@@ -100,7 +100,7 @@ def load_exported_model(model_dir: str | Path):
                         f"archive). Received: first bytes {head!r}. {expected}")
     import keras
 
-    import tfdist.models  # noqa: F401  (registers ReplicaBatchNorm for loading)
+    import tfdist.models.unet  # noqa: F401  (registers ReplicaBatchNorm for loading)
 
     try:
         return keras.models.load_model(path)
