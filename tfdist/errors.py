@@ -133,9 +133,14 @@ def file_in_the_way(path) -> Path | None:
     None when ``path`` is a directory, or nothing stops one being made there. A directory argument is checked
     with it before anything is written, so that the mistake is one line, not a traceback after the run.
     """
-    path = Path(path)
-    found = next((p for p in (path, *path.parents) if p.exists()), None)
+    found = _nearest_existing(path)
     return found if found is not None and not found.is_dir() else None
+
+
+def _nearest_existing(path) -> Path | None:
+    """``path`` or its nearest parent that exists, or None."""
+    path = Path(path)
+    return next((p for p in (path, *path.parents) if p.exists()), None)
 
 
 def check_directory(path, name: str, expected: str, *, writable: bool = True) -> None:
@@ -187,8 +192,7 @@ def unwritable_directory(path) -> Path | None:
     The write is tried (a directory made and removed there): ``os.access`` calls every directory writable for
     root, ``/proc`` and ``/sys`` included, where making one fails.
     """
-    path = Path(path)
-    found = next((p for p in (path, *path.parents) if p.exists()), None)
+    found = _nearest_existing(path)
     if found is None or not found.is_dir():
         return None
     try:

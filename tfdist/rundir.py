@@ -214,8 +214,8 @@ class RunDir:
 
     def check_fit_resume(self, settings: Mapping[str, Any], name: str = "model_dir") -> None:
         """Refuse to resume in ``tfdist.fit`` a damaged run directory, one that ``tfdist.train`` wrote, or one
-        fitted with other ``settings`` (of ``FIT_RESUME_KEYS``: ``batch_size`` before TensorFlow starts, the
-        optimizer's once ``model_fn`` has built it).
+        fitted with other ``settings`` (``batch_size``, before TensorFlow starts; the optimizer's, once
+        ``model_fn`` has built it, go to ``check_fit_settings``).
 
         Raises:
             UserError: ``check_intact`` refuses it, ``params.yaml`` is there, or ``fit.yaml`` cannot be read or
@@ -223,6 +223,15 @@ class RunDir:
         """
         self._check_written_by("tfdist.fit", self.path, name)
         self.check_intact(name)
+        self.check_fit_settings(settings, name)
+
+    def check_fit_settings(self, settings: Mapping[str, Any], name: str = "model_dir") -> None:
+        """Refuse to resume a ``tfdist.fit`` run with other ``settings`` (of ``FIT_RESUME_KEYS``) than its
+        ``fit.yaml`` records; the rest of the directory is ``check_fit_resume``'s.
+
+        Raises:
+            UserError: ``fit.yaml`` cannot be read or holds another value of one of ``settings``.
+        """
         record = self._fit_record(name)
         why = {"batch_size": " (its epochs and data position are counted in its batches)"}
         for key, value in settings.items():
@@ -244,11 +253,11 @@ class RunDir:
         return record
 
     def write_fit_record(self, settings: Mapping[str, Any]) -> None:
-        """Record ``tfdist.fit``'s ``settings`` (``FIT_RESUME_KEYS``) for its resumptions (``check_fit_resume``);
+        """Record ``tfdist.fit``'s ``settings`` (``FIT_RESUME_KEYS``) for its resumptions (``check_fit_settings``);
         once, when the run starts training, after every check (the first file a ``tfdist.fit`` run writes)."""
         if not self.fit_record.exists():
             self.path.mkdir(parents=True, exist_ok=True)
-            # Whole or not at all: the other workers read it (check_fit_resume) while the chief writes it.
+            # Whole or not at all: the other workers read it (check_fit_settings) while the chief writes it.
             partial = self.fit_record.with_name(f".{self.fit_record.name}.{os.getpid()}")
             partial.write_text(yaml.safe_dump({"client": "tfdist.fit", **settings}))
             os.replace(partial, self.fit_record)

@@ -100,20 +100,23 @@ def train_keras(model_fn, x, y, *, training, batch_size, epochs, validation_data
     state = build_state(strategy, lambda: _build(model_fn, placement.strategy, coordinator, sample),
                         run_dir=run_dir, is_chief=is_chief, task=placement.name)
     model, optimizer, step_counter = state.model, state.optimizer, state.step
-    run_dir.check_fit_resume(_optimizer_settings(optimizer))
+    settings = {"batch_size": batch_size, **_optimizer_settings(optimizer)}
+    run_dir.check_fit_settings(settings)
     warn_unsynchronized_batch_norm(model, replicas)
     own_steps = bool(overrides_steps(model))
-    _check_takes(model, sample, "x", batched_by_user=isinstance(x, tf.data.Dataset))
-    val_sample = _sample(*split_validation(validation_data)[:2]) if validation_data is not None else None
-    if val_sample is not None:
-        _check_takes(model, val_sample, "validation_data",
-                     batched_by_user=isinstance(validation_data, tf.data.Dataset))
+    # (what the targets are called, the first rows' targets, the model's outputs on their inputs)
+    checked = [("y" if y is not None else "x", sample[1],
+                _check_takes(model, sample, "x", batched_by_user=isinstance(x, tf.data.Dataset)))]
+    if validation_data is not None:
+        val_sample = _sample(*split_validation(validation_data)[:2])
+        checked.append(("validation_data", val_sample[1],
+                        _check_takes(model, val_sample, "validation_data",
+                                     batched_by_user=isinstance(validation_data, tf.data.Dataset))))
     steps = (KerasModelSteps(model=model, sample=sample) if own_steps
              else KerasSteps(model=model, optimizer=optimizer, sample=sample))
     if not own_steps:
-        for name, checked in (("y" if y is not None else "x", sample), ("validation_data", val_sample)):
-            if checked is not None:
-                _check_loss(model, checked, name)
+        for name, targets, predicted in checked:
+            _check_loss(model, targets, predicted, name)
     epoch_steps = steps_per_epoch or rows_and_steps(x, batch_size)[1]  # an input of unknown length: refused before
     check_total_steps(epochs, epoch_steps, epochs_name="epochs", steps_name="steps_per_epoch")
     eval_fn = _eval_fn(validation_data, batch_size=batch_size, validation_steps=validation_steps, seed=seed)
@@ -122,7 +125,7 @@ def train_keras(model_fn, x, y, *, training, batch_size, epochs, validation_data
     start_step, total_steps = int(step_counter.numpy()), epochs * epoch_steps
     # Every check is done: the run directory's first write.
     if is_chief and keep_checkpoints:
-        run_dir.write_fit_record({"batch_size": batch_size, **_optimizer_settings(optimizer)})
+        run_dir.write_fit_record(settings)
     train_fn, _ = dataset_fns(x, y, sample_weight=sample_weight, class_weight=class_weight, batch_size=batch_size,
                               shuffle=shuffle, seed=seed, training=True, start_step=start_step,
                               own_order_per_worker=coordinator, stage_dir=run_dir.fit_inputs if coordinator else None,
@@ -185,8 +188,9 @@ def _first_line(error: Exception) -> str:
     return " ".join((lines or [type(error).__name__])[0].split())[:200].rstrip(".")
 
 
-def _check_takes(model, sample, name: str, *, batched_by_user: bool) -> None:
-    """Refuse an input the model cannot be called on (e.g. another width), before anything is written.
+def _check_takes(model, sample, name: str, *, batched_by_user: bool):
+    """The model's outputs on ``sample``'s inputs; refuses an input the model cannot be called on (e.g. another
+    width), before anything is written.
 
     ``batched_by_user``: the input is a Dataset, whose batches are the user's (the message says so).
 
@@ -195,7 +199,7 @@ def _check_takes(model, sample, name: str, *, batched_by_user: bool) -> None:
     """
     try:
         with model.distribute_strategy.scope():
-            model(sample[0], training=False)
+            return model(sample[0], training=False)
     except (ValueError, TypeError, tf.errors.InvalidArgumentError) as e:
         shapes = [tuple(t.shape) for t in tf.nest.flatten(sample[0])]
         hint = " (a Dataset must yield batches: dataset.batch(n))" if batched_by_user else ""
@@ -204,19 +208,18 @@ def _check_takes(model, sample, name: str, *, batched_by_user: bool) -> None:
                         "Expected inputs of the shape the model was built for.") from None
 
 
-def _check_loss(model, sample, name: str) -> None:
-    """Refuse targets the compiled loss cannot compare with the model's predictions, before anything is written;
-    under a ``StatelessScope``, so that the loss trackers keep their state.
+def _check_loss(model, y, predicted, name: str) -> None:
+    """Refuse targets ``y`` that the compiled loss cannot compare with the model's outputs ``predicted`` on the
+    same rows, before anything is written; under a ``StatelessScope``, so that the loss trackers keep their state.
 
     Raises:
         UserError: naming ``name`` (``y``, ``validation_data``) with the loss's complaint.
     """
     import keras
 
-    x, y = sample[:2]
     try:
         with model.distribute_strategy.scope(), keras.StatelessScope():
-            _compat.compiled_loss(model)(y, model(x, training=False))
+            _compat.compiled_loss(model)(y, predicted)
     except (ValueError, TypeError, tf.errors.InvalidArgumentError) as e:
         shapes = [tuple(t.shape) for t in tf.nest.flatten(y)]
         raise UserError(f"Invalid `{name}` for this model's loss: it cannot compare the targets with the model's "

@@ -57,15 +57,15 @@ def check_output(name: str, path: str | Path) -> None:
     suffixes = OUTPUT_SUFFIXES[name]
     path = str(path)
     parent = os.path.dirname(os.path.abspath(path))
-    problem = None
+    problem, special = None, special_file(path)
     if os.path.isdir(path):
         problem = "an existing directory"
     elif not path.lower().endswith(suffixes):
         problem = "a path without an image file extension"
     elif not os.path.isdir(parent):
         problem = f"a file in a directory that does not exist ({parent})"
-    elif special_file(path):
-        problem = f"{special_file(path)}, not a regular file"
+    elif special:
+        problem = f"{special}, not a regular file"
     else:
         existed = os.path.lexists(path)
         try:
