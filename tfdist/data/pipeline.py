@@ -6,7 +6,7 @@ from typing import Callable
 
 import tensorflow as tf
 
-from tfdist.errors import UserError
+from tfdist.data.datasets import dataset
 from tfdist.strategies import check_global_batch
 
 SPLITS = ("train", "eval")
@@ -36,22 +36,7 @@ def resize_and_normalise(image: tf.Tensor, mask: tf.Tensor, image_size: int) -> 
 
 def _source(data, split: str, seed: int) -> tf.data.Dataset:
     """The raw ``(uint8 image, uint8 mask)`` examples of ``data.dataset``, any size."""
-    if data.dataset == "shapes":
-        from tfdist.data.shapes import shapes_split
-
-        return shapes_split(data, split, seed)
-    if data.dataset == "oxford_iiit_pet":
-        from tfdist.data.oxford_iiit_pet import pet_split
-
-        return pet_split(data, split)
-    if data.dataset == "folder":
-        from tfdist.data.folder import folder_split
-
-        return folder_split(data, split)
-    raise UserError(
-        f"Invalid value for `--dataset`. Received: dataset={data.dataset!r}. "
-        "Expected one of: shapes, oxford_iiit_pet, folder."
-    )
+    return dataset(data.dataset).split(data, split, seed)
 
 
 def load_split(data, split: str, seed: int) -> tf.data.Dataset:
@@ -72,8 +57,9 @@ def load_split(data, split: str, seed: int) -> tf.data.Dataset:
 def num_examples(data, split: str) -> int:
     """The examples in one pass of ``split`` (to size epochs); shapes from the config, others counted."""
     _check_split(split)
-    if data.dataset == "shapes":
-        return data.train_examples if split == "train" else data.eval_examples
+    row = dataset(data.dataset)
+    if row.examples is not None:
+        return row.examples(data, split)
     source = _source(data, split, seed=0)
     count = int(source.cardinality())
     if count < 0:  # unknown: count once (TFDS and folder sources know theirs)

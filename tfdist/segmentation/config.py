@@ -13,18 +13,17 @@ from typing import Any, Mapping
 
 from tfdist import config as config_lib
 from tfdist import strategies
+from tfdist import data as data_lib
 from tfdist.config import RuntimeConfig, check_at_least, check_choice
 from tfdist.errors import UserError
 from tfdist.models.norms import resolve_norm
 
-DATASETS = ("shapes", "oxford_iiit_pet", "folder")
+DATASETS = tuple(data_lib.DATASETS)
 ENCODERS = ("unet", "mobilenetv2")
 OPTIMIZERS = ("adam", "sgd")
 LR_SCALINGS = ("none", "linear")
 LR_DECAYS = ("cosine", "none")
 
-#: Classes of each dataset when ``num_classes`` is left at 0.
-DATASET_NUM_CLASSES = {"shapes": 4, "oxford_iiit_pet": 3}
 #: Masks are 8-bit class indices; larger images than this do not fit a host's memory in a batch.
 MAX_NUM_CLASSES, MAX_IMAGE_SIZE = 256, 4096
 
@@ -169,10 +168,11 @@ def check_training(config: Config, placement, *, in_process_cluster: bool) -> No
 
 def _check_data(data: DataConfig, model: ModelConfig) -> DataConfig:
     """The data section's checks that read the dataset and the model; returns it with its classes filled."""
-    if data.dataset == "folder" and not data.data_dir:
-        raise UserError("Invalid value for `--data_dir`. "
-                        "Received: data_dir=''. Expected a directory with images/ and masks/ for dataset=folder.")
-    num_classes = data.num_classes or DATASET_NUM_CLASSES.get(data.dataset, 0)
+    dataset = data_lib.dataset(data.dataset)
+    num_classes = data.num_classes or dataset.num_classes
+    if dataset.data_dir and not data.data_dir:
+        raise UserError(f"Invalid value for `--data_dir`. Received: data_dir=''. Expected {dataset.data_dir} for "
+                        f"dataset={data.dataset}.")
     if num_classes == 0:
         raise UserError(f"Missing `--num_classes` for dataset={data.dataset!r}. "
                         "Received: num_classes=0. Expected an integer >= 2.")
@@ -183,12 +183,7 @@ def _check_data(data: DataConfig, model: ModelConfig) -> DataConfig:
         raise UserError(f"Invalid value for `--{'num_classes' if num_classes > MAX_NUM_CLASSES else 'image_size'}`. "
                         f"Received: num_classes={num_classes}, image_size={data.image_size}. Expected num_classes <= "
                         f"{MAX_NUM_CLASSES} (masks hold 8-bit class indices) and image_size <= {MAX_IMAGE_SIZE}.")
-    if data.dataset == "shapes" and num_classes < DATASET_NUM_CLASSES["shapes"]:
-        raise UserError(f"Invalid value for `--num_classes` for shapes. Received: num_classes={num_classes}. Expected "
-                        f"at least {DATASET_NUM_CLASSES['shapes']} (background and three shapes), or no --num_classes.")
-    if data.dataset == "oxford_iiit_pet" and num_classes != 3:
-        raise UserError("Invalid value for `--num_classes` for oxford_iiit_pet. "
-                        f"Received: num_classes={num_classes}. Expected 3 (pet, background, border).")
+    dataset.check_classes(data, num_classes)
     if model.encoder == "unet" and data.image_size % (2**model.depth):
         raise UserError(
             f"Invalid value for `--image_size`. Received: image_size={data.image_size} with depth={model.depth}. "
