@@ -68,13 +68,49 @@ class RuntimeConfig:
     connect_timeout: float = 120.0  # seconds to wait for cluster peers
     # seconds without a step (eval, checkpoint) that end the run, naming who is behind; 0: off
     progress_timeout: float = 1800.0
-    ps_shards: int = 0  # 0 or 1: whole variables (Keras 3 cannot train partitioned ones: strategies.check_ps_shards)
-    ps_min_shard_bytes: int = 256 << 10
 
 
 #: The least value of each number of ``RuntimeConfig``.
 RUNTIME_MINIMUMS = (("cpu_devices", 0), ("bytes_per_pack", 0), ("collective_timeout", 0), ("connect_timeout", 1),
-                    ("progress_timeout", 0), ("ps_shards", 0), ("ps_min_shard_bytes", 1))
+                    ("progress_timeout", 0))
+
+
+@dataclasses.dataclass(frozen=True)
+class RetiredRuntime:
+    """Runtime settings that are gone, typed and defaulted as they were: a command line or an experiment file (an
+    older run's ``params.yaml``) may still give them, and what they asked for is what tfdist always does."""
+
+    ps_shards: int = 0  # 0 or 1: whole variables; more asked for variable partitioning (check_retired)
+    ps_min_shard_bytes: int = 256 << 10  # the least size of a partitioned variable's shard
+
+
+#: Each retired setting (``RetiredRuntime``) -> why it has no effect, for the note of a command that is given it.
+RETIRED = {
+    "ps_shards": "parameter_server keeps each variable whole on one ps task, spread over its ps tasks round-robin",
+    "ps_min_shard_bytes": "it sized the shards of partitioned variables, which parameter_server does not make",
+}
+#: The least value of each retired setting, as it was.
+RETIRED_MINIMUMS = {"ps_shards": 0, "ps_min_shard_bytes": 1}
+
+
+def check_retired(name: str, value: int) -> None:
+    """Refuse a retired setting's value that it never took, or that asks for what does not work.
+
+    ``ps_shards`` above 1 asked for variable partitioning, which Keras 3 cannot train: with a variable
+    partitioner ``ParameterServerStrategy`` makes each large variable a ``ShardedVariable``, which a Keras 3
+    variable wraps whole; ``tape.gradient`` asks it for its ``handle``, which it does not have ("'ShardedVariable'
+    object has no attribute 'handle'"), and taking the gradients per shard instead fails in the Keras optimizer's
+    update ("ShardedVariable doesn't support being used as a reference", on TF 2.21 + Keras 3.15). Without a
+    partitioner the strategy still spreads whole variables over every ps task (round-robin).
+    """
+    check_at_least(name, value, RETIRED_MINIMUMS[name])
+    check_magnitude(name, value)
+    if name == "ps_shards" and value > 1:
+        raise UserError(
+            f"Invalid value for `--ps_shards`: variable partitioning does not work with Keras 3 (its variables "
+            f"cannot wrap TensorFlow's ShardedVariable). Received: ps_shards={value!r}. Expected 0 or 1: "
+            f"whole variables, which parameter_server spreads over all its ps tasks."
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,10 +152,16 @@ def _coerce(section: str, cls: type, name: str, value: Any, where: str) -> Any:
 
 
 def override(config: Tree, values: Mapping[str, Any], where: str = "flags") -> Tree:
-    """Return ``config`` (a config tree) with flat ``field -> value`` overrides applied, each checked for its type."""
+    """Return ``config`` (a config tree) with flat ``field -> value`` overrides applied, each checked for its type.
+
+    A retired setting of a tree with a runtime section (``RETIRED``) is checked (``check_retired``) and left out.
+    """
     classes, owner = sections(config), field_sections(config)
     per_section: dict[str, dict[str, Any]] = {}
     for name, value in values.items():
+        if name in RETIRED and "runtime" in classes:
+            check_retired(name, _coerce("runtime", RetiredRuntime, name, value, where))
+            continue
         section = owner.get(name)
         if section is None:
             raise UserError(
@@ -207,7 +249,7 @@ def load_experiment(config: Tree, name: str) -> Tree:
                 f"Invalid section `{section}` in experiment file {path}. Received: {fields!r}. Expected a mapping."
             )
         for name, value in fields.items():
-            if owner.get(name) != section:
+            if owner.get(name) != section and not (section == "runtime" and name in RETIRED):
                 known = [f.name for f in dataclasses.fields(classes[section])]
                 raise UserError(
                     f"Unknown key `{section}.{name}` in experiment file {path}. Expected one of: {', '.join(known)}."
@@ -310,7 +352,6 @@ def check_runtime(rt: RuntimeConfig) -> None:
         check_at_least(name, getattr(rt, name), low)
     check_magnitudes(rt)
     check_cpu_devices(rt)
-    strategies.check_ps_shards(rt.ps_shards)
 
 
 def check_cluster_flags(rt: RuntimeConfig) -> None:

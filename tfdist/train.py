@@ -11,6 +11,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is impor
 
 from absl import flags  # noqa: E402
 
+from tfdist.config import RETIRED  # noqa: E402
 from tfdist.errors import UserError, check_directory, run_main  # noqa: E402
 from tfdist.segmentation.command import define_flags, given_fields  # noqa: E402
 from tfdist.segmentation.config import build_config  # noqa: E402
@@ -54,7 +55,7 @@ def main(argv: list[str]) -> int:
 
 def entry() -> None:
     """Console-script entry point (``tfdist-train``)."""
-    run_main(main, define_flags)
+    run_main(main, define_flags, retired=RETIRED)
 
 
 if __name__ == "__main__":

@@ -36,11 +36,16 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
         for field in dataclasses.fields(defaults):
             default = getattr(defaults, field.name)
             _DEFINE[type(default)](field.name, default, f"{section.name}.{field.name}", flag_values=flag_values)
+    for field in dataclasses.fields(config_lib.RetiredRuntime):
+        _DEFINE[type(field.default)](field.name, field.default, f"Deprecated, no effect: "
+                                     f"{config_lib.RETIRED[field.name]}.", flag_values=flag_values)
 
 
 def given_fields(flag_values: flags.FlagValues = flags.FLAGS) -> dict:
-    """The config fields given on the command line, as flat ``field -> value`` overrides."""
-    return {name: flag_values[name].value for name in experiment_config.FIELD_SECTION if flag_values[name].present}
+    """The config fields given on the command line, as flat ``field -> value`` overrides (a retired one too,
+    which ``config.override`` checks and leaves out)."""
+    names = (*experiment_config.FIELD_SECTION, *config_lib.RETIRED)
+    return {name: flag_values[name].value for name in names if flag_values[name].present}
 
 
 def check_command(args: Sequence[str], *, strategy: str, where: str, replicas: int | None = None) -> None:

@@ -125,7 +125,6 @@ def validate(config: Config) -> Config:
     config_lib.check_cpu_devices(rt)
     config_lib.check_total_steps(train.epochs, train.steps_per_epoch or 1)
     config_lib.check_seed(train.seed)
-    strategies.check_ps_shards(rt.ps_shards)
     if not (0 <= model.dropout < 1):
         raise UserError("Invalid value for `--dropout`. "
                         f"Received: dropout={model.dropout!r}. Expected 0 <= dropout < 1.")
