@@ -331,31 +331,20 @@ def check_seed(seed: int) -> None:
         raise UserError(f"Invalid value for `--seed`. Received: seed={seed}. Expected an integer in 0..2**32-1.")
 
 
-def check_runtime_choices(rt: RuntimeConfig) -> None:
-    """The runtime section's names: ``--strategy``, ``--precision``, ``--communication``."""
+def check_runtime(rt: RuntimeConfig) -> None:
+    """Every check of the runtime section, the one list that each front door calls (``tfdist.train``'s config
+    through ``validate_runtime``, ``tfdist.fit``'s run arguments, ``tfdist.setup``): its names, bounds and
+    magnitudes, its logical CPUs, then its cluster flags (``--cluster``, ``--task`` and ``--slurm_tasks`` fit
+    together). Reads no file and starts no TensorFlow."""
     check_choice("strategy", rt.strategy, STRATEGIES)
     check_choice("precision", rt.precision, PRECISIONS)
     check_choice("communication", rt.communication, COMMUNICATIONS)
-
-
-def check_cpu_devices(rt: RuntimeConfig) -> None:
-    """At most ``MAX_CPU_DEVICES`` logical CPUs."""
-    if rt.cpu_devices > MAX_CPU_DEVICES:
-        raise UserError(f"Invalid value for `--cpu_devices`. Received: cpu_devices={rt.cpu_devices}. "
-                        f"Expected an integer in 0..{MAX_CPU_DEVICES} (0: the strategy's default).")
-
-
-def check_runtime(rt: RuntimeConfig) -> None:
-    """Every check of the runtime section but its cluster flags' (``check_cluster_flags``)."""
-    check_runtime_choices(rt)
     for name, low in RUNTIME_MINIMUMS:
         check_at_least(name, getattr(rt, name), low)
     check_magnitudes(rt)
-    check_cpu_devices(rt)
-
-
-def check_cluster_flags(rt: RuntimeConfig) -> None:
-    """``--cluster``, ``--task`` and ``--slurm_tasks`` fit together."""
+    if rt.cpu_devices > MAX_CPU_DEVICES:
+        raise UserError(f"Invalid value for `--cpu_devices`. Received: cpu_devices={rt.cpu_devices}. "
+                        f"Expected an integer in 0..{MAX_CPU_DEVICES} (0: the strategy's default).")
     sources.check_flags(rt.cluster, rt.task, rt.slurm_tasks)
     if rt.cluster and rt.cluster not in ENVIRONMENT_CLUSTERS and not rt.task:
         raise UserError(f"Missing `--task` for --cluster={rt.cluster}. "
@@ -391,7 +380,7 @@ def resolve_strategy(rt: RuntimeConfig, cluster_resolver=None) -> RuntimeConfig:
 
 
 def validate_runtime(rt: RuntimeConfig, cluster_resolver=None) -> RuntimeConfig:
-    """Check every field of the runtime section; returns it with its strategy resolved (``resolve_strategy``)."""
+    """Check every field of the runtime section (``check_runtime``); returns it with its strategy resolved
+    (``resolve_strategy``)."""
     check_runtime(rt)
-    check_cluster_flags(rt)
     return resolve_strategy(rt, cluster_resolver)

@@ -287,3 +287,39 @@ def test_train_fit_and_setup_default_to_auto():
     assert config_lib.RuntimeConfig().strategy == experiment_config.Config().runtime.strategy == "auto"
     assert inspect.signature(tfdist.setup).parameters["strategy"].default == "auto"
     assert inspect.signature(tfdist.fit).parameters["strategy"].default is None  # the session's, else auto
+
+
+#: Runtime arguments that each front door takes, each bad: (arguments, what the one line says).
+BAD_RUNTIME = [
+    ({"strategy": "horovod"}, r"^Invalid value for `--strategy`\. Received: strategy='horovod'\."),
+    ({"cpu_devices": -1}, r"^Invalid value for `--cpu_devices`\. Received: cpu_devices=-1\. Expected a number >= 0\.$"),
+    ({"cpu_devices": 10**6}, r"^Invalid value for `--cpu_devices`\. Received: cpu_devices=1000000\. Expected an "),
+    ({"connect_timeout": 0.5}, r"^Invalid value for `--connect_timeout`\. Received: connect_timeout=0\.5\. Expected a "
+                               r"number >= 1\.$"),
+    ({"connect_timeout": float("inf")}, r"^Invalid value for `--connect_timeout`\. .*Expected a finite number\.$"),
+    ({"task": "worker:0"}, r"^Missing `--cluster` for --task=worker:0\."),
+    ({"cluster": "c.yaml"}, r"^Missing `--task` for --cluster=c\.yaml\. Received: task=''\."),
+    ({"cluster": "slurm", "task": "worker:0"}, r"^Unexpected `--task` with --cluster=slurm\."),
+]
+
+
+@pytest.mark.parametrize("arguments, match", BAD_RUNTIME, ids=[str(a) for a, _ in BAD_RUNTIME])
+def test_every_front_door_refuses_a_bad_runtime_with_the_same_line(monkeypatch, arguments, match):
+    """``tfdist.train``'s config, ``tfdist.fit`` and ``tfdist.setup`` run the one list of runtime checks
+    (``config.check_runtime``): the same argument is the same line from each, before TensorFlow starts."""
+    import tfdist
+    from tfdist.fitting.args import check_run_args
+
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    fit_arguments = {"strategy": "auto", "cpu_devices": 0, "cluster": None, "task": None, "connect_timeout": 120.0,
+                     "progress_timeout": 1800.0, "seed": None, "model_dir": None, "shuffle": True,
+                     "verbose": "auto", "callbacks": None}
+    doors = {"tfdist.train": lambda: experiment_config.build_config(overrides=arguments),
+             "tfdist.fit": lambda: check_run_args(**{**fit_arguments, **arguments}),
+             "tfdist.setup": lambda: tfdist.setup(**arguments)}
+    lines = {}
+    for door, call in doors.items():
+        with pytest.raises(UserError, match=match) as info:
+            call()
+        lines[door] = str(info.value)
+    assert len(set(lines.values())) == 1, lines
