@@ -68,13 +68,49 @@ class RuntimeConfig:
     connect_timeout: float = 120.0  # seconds to wait for cluster peers
     # seconds without a step (eval, checkpoint) that end the run, naming who is behind; 0: off
     progress_timeout: float = 1800.0
-    ps_shards: int = 0  # 0 or 1: whole variables (Keras 3 cannot train partitioned ones: strategies.check_ps_shards)
-    ps_min_shard_bytes: int = 256 << 10
 
 
 #: The least value of each number of ``RuntimeConfig``.
 RUNTIME_MINIMUMS = (("cpu_devices", 0), ("bytes_per_pack", 0), ("collective_timeout", 0), ("connect_timeout", 1),
-                    ("progress_timeout", 0), ("ps_shards", 0), ("ps_min_shard_bytes", 1))
+                    ("progress_timeout", 0))
+
+
+@dataclasses.dataclass(frozen=True)
+class RetiredRuntime:
+    """Runtime settings that are gone, typed and defaulted as they were: a command line or an experiment file (an
+    older run's ``params.yaml``) may still give them, and what they asked for is what tfdist always does."""
+
+    ps_shards: int = 0  # 0 or 1: whole variables; more asked for variable partitioning (check_retired)
+    ps_min_shard_bytes: int = 256 << 10  # the least size of a partitioned variable's shard
+
+
+#: Each retired setting (``RetiredRuntime``) -> why it has no effect, for the note of a command that is given it.
+RETIRED = {
+    "ps_shards": "parameter_server keeps each variable whole on one ps task, spread over its ps tasks round-robin",
+    "ps_min_shard_bytes": "it sized the shards of partitioned variables, which parameter_server does not make",
+}
+#: The least value of each retired setting, as it was.
+RETIRED_MINIMUMS = {"ps_shards": 0, "ps_min_shard_bytes": 1}
+
+
+def check_retired(name: str, value: int) -> None:
+    """Refuse a retired setting's value that it never took, or that asks for what does not work.
+
+    ``ps_shards`` above 1 asked for variable partitioning, which Keras 3 cannot train: with a variable
+    partitioner ``ParameterServerStrategy`` makes each large variable a ``ShardedVariable``, which a Keras 3
+    variable wraps whole; ``tape.gradient`` asks it for its ``handle``, which it does not have ("'ShardedVariable'
+    object has no attribute 'handle'"), and taking the gradients per shard instead fails in the Keras optimizer's
+    update ("ShardedVariable doesn't support being used as a reference", on TF 2.21 + Keras 3.15). Without a
+    partitioner the strategy still spreads whole variables over every ps task (round-robin).
+    """
+    check_at_least(name, value, RETIRED_MINIMUMS[name])
+    check_magnitude(name, value)
+    if name == "ps_shards" and value > 1:
+        raise UserError(
+            f"Invalid value for `--ps_shards`: variable partitioning does not work with Keras 3 (its variables "
+            f"cannot wrap TensorFlow's ShardedVariable). Received: ps_shards={value!r}. Expected 0 or 1: "
+            f"whole variables, which parameter_server spreads over all its ps tasks."
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,10 +152,16 @@ def _coerce(section: str, cls: type, name: str, value: Any, where: str) -> Any:
 
 
 def override(config: Tree, values: Mapping[str, Any], where: str = "flags") -> Tree:
-    """Return ``config`` (a config tree) with flat ``field -> value`` overrides applied, each checked for its type."""
+    """Return ``config`` (a config tree) with flat ``field -> value`` overrides applied, each checked for its type.
+
+    A retired setting of a tree with a runtime section (``RETIRED``) is checked (``check_retired``) and left out.
+    """
     classes, owner = sections(config), field_sections(config)
     per_section: dict[str, dict[str, Any]] = {}
     for name, value in values.items():
+        if name in RETIRED and "runtime" in classes:
+            check_retired(name, _coerce("runtime", RetiredRuntime, name, value, where))
+            continue
         section = owner.get(name)
         if section is None:
             raise UserError(
@@ -207,7 +249,7 @@ def load_experiment(config: Tree, name: str) -> Tree:
                 f"Invalid section `{section}` in experiment file {path}. Received: {fields!r}. Expected a mapping."
             )
         for name, value in fields.items():
-            if owner.get(name) != section:
+            if owner.get(name) != section and not (section == "runtime" and name in RETIRED):
                 known = [f.name for f in dataclasses.fields(classes[section])]
                 raise UserError(
                     f"Unknown key `{section}.{name}` in experiment file {path}. Expected one of: {', '.join(known)}."
@@ -289,32 +331,20 @@ def check_seed(seed: int) -> None:
         raise UserError(f"Invalid value for `--seed`. Received: seed={seed}. Expected an integer in 0..2**32-1.")
 
 
-def check_runtime_choices(rt: RuntimeConfig) -> None:
-    """The runtime section's names: ``--strategy``, ``--precision``, ``--communication``."""
+def check_runtime(rt: RuntimeConfig) -> None:
+    """Every check of the runtime section, the one list that each front door calls (``tfdist.train``'s config
+    through ``validate_runtime``, ``tfdist.fit``'s run arguments, ``tfdist.setup``): its names, bounds and
+    magnitudes, its logical CPUs, then its cluster flags (``--cluster``, ``--task`` and ``--slurm_tasks`` fit
+    together). Reads no file and starts no TensorFlow."""
     check_choice("strategy", rt.strategy, STRATEGIES)
     check_choice("precision", rt.precision, PRECISIONS)
     check_choice("communication", rt.communication, COMMUNICATIONS)
-
-
-def check_cpu_devices(rt: RuntimeConfig) -> None:
-    """At most ``MAX_CPU_DEVICES`` logical CPUs."""
-    if rt.cpu_devices > MAX_CPU_DEVICES:
-        raise UserError(f"Invalid value for `--cpu_devices`. Received: cpu_devices={rt.cpu_devices}. "
-                        f"Expected an integer in 0..{MAX_CPU_DEVICES} (0: the strategy's default).")
-
-
-def check_runtime(rt: RuntimeConfig) -> None:
-    """Every check of the runtime section but its cluster flags' (``check_cluster_flags``)."""
-    check_runtime_choices(rt)
     for name, low in RUNTIME_MINIMUMS:
         check_at_least(name, getattr(rt, name), low)
     check_magnitudes(rt)
-    check_cpu_devices(rt)
-    strategies.check_ps_shards(rt.ps_shards)
-
-
-def check_cluster_flags(rt: RuntimeConfig) -> None:
-    """``--cluster``, ``--task`` and ``--slurm_tasks`` fit together."""
+    if rt.cpu_devices > MAX_CPU_DEVICES:
+        raise UserError(f"Invalid value for `--cpu_devices`. Received: cpu_devices={rt.cpu_devices}. "
+                        f"Expected an integer in 0..{MAX_CPU_DEVICES} (0: the strategy's default).")
     sources.check_flags(rt.cluster, rt.task, rt.slurm_tasks)
     if rt.cluster and rt.cluster not in ENVIRONMENT_CLUSTERS and not rt.task:
         raise UserError(f"Missing `--task` for --cluster={rt.cluster}. "
@@ -350,7 +380,7 @@ def resolve_strategy(rt: RuntimeConfig, cluster_resolver=None) -> RuntimeConfig:
 
 
 def validate_runtime(rt: RuntimeConfig, cluster_resolver=None) -> RuntimeConfig:
-    """Check every field of the runtime section; returns it with its strategy resolved (``resolve_strategy``)."""
+    """Check every field of the runtime section (``check_runtime``); returns it with its strategy resolved
+    (``resolve_strategy``)."""
     check_runtime(rt)
-    check_cluster_flags(rt)
     return resolve_strategy(rt, cluster_resolver)

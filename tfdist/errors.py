@@ -289,7 +289,7 @@ NOTE_ENV = "TFDIST_DEPRECATION_NOTE"
 
 
 def run_main(main: Callable[[list[str]], int | None], define_flags: Callable[[], None] | None = None,
-             renamed: Mapping[str, str] | None = None) -> None:
+             renamed: Mapping[str, str] | None = None, retired: Mapping[str, str] | None = None) -> None:
     """Run an absl ``main``: ``UserError`` ends it with status 2, ``RunFailed`` with its own, one line each.
 
     A ``RunFailed`` ends the process at once after its line (``end_process``), so
@@ -300,7 +300,8 @@ def run_main(main: Callable[[list[str]], int | None], define_flags: Callable[[],
     them only when they run, so that several can be imported in one process.
     ``renamed`` (old -> new flag name) keeps old flags working: each old name
     given is one ``note:`` line on stderr once ``main`` has returned (a user
-    error stays the only line), as is a deprecated command's note (``NOTE_ENV``).
+    error stays the only line), as is a deprecated command's note (``NOTE_ENV``). ``retired`` (flag name -> why
+    it has no effect) names flags that are still defined and accepted but do nothing: each given is such a note.
 
     TensorFlow's start-up lines are kept off stderr from here on (``quiet``;
     opt-out ``TFDIST_TF_LOGS=1``), so the error line stays the only one. A Keras backend
@@ -329,6 +330,9 @@ def run_main(main: Callable[[list[str]], int | None], define_flags: Callable[[],
             status = main(argv)
             for old in old_names:
                 sys.stderr.write(f"note: --{old} is deprecated; use --{renamed[old]} (the same flag, renamed)\n")
+            for name, why in (retired or {}).items():
+                if flags.FLAGS[name].present:
+                    sys.stderr.write(f"note: --{name} is deprecated and has no effect: {why}\n")
             if note:
                 sys.stderr.write(f"note: {note}\n")
             return status

@@ -67,7 +67,7 @@ import tensorflow as tf
 from tfdist.deploy.in_process import in_process_cluster
 from tfdist.strategies import make_strategy
 resolver = in_process_cluster(num_workers=2, num_ps=2)
-s = make_strategy("parameter_server", cluster_resolver=resolver, ps_shards=1)
+s = make_strategy("parameter_server", cluster_resolver=resolver)
 with s.scope():
     v = tf.Variable(tf.zeros([64]))
     w = tf.Variable(1.0)

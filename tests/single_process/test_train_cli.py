@@ -15,6 +15,7 @@ from PIL import Image
 
 from helpers.clis import assert_user_error, run_cli
 from tfdist.cluster.network import free_ports
+from tfdist.config import RETIRED
 from tfdist.errors import DIVERGED_EXIT_CODE, USAGE_EXIT_CODE
 from helpers.outputs import checkpoint_values
 
@@ -53,8 +54,11 @@ def test_resume_in_a_new_process_equals_training_straight(tmp_path):
     assert straight.returncode == 0, straight.stderr[-2000:]
     assert "final eval: mean_iou" in straight.stdout
     half = [f"--model_dir={tmp_path / 'b'}", "--strategy=one_device", "--steps_per_epoch=5", *TINY_FLAGS]
-    first = run_cli("tfdist.train", *half, "--epochs=1", "--noexport")  # the resumed run exports
+    # The retired --ps_shards 0/1 and --ps_min_shard_bytes change nothing (the run resumes without them): a note each.
+    first = run_cli("tfdist.train", *half, "--epochs=1", "--noexport", "--ps_shards=1", "--ps_min_shard_bytes=1024")
     assert first.returncode == 0, first.stderr[-2000:]
+    assert [line for line in first.stderr.splitlines() if line.startswith("note: ")] == [
+        f"note: --{name} is deprecated and has no effect: {why}" for name, why in RETIRED.items()]
     second = run_cli("tfdist.train", *half, "--epochs=2")
     assert second.returncode == 0, second.stderr[-2000:]
     assert "resuming from" in second.stdout and "at step 5" in second.stdout

@@ -137,10 +137,41 @@ def test_deterministic_turns_augmentation_off():
     assert experiment_config.build_config(overrides={"deterministic": True}).data.augment is False
 
 
-def test_ps_shards_zero_and_one_keep_whole_variables():
+def test_the_retired_ps_settings_are_accepted_and_change_nothing(tmp_path):
+    """``ps_shards`` 0 or 1 and ``ps_min_shard_bytes`` (whole variables, as always) are still taken as overrides and
+    in an experiment file (an older run's params.yaml holds both), and leave the config as it is without them."""
+    plain = experiment_config.build_config(overrides={"strategy": "parameter_server"})
+    assert not {"ps_shards", "ps_min_shard_bytes"} & set(experiment_config.FIELD_SECTION)
     for ps_shards in (0, 1):
-        built = experiment_config.build_config(overrides={"strategy": "parameter_server", "ps_shards": ps_shards})
-        assert built.runtime.ps_shards == ps_shards
+        assert experiment_config.build_config(overrides={"strategy": "parameter_server", "ps_shards": ps_shards,
+                                                         "ps_min_shard_bytes": 1024}) == plain
+    older = tmp_path / "params.yaml"
+    older.write_text("runtime:\n  strategy: parameter_server\n  ps_shards: 1\n  ps_min_shard_bytes: 262144\n")
+    assert experiment_config.build_config(str(older)) == plain
+
+
+@pytest.mark.parametrize("text, match", [
+    ("ps_shards: 2", r"^Invalid value for `--ps_shards`: variable partitioning does not work with Keras 3 .*"
+                     r"Received: ps_shards=2\. Expected 0 or 1"),
+    ("ps_shards: x", r"^Invalid value for `runtime\.ps_shards` in .*params\.yaml\. Received: ps_shards='x'\. "
+                     r"Expected an int\.$"),
+    ("ps_min_shard_bytes: 0", r"^Invalid value for `--ps_min_shard_bytes`\. Received: ps_min_shard_bytes=0\. "
+                              r"Expected a number >= 1\.$"),
+    ("ps_min_shard_bytes: 9223372036854775808", r"ps_min_shard_bytes=9223372036854775808\. Expected an integer "
+                                                r"below 2\*\*63\.$"),
+])
+def test_a_retired_ps_setting_in_a_file_is_refused_where_it_never_worked(tmp_path, text, match):
+    older = tmp_path / "params.yaml"
+    older.write_text(f"runtime:\n  {text}\n")
+    with pytest.raises(UserError, match=match):
+        experiment_config.build_config(str(older))
+
+
+def test_a_retired_setting_belongs_to_the_runtime_section_of_a_file(tmp_path):
+    misplaced = tmp_path / "exp.yaml"
+    misplaced.write_text("train:\n  ps_shards: 1\n")
+    with pytest.raises(UserError, match=r"Unknown key `train\.ps_shards`"):
+        experiment_config.build_config(str(misplaced))
 
 
 @pytest.mark.parametrize(
@@ -256,3 +287,39 @@ def test_train_fit_and_setup_default_to_auto():
     assert config_lib.RuntimeConfig().strategy == experiment_config.Config().runtime.strategy == "auto"
     assert inspect.signature(tfdist.setup).parameters["strategy"].default == "auto"
     assert inspect.signature(tfdist.fit).parameters["strategy"].default is None  # the session's, else auto
+
+
+#: Runtime arguments that each front door takes, each bad: (arguments, what the one line says).
+BAD_RUNTIME = [
+    ({"strategy": "horovod"}, r"^Invalid value for `--strategy`\. Received: strategy='horovod'\."),
+    ({"cpu_devices": -1}, r"^Invalid value for `--cpu_devices`\. Received: cpu_devices=-1\. Expected a number >= 0\.$"),
+    ({"cpu_devices": 10**6}, r"^Invalid value for `--cpu_devices`\. Received: cpu_devices=1000000\. Expected an "),
+    ({"connect_timeout": 0.5}, r"^Invalid value for `--connect_timeout`\. Received: connect_timeout=0\.5\. Expected a "
+                               r"number >= 1\.$"),
+    ({"connect_timeout": float("inf")}, r"^Invalid value for `--connect_timeout`\. .*Expected a finite number\.$"),
+    ({"task": "worker:0"}, r"^Missing `--cluster` for --task=worker:0\."),
+    ({"cluster": "c.yaml"}, r"^Missing `--task` for --cluster=c\.yaml\. Received: task=''\."),
+    ({"cluster": "slurm", "task": "worker:0"}, r"^Unexpected `--task` with --cluster=slurm\."),
+]
+
+
+@pytest.mark.parametrize("arguments, match", BAD_RUNTIME, ids=[str(a) for a, _ in BAD_RUNTIME])
+def test_every_front_door_refuses_a_bad_runtime_with_the_same_line(monkeypatch, arguments, match):
+    """``tfdist.train``'s config, ``tfdist.fit`` and ``tfdist.setup`` run the one list of runtime checks
+    (``config.check_runtime``): the same argument is the same line from each, before TensorFlow starts."""
+    import tfdist
+    from tfdist.fitting.args import check_run_args
+
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    fit_arguments = {"strategy": "auto", "cpu_devices": 0, "cluster": None, "task": None, "connect_timeout": 120.0,
+                     "progress_timeout": 1800.0, "seed": None, "model_dir": None, "shuffle": True,
+                     "verbose": "auto", "callbacks": None}
+    doors = {"tfdist.train": lambda: experiment_config.build_config(overrides=arguments),
+             "tfdist.fit": lambda: check_run_args(**{**fit_arguments, **arguments}),
+             "tfdist.setup": lambda: tfdist.setup(**arguments)}
+    lines = {}
+    for door, call in doors.items():
+        with pytest.raises(UserError, match=match) as info:
+            call()
+        lines[door] = str(info.value)
+    assert len(set(lines.values())) == 1, lines

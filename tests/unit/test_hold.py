@@ -1,4 +1,4 @@
-"""``runtime.hold``: a task holds after the step a benchmark asks for until its preemption signal, within a bound."""
+"""The preemption benchmark's hold: a task holds after a chosen step until its preemption signal, within a bound."""
 
 import json
 import os
@@ -9,8 +9,8 @@ import time
 import pytest
 
 from tfdist.errors import RunFailed
-from tfdist.runtime import hold
-from tfdist.runtime.hold import hold_for_signal
+from tfdist.bench import preemption as hold
+from tfdist.bench.preemption import hold_for_signal
 from tfdist.runtime.preemption import Preemption
 
 
@@ -75,10 +75,10 @@ def test_a_hold_in_a_run_that_takes_no_signal_fails_at_once(asked):
 def test_the_hook_is_installed_only_when_the_environment_asks_and_holds_after_its_chunk(asked, monkeypatch):
     import types
 
-    (hook,) = hold.from_environment()
+    (hook,) = hold.hold_from_environment()
     run = types.SimpleNamespace(preemption=None, first_step_at=1.0)
     hook.chunk_done(0, 3, run)  # before the step: nothing
     with pytest.raises(RunFailed, match="takes no preemption signal"):
         hook.chunk_done(3, 4, run)
     monkeypatch.delenv(hold.STEP_VARIABLE)
-    assert hold.from_environment() == ()
+    assert hold.hold_from_environment() == ()

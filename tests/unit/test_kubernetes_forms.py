@@ -314,8 +314,15 @@ def test_jobset_policies_fail_on_2_and_3_restart_on_42_and_evictions_and_end_wit
         job = rjob["template"]["spec"]
         container = job["template"]["spec"]["containers"][0]["name"]
         assert job["backoffLimit"] == 0
-        assert all(r["onExitCodes"]["containerName"] == container for r in job["podFailurePolicy"]["rules"]
-                   if "onExitCodes" in r)
+        rules = job["podFailurePolicy"]["rules"]
+        assert all(r["onExitCodes"]["containerName"] == container for r in rules if "onExitCodes" in r)
+        # A preempted or evicted pod fails its Job too (a plain Job would start a new pod): the JobSet restarts
+        # every Job together on the message, which names the exit code or the condition.
+        by_code = {code: next(r["action"] for r in rules if code in r.get("onExitCodes", {}).get("values", ()))
+                   for code in (2, 3, 42)}
+        evicted = next(r["action"] for r in rules
+                       if any(c["type"] == "DisruptionTarget" for c in r.get("onPodConditions", ())))
+        assert by_code == {2: "FailJob", 3: "FailJob", 42: "FailJob"} and evicted == "FailJob"
 
 
 def test_trainjob_marks_the_workers_as_trainers_nodes(emitted):

@@ -1,4 +1,4 @@
-"""``--ps_shards`` above one is one line, before TensorFlow starts."""
+"""``--ps_shards`` above one is one line, before TensorFlow starts; 0 or 1 (whole variables, as always) is taken."""
 
 import yaml
 
@@ -20,3 +20,16 @@ def test_ps_shards_above_one_is_one_line_before_tensorflow_starts(tmp_path):
     assert "ShardedVariable" in line
     assert not model_dir.exists()
 
+
+
+def test_a_deployments_command_takes_the_retired_ps_flags_and_refuses_partitioning():
+    """``tfdist.manifest ... -- --ps_shards 1`` is a command every task runs; ``-- --ps_shards 2`` is one line here."""
+    import pytest
+
+    from tfdist.errors import UserError
+    from tfdist.segmentation.command import check_command
+
+    where = "tfdist.manifest --form kubernetes"
+    check_command(["--ps_shards", "1", "--ps_min_shard_bytes=1024"], strategy="parameter_server", where=where)
+    with pytest.raises(UserError, match=r"^Invalid value for `--ps_shards`: variable partitioning .*ps_shards=2\."):
+        check_command(["--ps_shards=2"], strategy="parameter_server", where=where)

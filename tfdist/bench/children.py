@@ -172,12 +172,14 @@ def rows(metrics: Path, split: str) -> list[dict]:
     return out
 
 
-def train_command(flags: Sequence[str], directory: Path, cluster: Mapping[str, int] | None = None) -> list[str]:
+def train_command(flags: Sequence[str], directory: Path, cluster: Mapping[str, int] | None = None, *,
+                  module: str = "tfdist.train") -> list[str]:
     """``python -m tfdist.train FLAGS``; under the launcher when ``cluster`` gives task counts (e.g. ``{"worker": 2}``).
 
-    The cluster file is written into ``directory``, every task on a free port of 127.0.0.1.
+    The cluster file is written into ``directory``, every task on a free port of 127.0.0.1. ``module``: another
+    module that runs ``tfdist.train``'s command (the preemption benchmark's, which holds for its signal).
     """
-    train = [sys.executable, "-m", "tfdist.train", *flags]
+    train = [sys.executable, "-m", module, *flags]
     if not cluster:
         return train
     ports = iter(free_ports(sum(cluster.values())))
@@ -196,7 +198,7 @@ class Process:
       directory: where its stdout/stderr files go (and its TMPDIR: scratch files go with the directory).
       name: the files' stem.
       label: how errors name the measurement (``"preemption benchmark"``).
-      env: variables added to its environment (e.g. ``runtime.hold``'s), or None.
+      env: variables added to its environment (e.g. the preemption benchmark's hold), or None.
     """
 
     def __init__(self, argv: list[str], directory: Path, name: str, label: str = "preemption benchmark",

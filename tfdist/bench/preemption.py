@@ -1,11 +1,16 @@
 """Preemption as a benchmark measurement: a SIGTERM mid-run to real ``tfdist.train`` processes, the exit 42,
 and the relaunch that resumes at the step reached.
+
+A fast run would finish before its signal, so the preempted run holds after a chosen step until it has received
+it: ``python -m tfdist.bench.preemption FLAGS`` is ``tfdist.train``'s command with the hold's hook, which the
+environment (``hold_env``) asks for.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import signal
 import tempfile
@@ -15,13 +20,78 @@ from typing import Any, Callable, Mapping, Sequence
 
 from tfdist.bench.rows import BASE
 from tfdist.bench.children import POLL_SECONDS, Process, train_command
-from tfdist.errors import DONE_EXIT_CODE, PREEMPTED_EXIT_CODE
-from tfdist.runtime import hold
+from tfdist.cluster.task import slug_of
+from tfdist.engine.task import Hook
+from tfdist.errors import DONE_EXIT_CODE, PREEMPTED_EXIT_CODE, RunFailed
 
 #: ``error: Preempted at step N of M`` (each task's, prefixed ``[worker:i] `` under the launcher).
 PREEMPTED_LINE = re.compile(r"error: Preempted at step (\d+) of (\d+)")
 #: The relaunch's ``tfdist: ... ; resuming from <path> at step N`` line.
 RESUMED_LINE = re.compile(r"resuming from (\S+) at step (\d+)")
+
+
+#: The step after which each task of the preempted run holds; unset or empty: no hold.
+STEP_VARIABLE = "TFDIST_HOLD_AT_STEP"
+#: The directory that gets one marker file per holding task.
+DIRECTORY_VARIABLE = "TFDIST_HOLD_DIR"
+#: The bound of the wait, in seconds.
+SECONDS_VARIABLE = "TFDIST_HOLD_SECONDS"
+#: How often a holding task looks whether its signal arrived.
+HOLD_POLL_SECONDS = 0.005
+#: The module the preempted run is started as: ``tfdist.train``'s command with the hold (this one).
+HELD_MODULE = "tfdist.bench.preemption"
+
+
+def marker_name(task: str) -> str:
+    """The marker file of ``task`` (``"worker:1"`` -> ``"worker-1.held"``)."""
+    return slug_of(task) + ".held"
+
+
+def hold_for_signal(begin: int, end: int, preemption, first_step_at: float | None) -> None:
+    """If ``TFDIST_HOLD_AT_STEP`` lies in ``(begin, end]``: mark this task as held, wait for its signal.
+
+    The marker (JSON: task, step, when its first step ended) goes into
+    ``TFDIST_HOLD_DIR``; the wait lasts at most ``TFDIST_HOLD_SECONDS``. The
+    next chunk then carries the task's vote to stop.
+
+    Args:
+      begin, end: the chunk of steps just trained.
+      preemption: this task's ``runtime.preemption.Preemption`` (None: it takes no signal; the hold fails).
+      first_step_at: unix time this task's first chunk ended, written into the marker.
+
+    Raises:
+      RunFailed: no signal within ``TFDIST_HOLD_SECONDS``, or the run takes no preemption signal.
+    """
+    at = os.environ.get(STEP_VARIABLE, "")
+    if not at or not begin < int(at) <= end:
+        return
+    seconds = float(os.environ.get(SECONDS_VARIABLE, "60"))
+    if preemption is None:
+        raise RunFailed(f"{STEP_VARIABLE}={at} asks this task to hold for a signal, but its run takes no "
+                        "preemption signal. Expected a run of tfdist.train, which takes SIGTERM.")
+    where = preemption.where
+    marker = Path(os.environ[DIRECTORY_VARIABLE]) / marker_name(where)
+    partial = marker.with_suffix(".partial")
+    partial.write_text(json.dumps({"task": where, "step": end, "first_step_at": first_step_at}))
+    partial.replace(marker)  # whole or absent for a reader
+    deadline = time.monotonic() + seconds
+    while not preemption.requested:
+        if time.monotonic() > deadline:
+            raise RunFailed(f"{where} held after step {end} ({STEP_VARIABLE}={at}) for {seconds:g} s and "
+                            "received no SIGTERM or SIGUSR1. Expected the process that set the hold to signal it.")
+        time.sleep(HOLD_POLL_SECONDS)
+
+
+class HoldForSignal(Hook):
+    """The hold as an engine hook: after each chunk's log row and checkpoint, ``hold_for_signal``."""
+
+    def chunk_done(self, step: int, end: int, controller) -> None:
+        hold_for_signal(step, end, controller.preemption, controller.first_step_at)
+
+
+def hold_from_environment() -> tuple[Hook, ...]:
+    """The hold's hook when ``TFDIST_HOLD_AT_STEP`` asks for one; else none."""
+    return (HoldForSignal(),) if os.environ.get(STEP_VARIABLE, "") else ()
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -96,15 +166,16 @@ class PreemptionMeasured:
 
 
 def command(spec: PreemptionSpec, directory: Path) -> list[str]:
-    """The run's command line: the train CLI, under the launcher (a cluster file on free ports) for workers > 1."""
+    """The run's command line: the train CLI with the hold (``HELD_MODULE``), under the launcher (a cluster file on
+    free ports) for workers > 1."""
     return train_command(spec.train_flags(directory / "run"), directory,
-                         {"worker": spec.workers} if spec.workers > 1 else None)
+                         {"worker": spec.workers} if spec.workers > 1 else None, module=HELD_MODULE)
 
 
 def hold_env(spec: PreemptionSpec, directory: Path) -> dict[str, str]:
     """The environment that makes every task of the run hold after ``spec.signal_at`` (markers into ``directory``)."""
-    return {hold.STEP_VARIABLE: str(spec.signal_at), hold.DIRECTORY_VARIABLE: str(directory),
-            hold.SECONDS_VARIABLE: f"{spec.timeout:g}"}
+    return {STEP_VARIABLE: str(spec.signal_at), DIRECTORY_VARIABLE: str(directory),
+            SECONDS_VARIABLE: f"{spec.timeout:g}"}
 
 
 def _wait_for_hold(proc: Process, directory: Path, spec: PreemptionSpec) -> float:
@@ -221,3 +292,9 @@ def markdown(section: Mapping[str, Any]) -> list[str]:
     lines += ["", f"{runs} (not repeated): SIGTERM after step " + " / ".join(f"{k} of {n}" for k, n in when)
               + ", then the same command again."]
     return lines
+
+
+if __name__ == "__main__":
+    from tfdist.segmentation import command as train_cli
+
+    train_cli.entry(hooks=hold_from_environment())

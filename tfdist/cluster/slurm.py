@@ -64,7 +64,7 @@ def job_port_base(environ: Mapping[str, str]) -> int:
 def parse_slurm_tasks(text: str) -> dict[str, int]:
     """Parse ``--slurm_tasks``: ``"worker=2,ps=1"`` -> ``{"worker": 2, "ps": 1}``; ``""`` -> ``{}``.
 
-    Checked here (and by ``tfdist.config.check_cluster_flags``, through
+    Checked here (and by ``tfdist.config.check_runtime``, through
     ``cluster.sources.check_flags``) rather than when the
     resolver runs, so that a typo is one line at start-up on every task.
 

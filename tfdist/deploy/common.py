@@ -140,22 +140,9 @@ def pod_env(spec: cluster.ClusterSpec, subdomain: str) -> list[dict[str, Any]]:
     ]
 
 
-def pod_failure_rules(container: str) -> list[dict[str, Any]]:
-    """A Job's ``podFailurePolicy``: every failure fails the Job at once, its message naming the exit code.
-
-    The JobSet's ``failure_policy`` then reads the message: exit 2 or 3 fails
-    the run, 42 (preempted, a checkpoint saved) or an eviction restarts it.
-    """
-    exits = {"containerName": container, "operator": "In"}
-    return [
-        {"action": "FailJob", "onExitCodes": {**exits, "values": sorted(PERMANENT_EXIT_CODES)}},
-        {"action": "FailJob", "onExitCodes": {**exits, "values": [PREEMPTED_EXIT_CODE]}},
-        {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
-    ]
-
-
 def failure_policy() -> dict[str, Any]:
-    """A JobSet's ``failurePolicy``, matching the Job controller's message for a ``FailJob`` rule.
+    """A JobSet's ``failurePolicy``, matching the Job controller's message for a ``FailJob`` rule (its Jobs'
+    ``kubernetes.pod_failure_rules(preempted="fail_job")``).
 
     The message is "Container C for pod NS/P failed with exit code N matching
     FailJob rule at index I" (or "Pod NS/P has condition DisruptionTarget
@@ -215,7 +202,7 @@ def jobset_spec(
             "parallelism": count,
             "completions": count,
             "backoffLimit": 0,
-            "podFailurePolicy": {"rules": pod_failure_rules(name)},
+            "podFailurePolicy": {"rules": kubernetes.pod_failure_rules(name, preempted="fail_job")},
             "template": {"metadata": {"labels": kubernetes.run_labels(deployment.name)},
                          "spec": pod_spec([container], volume)},
         }

@@ -247,18 +247,32 @@ def default_strategy(spec: cluster.ClusterSpec) -> str:
     return strategies.auto_strategy(frozenset(spec.tasks), local_devices=1)
 
 
-def pod_failure_rules() -> list[dict[str, Any]]:
+#: What a Job does with a pod that exited 42 (preempted: a checkpoint was saved) or was evicted, by who restarts
+#: the run (``pod_failure_rules``): the Job itself, with a new pod for that task, or the JobSet over the Job.
+PREEMPTED_ACTIONS = {"restart_pod": "Ignore", "fail_job": "FailJob"}
+
+
+def pod_failure_rules(container: str = CONTAINER, *, preempted: str = "restart_pod") -> list[dict[str, Any]]:
     """A Job's ``podFailurePolicy`` rules (Kubernetes >= 1.26); the first that matches a failed pod decides.
 
-    Exit 2 or 3 fails the Job at once (a user error or a diverged loss would end a new pod the same way); 42
-    (preempted: a checkpoint was saved) and an eviction (``DisruptionTarget``) start a new pod, not counted
-    against ``backoffLimit`` as any other failure is. Exit codes ascending, as the API server wants.
+    Exit 2 or 3 fails the Job at once (a user error or a diverged loss would end a new pod the same way). A pod
+    that exited 42 (preempted: a checkpoint was saved) or was evicted (``DisruptionTarget``) is no fault of the
+    run, and what its Job does with it depends on who restarts the run (``PREEMPTED_ACTIONS``):
+
+    - ``"restart_pod"``: a plain Job per task (``manifests``) restarts its own task: ``Ignore`` starts a new pod,
+      not counted against ``backoffLimit`` as any other failure is.
+    - ``"fail_job"``: a JobSet's Job (the gang-admitted forms) fails at once too, its message naming the exit
+      code or the condition, so that the JobSet's ``failurePolicy`` (``common.failure_policy``) tells a
+      preemption from a user error and restarts every Job together, as the gang was admitted.
+
+    ``container``: the container whose exit code counts. Exit codes ascending, as the API server wants.
     """
-    exits = {"containerName": CONTAINER, "operator": "In"}
+    action = PREEMPTED_ACTIONS[preempted]
+    exits = {"containerName": container, "operator": "In"}
     return [
         {"action": "FailJob", "onExitCodes": {**exits, "values": sorted(PERMANENT_EXIT_CODES)}},
-        {"action": "Ignore", "onExitCodes": {**exits, "values": [PREEMPTED_EXIT_CODE]}},
-        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+        {"action": action, "onExitCodes": {**exits, "values": [PREEMPTED_EXIT_CODE]}},
+        {"action": action, "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
     ]
 
 

@@ -126,7 +126,6 @@ def check_run_args(*, strategy, cpu_devices, cluster, task, connect_timeout, pro
                         "temporary directory) or a directory path.")
     config_lib.check_runtime(runtime)
     config_lib.check_seed(int(seed or 0))
-    config_lib.check_cluster_flags(runtime)
     if model_dir is not None:
         RunDir(model_dir).check_place("model_dir")
     if not isinstance(shuffle, (bool, numbers.Integral)):

@@ -164,8 +164,7 @@ def start(runtime, placement: Placement | None = None, *, where: str, cluster_re
             strategy = strategies.make_strategy(
                 rt.strategy, cpu_devices=cpu_devices, cluster_resolver=cluster_resolver,
                 communication=rt.communication, bytes_per_pack=rt.bytes_per_pack,
-                collective_timeout=rt.collective_timeout, ps_shards=rt.ps_shards,
-                ps_min_shard_bytes=rt.ps_min_shard_bytes,
+                collective_timeout=rt.collective_timeout,
             )
     except strategies.DevicesFixed as e:
         received = str(e).split(" Expected")[0].rstrip(".")

@@ -1,14 +1,15 @@
-"""``tfdist.train``'s command line: its flags, and the check of one that other hosts will run.
+"""``tfdist.train``'s command line: its flags, its main, and the check of one that other hosts will run.
 
 Every config field is a flag of the same name, typed and defaulted as the field is, beside ``--config`` and
-``--dump_weights``. ``check_command`` parses a command line that ``tfconfig --commands``/``tfdist.manifest`` puts in
-every task or pod with those same flags, so that a typo is one line where it is written, not a failure on
-every pod.
+``--dump_weights``. ``entry`` runs the command (``tfdist.train``'s, and with hooks the benchmark's preempted run).
+``check_command`` parses a command line that ``tfconfig --commands``/``tfdist.manifest`` puts in every task or
+pod with those same flags, so that a typo is one line where it is written, not a failure on every pod.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Sequence
 
 from absl import flags
@@ -16,7 +17,7 @@ from absl import flags
 from tfdist import config as config_lib
 from tfdist import strategies
 from tfdist.segmentation import config as experiment_config
-from tfdist.errors import UserError
+from tfdist.errors import UserError, check_directory, run_main
 
 _DEFINE = {bool: flags.DEFINE_boolean, int: flags.DEFINE_integer, float: flags.DEFINE_float, str: flags.DEFINE_string}
 
@@ -36,11 +37,52 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
         for field in dataclasses.fields(defaults):
             default = getattr(defaults, field.name)
             _DEFINE[type(default)](field.name, default, f"{section.name}.{field.name}", flag_values=flag_values)
+    for field in dataclasses.fields(config_lib.RetiredRuntime):
+        _DEFINE[type(field.default)](field.name, field.default, f"Deprecated, no effect: "
+                                     f"{config_lib.RETIRED[field.name]}.", flag_values=flag_values)
 
 
 def given_fields(flag_values: flags.FlagValues = flags.FLAGS) -> dict:
-    """The config fields given on the command line, as flat ``field -> value`` overrides."""
-    return {name: flag_values[name].value for name in experiment_config.FIELD_SECTION if flag_values[name].present}
+    """The config fields given on the command line, as flat ``field -> value`` overrides (a retired one too,
+    which ``config.override`` checks and leaves out)."""
+    names = (*experiment_config.FIELD_SECTION, *config_lib.RETIRED)
+    return {name: flag_values[name].value for name in names if flag_values[name].present}
+
+
+def check_dump_weights(path: str) -> None:
+    """Refuse a ``--dump_weights`` that cannot be a directory or cannot be written, before anything runs."""
+    check_directory(path, "--dump_weights", "Expected a directory for the weights files (existing or new).")
+
+
+def main(argv: list[str], *, hooks: Sequence = ()) -> int:
+    """``tfdist.train``'s absl main: the config from the flags (defaults -> ``--config`` file -> flags given), the
+    run, and its last line. ``hooks``: engine hooks added to the run's task (the benchmark's hold)."""
+    from absl import logging
+
+    logging.set_verbosity(logging.WARNING)  # TensorFlow's Python INFO lines are noise here
+    if len(argv) > 1:
+        raise UserError(f"Unexpected arguments. Received: {' '.join(argv[1:])}. Expected only --flags.")
+    values = flags.FLAGS
+    if values.dump_weights:
+        check_dump_weights(values.dump_weights)
+    from tfdist.segmentation.experiment import run
+
+    config = experiment_config.build_config(values.config, given_fields(values))
+    summary = run(config, weights_dir=values.dump_weights, hooks=tuple(hooks))
+    if "eval" in summary and not summary.get("is_chief", True):
+        print(f"final eval: mean_iou {summary['eval']['mean_iou']:.4f} "
+              f"(this worker writes nothing; the chief's outputs are in {summary['model_dir']})", flush=True)
+    elif "eval" in summary:
+        ev = summary["eval"]
+        print(f"final eval: mean_iou {ev['mean_iou']:.4f}  pixel_accuracy {ev['pixel_accuracy']:.4f}  "
+              f"loss {ev['loss']:.4f}  ({summary['images_per_second']:.1f} images/s, "
+              f"{summary['wall_seconds']:.0f} s, outputs in {summary['model_dir']})", flush=True)
+    return 0
+
+
+def entry(hooks: Sequence = ()) -> None:
+    """Run ``main`` as a command (``errors.run_main``: a user error is one line; a retired flag given, one note)."""
+    run_main(functools.partial(main, hooks=hooks), define_flags, retired=config_lib.RETIRED)
 
 
 def check_command(args: Sequence[str], *, strategy: str, where: str, replicas: int | None = None) -> None:

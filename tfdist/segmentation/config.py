@@ -105,11 +105,11 @@ MINIMUMS = (("image_size", 8), ("num_classes", 0), ("train_examples", 1), ("eval
 def validate(config: Config) -> Config:
     """Check every field and fill the values that derive from others; returns the final config.
 
-    The runtime section's checks (``tfdist.config``) and this experiment's run in one order: names, bounds,
-    magnitudes, then the checks of several fields, the cluster flags last.
+    The runtime section first, with its strategy resolved (``config.validate_runtime``, every front door's
+    runtime check); then this experiment's sections: names, bounds, magnitudes, then the checks of several fields.
     """
-    rt, data, model, train = config.runtime, config.data, config.model, config.train
-    config_lib.check_runtime_choices(rt)
+    rt = config_lib.validate_runtime(config.runtime)
+    data, model, train = config.data, config.model, config.train
     check_choice("dataset", data.dataset, DATASETS)
     check_choice("encoder", model.encoder, ENCODERS)
     norm = resolve_norm(model.norm, model.batch_norm)
@@ -117,14 +117,12 @@ def validate(config: Config) -> Config:
     check_choice("optimizer", train.optimizer, OPTIMIZERS)
     check_choice("lr_scaling", train.lr_scaling, LR_SCALINGS)
     check_choice("lr_decay", train.lr_decay, LR_DECAYS)
-    for name, low in config_lib.RUNTIME_MINIMUMS + MINIMUMS:
+    for name, low in MINIMUMS:
         check_at_least(name, getattr(getattr(config, FIELD_SECTION[name]), name), low)
-    for section in (rt, data, model, train):
+    for section in (data, model, train):
         config_lib.check_magnitudes(section)
-    config_lib.check_cpu_devices(rt)
     config_lib.check_total_steps(train.epochs, train.steps_per_epoch or 1)
     config_lib.check_seed(train.seed)
-    strategies.check_ps_shards(rt.ps_shards)
     if not (0 <= model.dropout < 1):
         raise UserError("Invalid value for `--dropout`. "
                         f"Received: dropout={model.dropout!r}. Expected 0 <= dropout < 1.")
@@ -140,8 +138,6 @@ def validate(config: Config) -> Config:
     data = _check_data(data, model)
     if model.encoder_weights:
         check_encoder_weights(model.encoder, model.encoder_weights)
-    config_lib.check_cluster_flags(rt)
-    rt = config_lib.resolve_strategy(rt)
     data = dataclasses.replace(data, augment=data.augment and not train.deterministic)
     model_dir = train.model_dir or str(Path("runs") / rt.strategy)
     return dataclasses.replace(

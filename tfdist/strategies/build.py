@@ -9,9 +9,6 @@ from tfdist.errors import UserError
 from tfdist.strategies.host import default_cpu_devices, local_compute_devices, setup_host
 from tfdist.strategies.registry import traits
 
-#: The ``ps_shards`` values that work: 0 and 1, whole variables (see ``check_ps_shards``).
-PS_SHARDS_SUPPORTED = (0, 1)
-
 
 def _one_device(*, cpu_devices: int, **_: Any):
     import tensorflow as tf
@@ -75,30 +72,6 @@ def _multi_worker_mirrored(
     return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=cluster_resolver, communication_options=options)
 
 
-def check_ps_shards(ps_shards: int) -> None:
-    """Refuse variable partitioning (``ps_shards`` > 1): Keras 3 cannot train partitioned variables.
-
-    With a variable partitioner, ``ParameterServerStrategy`` makes each large
-    variable a ``ShardedVariable``, and a Keras 3 variable wraps it whole:
-    ``tape.gradient`` asks the Keras variable for its ``handle``, which a
-    ``ShardedVariable`` does not have ("'ShardedVariable' object has no
-    attribute 'handle'"), and taking the gradients per shard instead fails in
-    the Keras optimizer's update ("ShardedVariable doesn't support being used
-    as a reference", on TF 2.21 + Keras 3.15). Without a partitioner
-    the strategy still spreads whole variables over every ps task
-    (round-robin). Called by ``config.check_runtime`` and ``make_strategy``.
-
-    Raises:
-        UserError: ``ps_shards`` is not 0 or 1.
-    """
-    if ps_shards not in PS_SHARDS_SUPPORTED:
-        raise UserError(
-            f"Invalid value for `--ps_shards`: variable partitioning does not work with Keras 3 (its variables "
-            f"cannot wrap TensorFlow's ShardedVariable). Received: ps_shards={ps_shards!r}. Expected 0 or 1: "
-            f"whole variables, which parameter_server spreads over all its ps tasks."
-        )
-
-
 def _parameter_server(*, cluster_resolver=None, **_: Any):
     import tensorflow as tf
 
@@ -109,7 +82,8 @@ def _parameter_server(*, cluster_resolver=None, **_: Any):
             "Invalid cluster for strategy=parameter_server. Received a cluster without `ps` tasks. "
             "Expected --cluster FILE (or TF_CONFIG) with at least one ps, one worker and a chief."
         )
-    # No variable partitioner (check_ps_shards): the strategy places whole variables on the ps tasks round-robin.
+    # No variable partitioner (Keras 3 cannot train partitioned variables, config.check_retired): the strategy
+    # places whole variables on the ps tasks round-robin.
     return tf.distribute.ParameterServerStrategy(cluster_resolver)
 
 
@@ -131,8 +105,6 @@ def make_strategy(
     communication: str = "auto",
     bytes_per_pack: int = 0,
     collective_timeout: float = 0.0,
-    ps_shards: int = 0,
-    ps_min_shard_bytes: int = 256 << 10,
 ):
     """Build the strategy called ``name``.
 
@@ -145,15 +117,11 @@ def make_strategy(
         None reads TF_CONFIG.
       communication, bytes_per_pack, collective_timeout: multi-worker
         all-reduce options (see ``communication_options``).
-      ps_shards: 0 or 1 (whole variables); more is refused (``check_ps_shards``).
-      ps_min_shard_bytes: accepted for configs that set it; it has no effect
-        without partitioning.
 
     Raises:
-      UserError: unknown name, ``ps_shards`` > 1, or devices that cannot be set up.
+      UserError: unknown name, or devices that cannot be set up.
     """
     found = traits(str(name).strip().lower())
-    check_ps_shards(ps_shards)  # before any device is set up
     cpu_devices = cpu_devices or default_cpu_devices(found)
     if found.local_devices:
         setup_host(cpu_devices=cpu_devices)
