@@ -78,7 +78,7 @@ def evaluate_continuously(task: Task, state: TrainingState, *, leader: ClusterTa
     before each look at the list, since the chief lists its last checkpoint
     before it says so); or none left once the leader stopped answering and
     ``left_well()`` says it ended its training well. Until then the leader
-    must answer within ``connect_timeout`` of the start, and keep answering.
+    must answer (within ``connect_timeout`` at the start), and keep answering.
 
     Args:
       task: the client's engine ``Task``: its ``steps`` (and their ``metrics``) and ``eval_dataset_fn``
@@ -92,7 +92,7 @@ def evaluate_continuously(task: Task, state: TrainingState, *, leader: ClusterTa
       verbose: print a line per evaluated checkpoint.
 
     Raises:
-      UserError: the leader never answered within ``connect_timeout``, and the run's end was not there.
+      UserError: the leader never answered within ``connect_timeout`` (where the run's end is not there yet).
       RunFailed: the leader stopped answering before the run's end.
     """
     import tensorflow as tf
@@ -102,7 +102,9 @@ def evaluate_continuously(task: Task, state: TrainingState, *, leader: ClusterTa
     checkpoints = state.checkpoints
     run_dir = checkpoints.run_dir
     watch = PeerWatch.of(leader)
-    deadline = time.monotonic() + connect_timeout
+    ended = final_step is not None and any(step >= final_step for step, _ in checkpoints.kept())
+    if not (ended or finished()):  # a run that is over already is evaluated without its chief
+        watch.wait_up(connect_timeout, why="the evaluator follows its checkpoints")
     loop = SyncLoop(strategy=tf.distribute.get_strategy(), steps=task.steps, step_counter=state.step,
                     train_dataset_fn=None, eval_dataset_fn=task.eval_dataset_fn)
     outputs = RunOutputs(run_dir=run_dir, is_chief=True, evaluator=True)
@@ -133,8 +135,6 @@ def evaluate_continuously(task: Task, state: TrainingState, *, leader: ClusterTa
                     )
                 gone_well = True  # one more look: its last checkpoint may be listed since the last one
                 continue
-            if not watch.seen and time.monotonic() >= deadline:
-                watch.wait_up(0, why="the evaluator follows its checkpoints")  # one last probe, else the error
             time.sleep(POLL_SECONDS)
     finally:
         outputs.close()
