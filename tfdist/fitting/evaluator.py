@@ -30,8 +30,8 @@ def check_evaluator_args(placement: Placement, *, model_dir, validation_data, va
 
 
 class ValidationSteps:
-    """A Keras model's steps whose figures are named as Keras' epoch logs name validation ones (``val_loss``,
-    ``val_<metric>``), with the ``examples`` evaluated.
+    """A Keras model's eval step whose figures are named as Keras' epoch logs name validation ones (``val_loss``,
+    ``val_<metric>``), with the ``examples`` evaluated: the steps of an evaluator, which trains nothing.
 
     Args:
       steps: the model's ``KerasSteps`` (or ``KerasModelSteps`` for a model with its own ``test_step``).
@@ -156,6 +156,7 @@ def _evaluate(model_fn, x, y, *, validation_data, placement, run_dir, batch_size
     own_steps = bool(overrides_steps(model))
     steps = (KerasModelSteps(model=model, sample=sample) if own_steps
              else KerasSteps(model=model, optimizer=None, sample=sample))
+    # An evaluator's task: no train split, no learning rate.
     task = Task(steps=ValidationSteps(steps), train_dataset_fn=None, learning_rate=lambda step: float("nan"),
                 eval_dataset_fn=_eval_fn(validation_data, batch_size=batch_size, validation_steps=validation_steps,
                                          seed=0),
