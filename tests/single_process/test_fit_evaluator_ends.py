@@ -4,7 +4,8 @@ The chief's checkpoints of epochs 1 and 2 are written here in its layout (``buil
 socket stands for the chief. In a run of 2 epochs the evaluator returns after the second, the chief still up.
 In a run of 4, once the evaluator has evaluated both, the socket closes: a chief that ended well (a callback's
 ``stop_training``) removed its heartbeat, and the evaluator returns what it evaluated; a chief whose heartbeat
-is left (killed, preempted) ends the evaluator with ``RunFailed``.
+is left (killed, preempted) ends the evaluator with ``RunFailed``. A model with its own ``test_step`` is
+evaluated on each checkpoint as Keras' ``evaluate`` of its weights.
 """
 
 from __future__ import annotations
@@ -41,17 +42,59 @@ def model_fn():
     return model
 
 
-def chief_checkpoints(run_dir: RunDir) -> dict[int, float]:
-    """Checkpoints at steps 4 and 8 of a chief (another model each); each one's loss on the validation rows."""
-    state = build_state(tf.distribute.get_strategy(), lambda: (lambda m: (m, m.optimizer))(model_fn()),
+class OwnTestStep(keras.Sequential):
+    """A model with its own ``test_step``, as the keras.io guide writes one."""
+
+    def test_step(self, data):
+        x, y = data
+        y_pred = self(x, training=False)
+        loss = self.compute_loss(x=x, y=y, y_pred=y_pred)
+        for metric in self.metrics:
+            metric.update_state(loss) if metric.name == "loss" else metric.update_state(y, y_pred)
+        return {metric.name: metric.result() for metric in self.metrics}
+
+
+def own_model_fn():
+    model = OwnTestStep([keras.Input((4,)), keras.layers.Dense(2)])
+    model.compile(optimizer=keras.optimizers.SGD(0.1), metrics=["accuracy"],
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def chief_checkpoints(run_dir: RunDir, make=model_fn) -> dict[int, dict]:
+    """Checkpoints at steps 4 and 8 of a chief (another model each); Keras' ``evaluate`` of each on the
+    validation rows."""
+    state = build_state(tf.distribute.get_strategy(), lambda: (lambda m: (m, m.optimizer))(make()),
                         run_dir=run_dir, is_chief=True, task="chief:0")
-    losses = {}
+    evaluated = {}
     for step in (4, 8):
         state.model.set_weights([w + rng.normal(0, 0.5, w.shape).astype(w.dtype) for w in state.model.get_weights()])
-        losses[step] = state.model.evaluate(X, Y, batch_size=8, verbose=0, return_dict=True)["loss"]
+        evaluated[step] = state.model.evaluate(X, Y, batch_size=8, verbose=0, return_dict=True)
         state.step.assign(step)
         state.checkpoints.save(step)
-    return losses
+    return evaluated
+
+
+def evaluator_placement(chief: socket.socket) -> Placement:
+    """An evaluator task whose chief is the listening ``chief``."""
+    spec = parse_cluster_spec({"chief": f"127.0.0.1:{chief.getsockname()[1]}", "worker": "127.0.0.1:1",
+                               "evaluator": "127.0.0.1:2"}, source="test")
+    return Placement(strategy="multi_worker_mirrored", traits=strategies.traits("multi_worker_mirrored"),
+                     task=Task(spec=spec, type="evaluator", index=0))
+
+
+def test_a_models_own_test_step_evaluates_each_checkpoint_as_keras_evaluate(tmp_path):
+    run_dir = RunDir(tmp_path / "run")
+    expected = chief_checkpoints(run_dir, own_model_fn)
+    with socket.socket() as chief:
+        chief.bind(("127.0.0.1", 0))
+        chief.listen()
+        history = evaluate_fit(own_model_fn, X, Y, validation_data=(X, Y), placement=evaluator_placement(chief),
+                               model_dir=run_dir.path, batch_size=8, epochs=2, verbose=0)
+    assert history.epoch == [0, 1]
+    for name in ("loss", "accuracy"):  # its metrics reset before each checkpoint, as Keras' evaluate resets them
+        got, want = history.history[f"val_{name}"], [expected[step][name] for step in (4, 8)]
+        assert np.allclose(got, want, rtol=1e-6, atol=0), (name, got, want)
 
 
 #: Seconds the chief of the run of 2 epochs stays up at most, if the evaluator does not return by itself.
@@ -62,15 +105,12 @@ STAYS_UP_S = 60
 def test_an_evaluator_ends_with_the_runs_last_epoch_or_a_chief_that_ended_well_and_fails_with_one_that_died(
         end, tmp_path):
     run_dir = RunDir(tmp_path / "run")
-    losses = chief_checkpoints(run_dir)
+    losses = {step: result["loss"] for step, result in chief_checkpoints(run_dir).items()}
     heartbeat = run_dir.heartbeats / heartbeat_name("chief:0")
     with socket.socket() as chief:
         chief.bind(("127.0.0.1", 0))
         chief.listen()
-        spec = parse_cluster_spec({"chief": f"127.0.0.1:{chief.getsockname()[1]}", "worker": "127.0.0.1:1",
-                                   "evaluator": "127.0.0.1:2"}, source="test")
-        placement = Placement(strategy="multi_worker_mirrored", traits=strategies.traits("multi_worker_mirrored"),
-                              task=Task(spec=spec, type="evaluator", index=0))
+        placement = evaluator_placement(chief)
         if end == "killed":
             run_dir.heartbeats.mkdir(parents=True)
             heartbeat.write_text(json.dumps({"task": "chief:0"}))
