@@ -1,4 +1,5 @@
-"""Checkpoints under ``model_dir/checkpoints``: every worker saves, the chief alone into the run directory."""
+"""Checkpoints under ``model_dir/checkpoints``: every worker saves, the chief alone into the run directory; an
+evaluator reads each one the chief keeps."""
 
 from __future__ import annotations
 
@@ -30,10 +31,11 @@ class Checkpoints:
       is_chief: whether this process writes the run's outputs.
       max_to_keep: checkpoints kept by the chief.
       task: this task, e.g. ``"worker:1"`` (names a worker's temporary directory).
+      saves: False for a task that only reads the chief's checkpoints (an evaluator): it makes no directory.
     """
 
     def __init__(self, *, checkpoint: tf.train.Checkpoint, run_dir: RunDir, is_chief: bool, max_to_keep: int = 3,
-                 task: str = "worker"):
+                 task: str = "worker", saves: bool = True):
         # The stats summed since the last log row, and their seconds, saved with each step: a run resumed
         # between two rows (a preemption mid-epoch) writes its next row over the same steps as a straight run.
         # Added to the checkpoint after the restore, which fills it in if the checkpoint has one: a checkpoint
@@ -42,8 +44,31 @@ class Checkpoints:
         self.checkpoint = checkpoint
         self.run_dir = run_dir
         self.directory = str(run_dir.checkpoints)
-        self._scratch = None if is_chief else str(run_dir.scratch(task))
-        self.manager = tf.train.CheckpointManager(checkpoint, self._scratch or self.directory, max_to_keep=max_to_keep)
+        self._scratch = None if is_chief or not saves else str(run_dir.scratch(task))
+        self.manager = (tf.train.CheckpointManager(checkpoint, self._scratch or self.directory, max_to_keep=max_to_keep)
+                        if saves else None)
+
+    @classmethod
+    def for_evaluation(cls, *, model, step, run_dir: RunDir) -> Checkpoints:
+        """The chief's checkpoints read into ``model`` and the ``step`` counter, the parts of the run's layout
+        (``engine.state.build_state``'s) that an evaluation needs: the optimizer's part is left unread."""
+        return cls(checkpoint=tf.train.Checkpoint(model=model, step=step), run_dir=run_dir, is_chief=False,
+                   saves=False)
+
+    def kept(self) -> list[tuple[int, str]]:
+        """``(step, path)`` of every checkpoint the chief keeps now (``CheckpointManager``'s list), oldest first."""
+        state = tf.train.get_checkpoint_state(self.directory)
+        paths = state.all_model_checkpoint_paths if state else []
+        return sorted((int(path.rsplit("-", 1)[1]), path) for path in paths)
+
+    def restore_for_evaluation(self, path: str) -> bool:
+        """Restore the checkpoint at ``path`` into what this ``Checkpoints`` holds, leaving out what it does not
+        (an evaluator's holds no optimizer); False when the chief removed it meanwhile (it keeps the last few)."""
+        try:
+            self.checkpoint.restore(path).expect_partial()
+        except (tf.errors.NotFoundError, tf.errors.DataLossError):
+            return False
+        return True
 
     def latest(self) -> str | None:
         """The chief's latest checkpoint path, or None."""

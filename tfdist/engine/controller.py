@@ -40,7 +40,7 @@ class Controller:
     Args:
       loop: a ``Loop`` (``engine.loop``) over the task's steps.
       task: the client's ``Task`` (its steps' metrics, learning rate, hooks; whether it evaluates).
-      schedule: a ``Schedule``.
+      schedule: a ``Schedule``; None for a controller that only evaluates (``evaluate``, as an evaluator's).
       checkpoints: a ``Checkpoints`` (or None to never save).
       outputs: a ``RunOutputs``.
       preemption: this task's ``Preemption`` (its ``vote()`` is the vote to stop after the next chunk), or None.
@@ -48,7 +48,7 @@ class Controller:
       verbose: print progress lines (the chief only).
     """
 
-    def __init__(self, *, loop, task: Task, schedule: Schedule, checkpoints, outputs, preemption=None,
+    def __init__(self, *, loop, task: Task, schedule: Schedule | None, checkpoints, outputs, preemption=None,
                  watchdog=None, verbose=True):
         self.loop = loop
         self.task = task
@@ -175,16 +175,17 @@ class Controller:
             self._save(step)
         return saved
 
-    def evaluate(self, step: int) -> dict:
-        """One eval pass; logged, shown to the hooks and returned."""
+    def evaluate(self, step: int, split: str = "eval") -> dict:
+        """One eval pass of the weights at ``step``; logged as ``split`` (an evaluator's: ``"evaluator"``), shown
+        to the hooks and returned."""
         with self._phase("evaluating", step):
             for hook in self.task.hooks:
                 hook.eval_begin()
             result = self.steps.metrics(self.loop.evaluate())
-        self.outputs.log("eval", step, result)
+        self.outputs.log(split, step, result)
         for hook in self.task.hooks:
             hook.evaluated(step, result, self)
-        self._print(f"eval   step {step}: {self.steps.describe('eval', result)}")
+        self._print(f"{split:<6} step {step}: {self.steps.describe('eval', result)}")
         return result
 
     def _epoch_end(self, step: int, evaluated: dict | None) -> bool:

@@ -48,7 +48,8 @@ class SyncLoop:
       strategy: the ``tf.distribute.Strategy``.
       steps: the replica functions.
       step_counter: an int64 variable counting optimisation steps.
-      train_dataset_fn: ``InputContext -> Dataset`` of per-replica batches, repeated.
+      train_dataset_fn: ``InputContext -> Dataset`` of per-replica batches, repeated (None: it evaluates only,
+        as an evaluator's loop under the default strategy does).
       eval_dataset_fn: ``InputContext -> Dataset`` of per-replica batches, finite (None: no eval).
     """
 
@@ -58,7 +59,8 @@ class SyncLoop:
         self.step_counter = step_counter
         self._size = steps.stats_size
         options = tf.distribute.InputOptions(experimental_fetch_to_device=True)
-        self._train_iterator = train_iterator(strategy, train_dataset_fn, options)
+        self._train_iterator = (train_iterator(strategy, train_dataset_fn, options)
+                                if train_dataset_fn is not None else None)
         self._eval_dataset = (strategy.distribute_datasets_from_function(eval_dataset_fn, options)
                               if eval_dataset_fn is not None else None)
         self._train_fn = tf.function(self._train_steps)

@@ -75,7 +75,9 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy=
     Returns:
       A ``keras.callbacks.History``: ``history`` holds each epoch's ``loss``, metrics and ``val_*`` (reduced
       over every replica and worker, as Keras defines them); ``model`` is the trained model. Every task
-      returns the same figures; a serving task (ps, or a worker under ``parameter_server``) never returns.
+      returns the same figures; a serving task (ps, or a worker under ``parameter_server``) never returns. An
+      ``evaluator`` task evaluates ``validation_data`` on each of the chief's checkpoints in ``model_dir`` and
+      returns a History of those (``fitting.evaluator.evaluate_fit``).
 
     Raises:
       UserError: bad arguments (before the process is set up), a model without a loss, a metric or a loss
@@ -117,9 +119,16 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy=
         placement = session.placement
     else:
         placement = session_lib.place(runtime, in_process=cluster_resolver is not None)
-    session_lib.refuse_evaluator(placement, "tfdist.fit")
     run_dir = RunDir(model_dir)  # written first by train_keras, once every argument is checked (fit.yaml)
     try:
+        if placement.role == "evaluate":  # a side-car evaluator: it follows the chief's checkpoints
+            from tfdist.fitting.evaluator import evaluate_fit
+
+            return evaluate_fit(model_fn, x, y, validation_data=validation_data, placement=placement,
+                                model_dir=None if temporary else model_dir, batch_size=batch_size, epochs=epochs,
+                                steps_per_epoch=steps_per_epoch, validation_steps=validation_steps,
+                                validation_split=validation_split, sample_weight=sample_weight,
+                                connect_timeout=runtime.connect_timeout, verbose=verbose)
         with training_task(runtime, placement, run_dir, where="tfdist.fit", cluster_resolver=cluster_resolver,
                            verbose=bool(verbose), keras_setup=False, session=session) as training:
             from tfdist.fitting import central_storage

@@ -105,12 +105,12 @@ def place(runtime, *, in_process: bool = False) -> Placement:
 
 
 #: Why an evaluator task cannot start where it is asked to (``start``'s ``where``).
-EVALUATOR_ELSEWHERE = {"tfdist.setup": "an evaluator runs `python -m tfdist.train`",
-                       "tfdist.fit": "fit evaluates validation_data itself"}
+EVALUATOR_ELSEWHERE = {"tfdist.setup": "an evaluator calls tfdist.fit without tfdist.setup, or runs "
+                                       "`python -m tfdist.train`"}
 
 
 def refuse_evaluator(placement: Placement, where: str) -> None:
-    """Refuse an evaluator task for ``where`` (``tfdist.setup``, ``tfdist.fit``): it trains nothing there.
+    """Refuse an evaluator task for ``where`` (``tfdist.setup``): it trains nothing there.
 
     Raises:
       UserError: ``placement`` is an evaluator's.
