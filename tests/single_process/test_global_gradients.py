@@ -1,11 +1,11 @@
-"""``fitting.global_gradients.check``: a Keras whose optimizer lacks a method the wrapping needs is one line."""
+"""``global_gradients.check``: a Keras whose optimizer lacks a method the wrapping needs is one line."""
 
 from __future__ import annotations
 
 import pytest
 
 from tfdist.errors import UserError
-from tfdist.fitting import global_gradients
+from tfdist import global_gradients
 
 
 def test_an_optimizer_without_a_wrapped_method_is_refused_in_one_line():

@@ -23,7 +23,7 @@ from tfdist.fitting.batch_norm import warn_unsynchronized_batch_norm
 from tfdist.fitting.callbacks import KerasCallbacks, chief_only_files, implements_batch_hooks
 from tfdist.fitting.custom_steps import KerasModelSteps, overrides_steps, refuse_under_coordinator
 from tfdist.fitting.inputs import check_batch, dataset_fns, rows_and_steps, split_last_rows
-from tfdist.fitting.global_gradients import refuse_accumulation_under_coordinator
+from tfdist.global_gradients import refuse_accumulation_under_coordinator
 from tfdist.fitting.steps import KerasSteps
 from tfdist.runtime.run_loop import run_loop
 
@@ -86,7 +86,7 @@ def train_keras(model_fn, x, y, *, training, batch_size, epochs, validation_data
     """Train under ``training.strategy``; returns the ``keras.callbacks.History`` (see ``tfdist.fit``)."""
     import keras
 
-    from tfdist.fitting import global_gradients
+    from tfdist import global_gradients
 
     global_gradients.install()  # the optimizer applies the global batch's gradient, as on one device
     if validation_split and validation_data is None:
