@@ -1,6 +1,6 @@
 """``tfdist.fit``'s data order, its resume after a preemption, and its callbacks on every worker.
 
-- The order, read from ``fitting.inputs.dataset_fns`` with the row numbers as
+- The order, read from ``fitting.inputs.Source.dataset_fns`` with the row numbers as
   the feature (a batch shows its rows): with ``shuffle=True`` each epoch is a
   permutation of every row, another one each epoch, a function of the seed;
   two input pipelines (two workers) each cut their slice of the same global
@@ -28,7 +28,7 @@ import tensorflow as tf
 
 from helpers.cluster_runs import Processes, launcher, loopback_cluster
 from helpers.outputs import tagged
-from tfdist.fitting.inputs import dataset_fns
+from tfdist.fitting.inputs import Source
 
 ROWS, BATCH = 36, 8  # 5 batches an epoch, the last of 4 rows
 STEPS = -(-ROWS // BATCH)
@@ -37,7 +37,7 @@ STEPS = -(-ROWS // BATCH)
 def global_batches(steps: int, *, pipelines: int = 1, replicas: int = 1, **kwargs) -> list[list[int]]:
     """The rows of each of the first ``steps`` global batches: every pipeline's replica slices, in order."""
     x = np.arange(ROWS, dtype=np.int64)
-    fn, _ = dataset_fns(x, x, batch_size=BATCH, training=True, **kwargs)
+    fn, _ = Source.of(x, x).dataset_fns(batch_size=BATCH, training=True, **kwargs)
     per_pipeline = []
     for i in range(pipelines):
         context = tf.distribute.InputContext(num_input_pipelines=pipelines, input_pipeline_id=i,
