@@ -27,6 +27,7 @@ import pytest
 import tensorflow as tf
 
 from helpers.cluster_runs import Processes, launcher, loopback_cluster
+from helpers.models import source
 from helpers.outputs import tagged
 from tfdist.fitting.inputs import Source
 
@@ -104,7 +105,7 @@ def test_a_checkpoint_carries_the_log_window_and_one_without_it_still_restores(t
 #: A small regression under ``tfdist.fit``, ``shuffle=True``; argv: model_dir, the global step after which a
 #: callback sends SIGTERM to its own process (-1: never). The preemption then stops the run after the next
 #: step, saves that step and ends the process with status 42.
-PREEMPTED = r"""
+PREEMPTED = source() + r"""
 import json, os, signal, sys
 import numpy as np
 import keras
@@ -125,10 +126,7 @@ class SignalOnce(keras.callbacks.Callback):
 
 
 def model_fn():
-    keras.utils.set_random_seed(1)
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(1)])
-    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
-    return model
+    return dense(hidden=(8,), seed=1, optimizer=keras.optimizers.SGD(0.05))
 
 
 rng = np.random.default_rng(0)
@@ -169,7 +167,7 @@ def test_a_run_preempted_mid_epoch_resumes_at_its_step_with_the_straight_runs_lo
 
 #: Two epochs of 4 steps under ``tfdist.fit`` (the strategy from argv), with a callback that appends one line per
 #: call to a file named after this task (from TF_CONFIG), the call and its epoch or batch, in a shared directory.
-CALLBACKS = r"""
+CALLBACKS = source() + r"""
 import json, os, sys
 import numpy as np
 import keras
@@ -203,10 +201,7 @@ class Files(keras.callbacks.Callback):
 
 
 def model_fn():
-    keras.utils.set_random_seed(1)
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
-    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
-    return model
+    return dense(seed=1, optimizer=keras.optimizers.SGD(0.05))
 
 
 x = np.random.default_rng(0).normal(size=(32, 4)).astype(np.float32)
