@@ -27,12 +27,13 @@ import sys
 import pytest
 
 from helpers.cluster_runs import REPO, Processes, launcher, loopback_cluster, max_difference, npz_weights, shared
+from helpers.models import source
 from helpers.outputs import tagged
 
 EXAMPLE = REPO / "examples" / "fit_classifier.py"
 KEYS = ("loss", "accuracy", "val_loss", "val_accuracy")
 
-IN_ONE_PROCESS = r"""
+IN_ONE_PROCESS = source() + r"""
 import json, sys
 sys.path.insert(0, sys.argv[1])
 from tfdist.strategies import setup_host
@@ -76,7 +77,7 @@ out["resumed"] = tfdist.fit(model_fn, x, y, batch_size=64, epochs=3, shuffle=Fal
                             verbose=0, model_dir=run_dir).history
 errors = []
 def uncompiled():
-    return keras.Sequential([keras.Input((784,)), keras.layers.Dense(10)])
+    return dense(784, 10, compiled=False)
 for kwargs in ({"model_fn": uncompiled, "batch_size": 64}, {"model_fn": model_fn, "batch_size": 63}):
     try:
         tfdist.fit(kwargs.pop("model_fn"), x, y, strategy="mirrored", verbose=0, **kwargs)
@@ -165,7 +166,7 @@ def test_fit_under_parameter_server_learns(tmp_path):
     assert not (tmp_path / "run" / "fit-inputs").exists()  # the staged input is removed at the end
 
 
-CALLBACKS_ON_EVERY_WORKER = r"""
+CALLBACKS_ON_EVERY_WORKER = source() + r"""
 import json, os, sys
 import numpy as np
 import tfdist
@@ -179,10 +180,7 @@ x = rng.normal(size=(256, 8)).astype(np.float32)
 y = (x @ rng.normal(size=(8, 1)) + 0.1 * rng.normal(size=(256, 1))).astype(np.float32)
 
 def model_fn():
-    keras.utils.set_random_seed(1)
-    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="tanh"), keras.layers.Dense(1)])
-    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse", metrics=["mae"])
-    return model
+    return dense(8, hidden=(16,), activation="tanh", seed=1, optimizer=keras.optimizers.SGD(0.05), metrics=["mae"])
 
 class Decay(keras.callbacks.Callback):  # a user's callback: the learning rate after every batch
     def on_train_batch_end(self, batch, logs=None):

@@ -1,6 +1,6 @@
 """``tfdist.fit``'s data order, its resume after a preemption, and its callbacks on every worker.
 
-- The order, read from ``fitting.inputs.dataset_fns`` with the row numbers as
+- The order, read from ``fitting.inputs.Source.dataset_fns`` with the row numbers as
   the feature (a batch shows its rows): with ``shuffle=True`` each epoch is a
   permutation of every row, another one each epoch, a function of the seed;
   two input pipelines (two workers) each cut their slice of the same global
@@ -27,8 +27,9 @@ import pytest
 import tensorflow as tf
 
 from helpers.cluster_runs import Processes, launcher, loopback_cluster
+from helpers.models import source
 from helpers.outputs import tagged
-from tfdist.fitting.inputs import dataset_fns
+from tfdist.fitting.inputs import Source
 
 ROWS, BATCH = 36, 8  # 5 batches an epoch, the last of 4 rows
 STEPS = -(-ROWS // BATCH)
@@ -37,7 +38,7 @@ STEPS = -(-ROWS // BATCH)
 def global_batches(steps: int, *, pipelines: int = 1, replicas: int = 1, **kwargs) -> list[list[int]]:
     """The rows of each of the first ``steps`` global batches: every pipeline's replica slices, in order."""
     x = np.arange(ROWS, dtype=np.int64)
-    fn, _ = dataset_fns(x, x, batch_size=BATCH, training=True, **kwargs)
+    fn, _ = Source.of(x, x).dataset_fns(batch_size=BATCH, training=True, **kwargs)
     per_pipeline = []
     for i in range(pipelines):
         context = tf.distribute.InputContext(num_input_pipelines=pipelines, input_pipeline_id=i,
@@ -104,7 +105,7 @@ def test_a_checkpoint_carries_the_log_window_and_one_without_it_still_restores(t
 #: A small regression under ``tfdist.fit``, ``shuffle=True``; argv: model_dir, the global step after which a
 #: callback sends SIGTERM to its own process (-1: never). The preemption then stops the run after the next
 #: step, saves that step and ends the process with status 42.
-PREEMPTED = r"""
+PREEMPTED = source() + r"""
 import json, os, signal, sys
 import numpy as np
 import keras
@@ -125,10 +126,7 @@ class SignalOnce(keras.callbacks.Callback):
 
 
 def model_fn():
-    keras.utils.set_random_seed(1)
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(1)])
-    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
-    return model
+    return dense(hidden=(8,), seed=1, optimizer=keras.optimizers.SGD(0.05))
 
 
 rng = np.random.default_rng(0)
@@ -169,7 +167,7 @@ def test_a_run_preempted_mid_epoch_resumes_at_its_step_with_the_straight_runs_lo
 
 #: Two epochs of 4 steps under ``tfdist.fit`` (the strategy from argv), with a callback that appends one line per
 #: call to a file named after this task (from TF_CONFIG), the call and its epoch or batch, in a shared directory.
-CALLBACKS = r"""
+CALLBACKS = source() + r"""
 import json, os, sys
 import numpy as np
 import keras
@@ -203,10 +201,7 @@ class Files(keras.callbacks.Callback):
 
 
 def model_fn():
-    keras.utils.set_random_seed(1)
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
-    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
-    return model
+    return dense(seed=1, optimizer=keras.optimizers.SGD(0.05))
 
 
 x = np.random.default_rng(0).normal(size=(32, 4)).astype(np.float32)

@@ -7,12 +7,13 @@ import sys
 import pytest
 
 from helpers.cluster_runs import Processes, launcher, loopback_cluster
+from helpers.models import source
 
 pytestmark = pytest.mark.slow
 
 #: A script whose chief callback sleeps in on_train_end, then writes final.txt; every worker says whether it
 #: sees that file as soon as tfdist.fit returns.
-SCRIPT = """
+SCRIPT = source() + """
 import json, os, sys, time
 import tfdist
 strategy = tfdist.setup("multi_worker_mirrored")
@@ -27,9 +28,7 @@ class SlowChiefEnd(keras.callbacks.Callback):  # runs on every worker; the chief
                 f.write("written")
 
 def model_fn():
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
-    model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    return model
+    return dense(4, 2, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 
 x = np.random.default_rng(0).normal(size=(64, 4)).astype("float32")
 tfdist.fit(model_fn, x, (x[:, 0] > 0).astype("int64"), batch_size=16, epochs=1, callbacks=[SlowChiefEnd()],

@@ -26,6 +26,7 @@ import sys
 import pytest
 
 from helpers.cluster_runs import REPO, Processes, launcher, loopback_cluster, shared
+from helpers.models import source
 from single_process.test_fit_custom_steps import MODELS
 from tfdist.runtime.session import TOO_LATE
 from helpers.outputs import spread, tagged
@@ -56,7 +57,7 @@ if sys.argv[1] != "multi_worker_mirrored":
 print("RESULTS " + json.dumps(out), flush=True)
 '''
 
-WITHOUT_SETUP = r'''
+WITHOUT_SETUP = source() + r'''
 import sys
 import numpy as np
 import tensorflow as tf
@@ -68,13 +69,7 @@ y = np.zeros((64, 1), np.float32)
 dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(16)  # TensorFlow starts here, with 1 CPU device
 
 
-def model_fn():
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
-    model.compile(optimizer="sgd", loss="mse")
-    return model
-
-
-tfdist.fit(model_fn, dataset, epochs=1, strategy="mirrored", verbose=0)
+tfdist.fit(dense, dataset, epochs=1, strategy="mirrored", verbose=0)
 '''
 
 

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from helpers.clis import HELPERS, run_python
+from helpers.models import source
 from helpers.cluster_runs import (REPO, Processes, launcher, loopback_cluster, max_difference, npz_weights,
                                   started_pids)
 
@@ -135,7 +136,7 @@ def test_a_signal_to_one_worker_stops_both_at_one_step_saves_it_and_the_same_com
 #: A Keras script with tfdist's line for parameter_server: the same on every task (ps and workers serve
 #: inside setup); the chief's model.fit is trained by tfdist.fit's coordinator loop, once (the chief's end
 #: ends the serving tasks). What tfdist.fit cannot take is refused before it.
-PS_SCRIPT = """
+PS_SCRIPT = source() + """
 import json, sys
 import tfdist
 strategy = tfdist.setup("parameter_server")
@@ -144,8 +145,7 @@ rng = np.random.default_rng(0)
 x = rng.normal(size=(512, 8)).astype("float32")
 y = (x[:, :4].sum(axis=1) > 0).astype("int64")
 with strategy.scope():
-    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(2)])
-    model.compile(optimizer=keras.optimizers.SGD(0.1), metrics=["accuracy"],
+    model = dense(8, 2, hidden=(16,), optimizer=keras.optimizers.SGD(0.1), metrics=["accuracy"],
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 refused = {}
 for name, kwargs in {"validation_batch_size": dict(validation_split=0.1, validation_batch_size=16),

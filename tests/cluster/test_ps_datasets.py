@@ -22,12 +22,13 @@ import sys
 import time
 
 from helpers.cluster_runs import Processes, launcher, loopback_cluster, started_pids
+from helpers.models import source
 from tfdist.errors import PREEMPTED_EXIT_CODE
 
 #: A preempted task must be gone well within Kubernetes' default grace period (30 s).
 GRACE_S = 30
 
-SCRIPT = r'''
+SCRIPT = source() + r'''
 import json, os, sys, time
 import tfdist
 strategy = tfdist.setup("parameter_server")
@@ -60,9 +61,7 @@ restored = keras.models.load_model(ckpt_filepath)
 out["predict_equal"] = bool(np.array_equal(restored.predict(x, verbose=0), model.predict(x, verbose=0)))
 
 def model_fn():
-    m = keras.Sequential([keras.Input((10,)), keras.layers.Dense(1)])
-    m.compile(keras.optimizers.SGD(0.1), loss="mse")
-    return m
+    return dense(10, optimizer=keras.optimizers.SGD(0.1))
 
 pairs = tf.data.Dataset.from_tensor_slices((x, y))
 for name, data, steps in (("repeats", pairs.shuffle(10).repeat().batch(4), 5),

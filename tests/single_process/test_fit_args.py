@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import tfdist
+from helpers.models import dense
 from tfdist.errors import UserError
 from tfdist.fitting import api as fit_module
 
@@ -136,12 +137,6 @@ CASES = {
 }
 
 
-def a_model():
-    import keras
-
-    return keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
-
-
 @pytest.fixture
 def never_set_up(monkeypatch):
     """Fail the test if ``tfdist.fit`` reaches the cluster or the strategy's set-up."""
@@ -160,7 +155,7 @@ def test_a_bad_argument_is_one_line_naming_it_before_any_set_up(case, never_set_
     if isinstance(arguments["x"], str):  # "dataset": made here, in the test
         arguments["x"] = dataset()
     if arguments["model_fn"] == "a model":  # a built model where a function that builds one belongs
-        arguments["model_fn"] = a_model()
+        arguments["model_fn"] = dense(3, compiled=False)
     with pytest.raises(UserError) as caught:
         tfdist.fit(arguments.pop("model_fn"), arguments.pop("x"), arguments.pop("y"), **arguments)
     message = str(caught.value)

@@ -8,14 +8,14 @@ with ``tfdist.fit`` under the same strategy (``one_device``, ``mirrored``,
 - ``Lower``: the guide's lower-level model, compiled with an optimizer only:
   its loss computed in ``train_step``, tracked by its own ``keras.metrics.Mean``,
   and its own ``test_step`` for the validation data;
-- ``Compiled``: the guide's first model, ``train_step`` over ``compute_loss``
-  and the compiled metrics, Keras' own ``test_step``.
+- ``guide_model`` (``helpers.models``): the guide's first model, ``train_step``
+  over ``compute_loss`` and the compiled metrics, Keras' own ``test_step``.
 
 Every epoch's figures of ``tfdist.fit`` under each strategy equal Keras' own
 ``fit`` on one device (the test allows 1e-6 relative for float rounding),
 ``central_storage`` too, where each replica's metric updates add up once
 (``tfdist.fitting.central_storage``).
-Keras' own ``MirroredStrategy`` does not for ``Compiled``: it tracks the loss
+Keras' own ``MirroredStrategy`` does not for ``guide_model``: it tracks the loss
 that ``compute_loss`` divided by the replicas, half of one device's, while
 ``tfdist.fit`` runs the step with the loss one device sees. A step that returns logs other than the model's
 metrics is one ``UserError`` line. The same ``Lower`` under 2
@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import pytest
 
+from helpers.models import source
 from helpers.outputs import script_results, spread
 
 STRATEGIES = ("one_device", "mirrored", "central_storage")
 
-MODELS = r'''
+MODELS = source() + r'''
 import keras
 import tensorflow as tf
 
@@ -66,24 +67,6 @@ class Lower(keras.Model):
     @property
     def metrics(self):
         return [self.loss_tracker, self.mae_metric]
-
-
-class Compiled(keras.Model):
-    """The guide's first model: its own train_step over the compiled loss and metrics."""
-
-    def train_step(self, data):
-        x, y = data
-        with tf.GradientTape() as tape:
-            y_pred = self(x, training=True)
-            loss = self.compute_loss(y=y, y_pred=y_pred)
-        gradients = tape.gradient(loss, self.trainable_variables)
-        self.optimizer.apply(gradients, self.trainable_variables)
-        for metric in self.metrics:
-            if metric.name == "loss":
-                metric.update_state(loss)
-            else:
-                metric.update_state(y, y_pred)
-        return {m.name: m.result() for m in self.metrics}
 
 
 class Misnamed(Lower):
@@ -123,7 +106,7 @@ made = {"one_device": lambda: tf.distribute.OneDeviceStrategy("/cpu:0"),
         "mirrored": lambda: tf.distribute.MirroredStrategy(devices),
         "central_storage": lambda: tf.distribute.experimental.CentralStorageStrategy(devices)}
 out = {}
-models = (("lower", builder(Lower, False)), ("compiled", builder(Compiled, True)))
+models = (("lower", builder(Lower, False)), ("compiled", builder(guide_model, True)))
 # Keras' own fits first, unpatched: tfdist.fit installs Keras' patch for the model it returns.
 for name, model_fn in models:
     for strategy in made:

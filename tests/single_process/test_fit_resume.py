@@ -6,7 +6,9 @@ a ``tfdist.train`` directory are each refused in one line, never a raw TensorFlo
 
 from __future__ import annotations
 
-SCRIPT = r"""
+from helpers.models import source
+
+SCRIPT = source() + r"""
 import hashlib, pathlib, shutil, sys
 import numpy as np
 import tfdist
@@ -20,9 +22,7 @@ y = np.arange(16) % 3
 def model_fn(classes=3):
     def build():
         import keras
-        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(classes)])
-        model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-        return model
+        return dense(3, classes, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     return build
 
 

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import pytest
 
+from helpers.models import source
 from helpers.outputs import script_results
 
-SCRIPT = r"""
+SCRIPT = source() + r"""
 import json
 from tfdist.strategies import setup_host
 setup_host(cpu_devices=2)
@@ -31,12 +32,9 @@ sw = (0.5 + rng.random(203)).astype(np.float32)
 xv, yv = rng.normal(size=(40, 6)).astype(np.float32), rng.integers(0, 3, 40)
 
 def classifier(loss="sparse_categorical_crossentropy", metrics=lambda: ["accuracy"]):
-    def model_fn():
-        keras.utils.set_random_seed(2)
-        model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="relu"),
-                                  keras.layers.Dense(3, activation="softmax")])
-        model.compile(optimizer=keras.optimizers.SGD(0.1), loss=loss, metrics=metrics())  # new metric objects
-        return model
+    def model_fn():  # new metric objects at each call
+        return dense(6, 3, hidden=(8,), output_activation="softmax", seed=2, optimizer=keras.optimizers.SGD(0.1),
+                     loss=loss, metrics=metrics())
     return model_fn
 
 runs = {

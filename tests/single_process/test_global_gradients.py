@@ -1,11 +1,12 @@
-"""``fitting.global_gradients.check``: a Keras whose optimizer lacks a method the wrapping needs is one line."""
+"""``global_gradients.check``: a Keras whose optimizer lacks a method the wrapping needs is one line."""
 
 from __future__ import annotations
 
 import pytest
 
+from helpers.models import dense
 from tfdist.errors import UserError
-from tfdist.fitting import global_gradients
+from tfdist import global_gradients
 
 
 def test_an_optimizer_without_a_wrapped_method_is_refused_in_one_line():
@@ -59,10 +60,7 @@ def test_a_resumed_ema_run_keeps_the_moving_averages(tmp_path):
     import tfdist
 
     def model_fn():
-        keras.utils.set_random_seed(3)
-        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(1)])
-        model.compile(optimizer=keras.optimizers.Adam(0.05, use_ema=True, ema_momentum=0.8), loss="mse")
-        return model
+        return dense(hidden=(8,), seed=3, optimizer=keras.optimizers.Adam(0.05, use_ema=True, ema_momentum=0.8))
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(64, 4)).astype(np.float32)

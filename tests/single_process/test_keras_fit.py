@@ -7,8 +7,10 @@ import types
 import numpy as np
 import pytest
 
+from helpers.models import source
 
-PS_REFUSED = """
+
+PS_REFUSED = source() + """
 import numpy as np
 import tfdist
 from tfdist.deploy.in_process import in_process_cluster
@@ -16,8 +18,7 @@ tfdist.patch_keras()
 import keras, tensorflow as tf
 strategy = tf.distribute.ParameterServerStrategy(in_process_cluster(num_workers=1, num_ps=1))
 with strategy.scope():
-    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
-    model.compile(optimizer="sgd", loss="mse")
+    model = dense(2)
 try:
     model.fit(np.zeros((8, 2)), np.zeros((8, 1)), epochs=1, verbose=0)
 except tfdist.errors.UserError as e:
@@ -155,7 +156,7 @@ def test_keras_fit_after_setup_warns_once_per_fit_of_batch_norm_each_replica_nor
     assert "DONE" in synchronized and "batch norm without synchronized=True" not in synchronized, synchronized[-3000:]
 
 
-JIT_EVALUATE = """
+JIT_EVALUATE = source() + """
 import json
 import numpy as np
 import tfdist
@@ -167,11 +168,8 @@ y = (x[:, 0] + 0.5 * x[:, 1] > 0).astype("int64")
 
 
 def model_fn():
-    keras.utils.set_random_seed(1)
-    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(2)])
-    model.compile(optimizer=keras.optimizers.SGD(0.1), metrics=["accuracy"], jit_compile=True,
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    return model
+    return dense(8, 2, hidden=(16,), seed=1, optimizer=keras.optimizers.SGD(0.1), metrics=["accuracy"],
+                 jit_compile=True, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 
 
 def figures(model):
@@ -205,7 +203,7 @@ def test_keras_evaluate_and_predict_after_a_jit_compiled_tfdist_fit_on_two_cpus_
     np.testing.assert_allclose(two["predict"], one_device["predict"], rtol=1e-6)
 
 
-OTHER_TRAINER = """
+OTHER_TRAINER = source() + """
 import numpy as np
 import tfdist
 from tfdist.errors import UserError
@@ -221,9 +219,7 @@ import keras
 
 
 def model_fn():
-    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
-    model.compile(optimizer="sgd", loss="mse")
-    return model
+    return dense(2)
 
 
 x = np.arange(32, dtype="float32").reshape(16, 2) / 32

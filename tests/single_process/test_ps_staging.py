@@ -1,5 +1,5 @@
-"""What a coordinator's chief stages of ``tfdist.fit``'s Dataset input for its workers (``inputs.dataset_fns``
-with a ``stage_dir``), in this process:
+"""What a coordinator's chief stages of ``tfdist.fit``'s Dataset input for its workers
+(``inputs.Source.dataset_fns`` with a ``stage_dir``), in this process:
 
 - a Dataset that repeats without end stages the batches its steps take, the stream one process reads
   (a resumed run goes on at its step), with one line saying so;
@@ -19,13 +19,13 @@ import pytest
 import tensorflow as tf
 
 from tfdist.errors import UserError
-from tfdist.fitting.inputs import dataset_fns
+from tfdist.fitting.inputs import Source
 
 
 def _staged(x, stage_dir, *, total_steps, training=False, start_step=0, take=None):
     """The x parts of the batches the workers would read (one replica), after staging ``x`` in ``stage_dir``."""
-    fn, _ = dataset_fns(x, None, batch_size=None, shuffle=False, seed=0, training=training, start_step=start_step,
-                        stage_dir=stage_dir, total_steps=total_steps)
+    fn, _ = Source.of(x).dataset_fns(batch_size=None, shuffle=False, seed=0, training=training,
+                                     start_step=start_step, stage_dir=stage_dir, total_steps=total_steps)
     batches = fn(tf.distribute.InputContext())
     return [part[0].numpy().tolist() for part in (batches.take(take) if take else batches)]
 

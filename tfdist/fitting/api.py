@@ -89,10 +89,11 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy=
     """
     check_keras_backend()
     strategy = _strategy_name(strategy)
-    check_fit_args(model_fn, x, y, batch_size=batch_size, epochs=epochs, initial_epoch=initial_epoch,
-                   steps_per_epoch=steps_per_epoch, validation_data=validation_data,
-                   validation_steps=validation_steps, sample_weight=sample_weight, class_weight=class_weight,
-                   validation_split=validation_split, validation_freq=validation_freq)
+    source, validation = check_fit_args(
+        model_fn, x, y, batch_size=batch_size, epochs=epochs, initial_epoch=initial_epoch,
+        steps_per_epoch=steps_per_epoch, validation_data=validation_data, validation_steps=validation_steps,
+        sample_weight=sample_weight, class_weight=class_weight, validation_split=validation_split,
+        validation_freq=validation_freq)
     runtime = check_run_args(strategy=strategy or strategies.AUTO, cpu_devices=cpu_devices, cluster=cluster,
                              task=task, connect_timeout=connect_timeout, progress_timeout=progress_timeout, seed=seed,
                              model_dir=model_dir, shuffle=shuffle, verbose=verbose, callbacks=callbacks)
@@ -141,12 +142,11 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy=
 
                 keras.utils.set_random_seed(seed)
             history = train_keras(
-                model_fn, x, y, training=training,
-                batch_size=batch_size, epochs=epochs, validation_data=validation_data,
-                validation_split=validation_split, validation_freq=validation_freq,
+                model_fn, source, validation, training=training,
+                batch_size=batch_size, epochs=epochs, validation_freq=validation_freq,
                 steps_per_epoch=steps_per_epoch, validation_steps=validation_steps, shuffle=shuffle,
                 initial_epoch=initial_epoch, callbacks=callbacks, verbose=verbose, seed=0 if seed is None else seed,
-                keep_checkpoints=not temporary, sample_weight=sample_weight, class_weight=class_weight,
+                keep_checkpoints=not temporary, class_weight=class_weight,
             )
         return history
     except Preempted as e:

@@ -9,12 +9,6 @@ from tfdist.config import check_total_steps
 from tfdist.errors import UserError, short
 
 
-def _is_dataset(value) -> bool:
-    import tensorflow as tf
-
-    return isinstance(value, tf.data.Dataset)
-
-
 def _flat(value) -> list:
     import tensorflow as tf
 
@@ -44,11 +38,14 @@ def check_positive_int(name: str, value, *, optional: bool = True) -> None:
                         f"{'None or ' if optional else ''}a positive integer.")
 
 
-def split_validation(validation_data) -> tuple:
-    """``(x_val, y_val, sample_weight_val)`` of ``validation_data`` as Keras' ``fit`` takes it (checked)."""
-    if _is_dataset(validation_data):
+def _validation_source(validation_data):
+    """The ``inputs.Source`` of ``validation_data`` as Keras' ``fit`` takes it (checked): a Dataset, or arrays."""
+    from tfdist.fitting.inputs import Source
+
+    whole = Source.of(validation_data)
+    if whole.is_dataset:
         _check_dataset_elements("validation_data", validation_data)
-        return validation_data, None, None
+        return whole
     if isinstance(validation_data, (tuple, list)) and len(validation_data) in (2, 3):
         x_val, y_val, *weights = validation_data
         sample_weight = weights[0] if weights else None
@@ -56,7 +53,8 @@ def split_validation(validation_data) -> tuple:
             raise UserError(f"Invalid `validation_data`. Received: x_val={short(x_val, 40)}, y_val={short(y_val, 40)}. "
                             "Expected (x_val, y_val) numpy arrays, (x_val, y_val, sample_weight_val), or a "
                             "tf.data.Dataset of (x, y) global batches.")
-        if _is_dataset(x_val) or callable(x_val):
+        source = Source.of(x_val, y_val, sample_weight)
+        if not source.is_arrays:
             raise UserError("Invalid `validation_data`. Received: a tuple holding a dataset. Expected (x_val, "
                             "y_val) numpy arrays, (x_val, y_val, sample_weight_val), or a tf.data.Dataset of "
                             "(x, y) global batches.")
@@ -65,7 +63,7 @@ def split_validation(validation_data) -> tuple:
             raise UserError(f"Invalid `validation_data`: its arrays' numbers of rows differ. Received: "
                             f"{sorted(counts)}. Expected (x_val, y_val[, sample_weight_val]) with one row of "
                             "each per example.")
-        return x_val, y_val, sample_weight
+        return source
     received = f"a {type(validation_data).__name__}" + (
         f" of {len(validation_data)}" if isinstance(validation_data, (tuple, list)) else
         f" of shape {tuple(validation_data.shape)}" if hasattr(validation_data, "shape") else "")
@@ -94,14 +92,6 @@ def _check_dataset_elements(name: str, dataset) -> None:
         raise UserError(f"Invalid `{name}`: a tf.data.Dataset of single examples (a part of its elements is a "
                         f"scalar, {scalars[0]}). Expected a Dataset of (x, y) batches, e.g. dataset.batch(64), as "
                         "Keras' fit reads it.")
-
-
-def _unknown_length(x) -> bool:
-    """Whether ``x`` is an input whose batches an epoch cannot count: a dataset_fn, or a Dataset that repeats,
-    is empty or whose length TensorFlow does not know."""
-    if _is_dataset(x):
-        return int(x.cardinality().numpy()) <= 0
-    return callable(x)
 
 
 def check_run_args(*, strategy, cpu_devices, cluster, task, connect_timeout, progress_timeout, seed, model_dir,
@@ -150,8 +140,12 @@ def _check_callbacks(callbacks) -> None:
 
 
 def check_fit_args(model_fn, x, y, *, batch_size, epochs, initial_epoch, steps_per_epoch, validation_data,
-                   validation_steps, sample_weight, class_weight, validation_split=0.0, validation_freq=1) -> None:
-    """Refuse a bad argument of ``tfdist.fit`` with one line naming it (see the module docstring)."""
+                   validation_steps, sample_weight, class_weight, validation_split=0.0, validation_freq=1) -> tuple:
+    """Refuse a bad argument of ``tfdist.fit`` with one line naming it (see the module docstring).
+
+    Returns ``(source, validation)``: the ``inputs.Source`` that trains and the one that validates (None: no
+    evaluation), ``validation_split``'s last rows cut off. Each input's kind is decided here, once.
+    """
     if not callable(model_fn) or _is_layer(model_fn):
         raise UserError(f"Invalid `model_fn`. Received: a {type(model_fn).__name__} ({model_fn!r:.60}). Expected "
                         "a function that builds and compiles a keras.Model, called inside the strategy's scope.")
@@ -161,18 +155,23 @@ def check_fit_args(model_fn, x, y, *, batch_size, epochs, initial_epoch, steps_p
                         f"initial_epoch={initial_epoch!r}. Expected 0 <= initial_epoch < epochs.")
     check_positive_int("steps_per_epoch", steps_per_epoch)
     check_positive_int("validation_steps", validation_steps)
-    _check_inputs(x, y, batch_size, sample_weight)
-    if steps_per_epoch is None and _unknown_length(x):
+    from tfdist.fitting.inputs import Source
+
+    source = Source.of(x, y, sample_weight)
+    _check_inputs(source, batch_size)
+    if steps_per_epoch is None and source.unknown_length():
         raise UserError("Missing `steps_per_epoch`. Received: an input of unknown length (a dataset_fn, or a "
                         "Dataset that repeats or whose length TensorFlow does not know). Expected "
                         "steps_per_epoch=N.")
     check_total_steps(epochs, steps_per_epoch or 1, epochs_name="epochs", steps_name="steps_per_epoch")
     if class_weight is not None:
-        _check_class_weight(class_weight, x, y, sample_weight)
-    if validation_data is not None:
-        split_validation(validation_data)
-    _check_validation_split(validation_split, x, validation_data)
+        _check_class_weight(class_weight, source)
+    validation = None if validation_data is None else _validation_source(validation_data)
+    at = _check_validation_split(validation_split, source, validation_data)
     _check_validation_freq(validation_freq)
+    if at is not None:
+        source, validation = source.split(at)
+    return source, validation
 
 
 def training_rows(rows: int, validation_split: float) -> int:
@@ -180,23 +179,26 @@ def training_rows(rows: int, validation_split: float) -> int:
     return int(math.floor(rows * (1.0 - validation_split)))
 
 
-def _check_validation_split(validation_split, x, validation_data) -> None:
-    """A fraction in [0, 1) of numpy rows, leaving rows to train and to validate (ignored with validation_data)."""
+def _check_validation_split(validation_split, source, validation_data) -> int | None:
+    """A fraction in [0, 1) of numpy rows, leaving rows to train and to validate (ignored with validation_data);
+    returns the rows that train when the split applies, else None."""
     if isinstance(validation_split, bool) or not isinstance(validation_split, numbers.Real) or not (
             0 <= validation_split < 1):
         raise UserError(f"Invalid value for `validation_split`. Received: validation_split={validation_split!r}. "
                         "Expected a float between 0 and 1 (0: no split).")
     if not validation_split or validation_data is not None:  # validation_data wins, as in Keras' fit
-        return
-    if _is_dataset(x) or callable(x):
+        return None
+    if not source.is_arrays:
         raise UserError(f"Invalid `validation_split` with a dataset `x`. Received: validation_split="
-                        f"{validation_split!r} and a {type(x).__name__}. Expected numpy `x`/`y` (the split takes "
-                        "their last rows), or validation_data, as Keras' fit takes it.")
-    rows = next(iter(_rows("x", x)))
-    if training_rows(rows, validation_split) in (0, rows):
+                        f"{validation_split!r} and a {type(source.x).__name__}. Expected numpy `x`/`y` (the split "
+                        "takes their last rows), or validation_data, as Keras' fit takes it.")
+    rows = next(iter(_rows("x", source.x)))
+    at = training_rows(rows, validation_split)
+    if at in (0, rows):
         raise UserError(f"Invalid value for `validation_split`. Received: validation_split={validation_split!r} "
                         f"of {rows} rows, which leaves no row to train or to validate. Expected a fraction that "
                         "leaves rows to both, or more data.")
+    return at
 
 
 def evaluates_after(epoch: int, validation_freq) -> bool:
@@ -216,17 +218,17 @@ def _check_validation_freq(validation_freq) -> None:
                         "from 1, as Keras' fit takes it.")
 
 
-def _check_inputs(x, y, batch_size, sample_weight) -> None:
-    """``x``, ``y``, ``batch_size`` and ``sample_weight`` in one of the forms ``tfdist.fit`` takes."""
-    from_dataset = _is_dataset(x) or callable(x)
+def _check_inputs(source, batch_size) -> None:
+    """``x``, ``y`` and ``sample_weight`` (``source``) and ``batch_size`` in one of the forms ``tfdist.fit`` takes."""
+    x, y, sample_weight = source.x, source.y, source.sample_weight
     if batch_size is not None:
         check_positive_int("batch_size", batch_size)
-    elif not _is_dataset(x):
+    elif not source.is_dataset:
         raise UserError("Missing `batch_size`. Received: batch_size=None. Expected the global batch, e.g. 64.")
     if x is None:
         raise UserError("Missing `x`. Received: x=None. Expected numpy arrays with y, a tf.data.Dataset of (x, y) "
                         "batches, or a dataset_fn(InputContext).")
-    if from_dataset:
+    if not source.is_arrays:
         if y is not None:
             raise UserError("Invalid `y` with a dataset `x`. Received: y given. Expected the dataset to yield (x, y) "
                             "batches and y=None, as Keras' fit takes it.")
@@ -234,7 +236,7 @@ def _check_inputs(x, y, batch_size, sample_weight) -> None:
             raise UserError("Invalid `sample_weight` with a dataset `x`. Received: sample_weight given. Expected "
                             "the dataset to yield (x, y, sample_weight) batches and sample_weight=None, as Keras' "
                             "fit takes it.")
-        if _is_dataset(x):
+        if source.is_dataset:
             _check_dataset_elements("x", x)
         return
     if y is None:
@@ -245,16 +247,17 @@ def _check_inputs(x, y, batch_size, sample_weight) -> None:
                         f"of rows differ. Received: {sorted(counts)}. Expected one row of each per example.")
 
 
-def _check_class_weight(class_weight, x, y, sample_weight) -> None:
+def _check_class_weight(class_weight, source) -> None:
     """``{class index: weight}``, for one target, without sample weights (as Keras' ``fit`` takes it)."""
     if not isinstance(class_weight, dict) or not class_weight or not all(
             isinstance(k, numbers.Integral) and k >= 0 and isinstance(v, numbers.Real) and 0 <= v < float("inf")
             for k, v in class_weight.items()):
         raise UserError(f"Invalid `class_weight`. Received: {class_weight!r:.80}. Expected a dict "
                         "{class index >= 0: finite weight >= 0}, e.g. {0: 1.0, 1: 5.0}.")
-    if sample_weight is not None or (_is_dataset(x) and len(x.element_spec) == 3):
+    x, y, dataset = source.x, source.y, source.is_dataset
+    if source.sample_weight is not None or (dataset and len(x.element_spec) == 3):
         raise UserError("Invalid `class_weight` with sample weights. Received: both. Expected one of "
                         "class_weight and sample_weight, as Keras' fit takes them.")
-    if (y is not None and len(_flat(y)) != 1) or (_is_dataset(x) and len(_flat(x.element_spec[1])) != 1):
+    if (y is not None and len(_flat(y)) != 1) or (dataset and len(_flat(x.element_spec[1])) != 1):
         raise UserError("Invalid `class_weight` for several targets. Received: y with several outputs. "
                         "Expected class_weight for a model with a single output, as in Keras.")

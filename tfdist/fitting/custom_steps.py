@@ -6,8 +6,8 @@ import numpy as np
 import tensorflow as tf
 
 from tfdist.errors import UserError
-from tfdist.fitting.global_gradients import replica_share
 from tfdist.fitting.steps import describe, log_value
+from tfdist.global_gradients import replica_share
 from tfdist import _compat
 
 

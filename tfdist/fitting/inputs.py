@@ -1,15 +1,18 @@
-"""``tfdist.fit``'s inputs: numpy arrays, a ``tf.data.Dataset`` or a ``dataset_fn``, as per-replica slices."""
+"""``tfdist.fit``'s inputs: numpy arrays, a ``tf.data.Dataset`` or a ``dataset_fn``, each a ``Source`` whose kind
+is decided once, and cut into per-replica slices."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
+from typing import Any
 
+import numpy as np
 import tensorflow as tf
 
 from tfdist.errors import UserError
 from tfdist.engine.inputs import batches_per_step
-from tfdist.fitting.args import training_rows
 
 
 def _cut(context, batch_size: int):
@@ -36,18 +39,6 @@ def _cut(context, batch_size: int):
         return tf.data.Dataset.range(local).map(piece)
 
     return cut
-
-
-def split_last_rows(arrays, validation_split: float) -> tuple:
-    """``(train arrays, validation arrays)``: the last rows of every numpy array in ``arrays`` validate, the
-    first ``args.training_rows`` train, as Keras' ``validation_split`` cuts them (None stays None)."""
-    rows = next(len(a) for a in tf.nest.flatten(arrays) if a is not None)
-    at = training_rows(rows, validation_split)
-
-    def cut(begin: int, end: int):
-        return tf.nest.map_structure(lambda a: None if a is None else a[begin:end], arrays)
-
-    return cut(0, at), cut(at, rows)
 
 
 def class_weights_map(class_weight: dict):
@@ -84,77 +75,156 @@ def check_batch(batch_size, replicas: int) -> None:
         )
 
 
-def rows_and_steps(x, batch_size) -> tuple[int | None, int | None]:
-    """``(rows, steps per epoch)`` of numpy ``x``, or ``(None, batches)`` of a Dataset (None when TensorFlow does
-    not know); ``(None, None)`` for a ``dataset_fn``. Builds no dataset.
+#: The kinds of an input (``Source.kind``), as Keras' data adapters tell them apart.
+ARRAYS, DATASET, DATASET_FN = "arrays", "dataset", "dataset_fn"
 
-    The forms and row counts of ``x``/``y``/``sample_weight`` are ``keras_args.check_fit_args``' to check
-    (before the process is set up); here every array has as many rows as ``x``'s first.
+#: Keras' batch for numpy data when no ``batch_size`` is given (its data adapters' default).
+DEFAULT_BATCH_SIZE = 32
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """One input of ``tfdist.fit`` (``x`` with its ``y`` and ``sample_weight``, or the validation data), its kind
+    decided once (``Source.of``, where ``fit``'s arguments are checked), as Keras' ``get_data_adapter`` decides
+    it: what follows asks the Source, never the value again.
+
+    ``kind``: ``ARRAYS``, numpy arrays (or nested structures of them) with ``y`` and ``sample_weight`` beside
+    them; ``DATASET``, a ``tf.data.Dataset`` of ``(x, y)`` or ``(x, y, sample_weight)`` global batches;
+    ``DATASET_FN``, a callable ``dataset_fn(InputContext)`` returning a pipeline's per-replica batches. A
+    dataset's ``y`` and ``sample_weight`` are in its elements (None here).
     """
-    if callable(x) and not isinstance(x, tf.data.Dataset):
-        return None, None
-    if isinstance(x, tf.data.Dataset):
-        return None, _cardinality(x)
-    rows = len(tf.nest.flatten(x)[0])
-    return rows, math.ceil(rows / batch_size)
 
+    kind: str
+    x: Any
+    y: Any = None
+    sample_weight: Any = None
 
-def dataset_fns(x, y, *, batch_size, shuffle: bool, seed: int, training: bool, start_step: int = 0,
-                sample_weight=None, class_weight: dict | None = None, own_order_per_worker: bool = False,
-                stage_dir=None, total_steps: int | None = None):
-    """``(InputContext -> Dataset of (x, y[, sample_weight], p)``, steps per epoch or None) for any input.
+    @classmethod
+    def of(cls, x, y=None, sample_weight=None) -> Source:
+        """The Source of ``x`` (with its ``y`` and ``sample_weight``): what is not a dataset is arrays."""
+        kind = DATASET if isinstance(x, tf.data.Dataset) else DATASET_FN if callable(x) else ARRAYS
+        return cls(kind, x, y, sample_weight)
 
-    Args:
-      x, y: numpy arrays (or nested structures of them) with as many rows; or ``x`` a ``tf.data.Dataset`` of
-        ``(x, y)`` or ``(x, y, sample_weight)`` global batches (``y`` None); or ``x`` a callable
-        ``dataset_fn(InputContext)`` (``y`` None).
-      batch_size: the global batch.
-      shuffle: shuffle numpy rows each epoch (Keras' ``shuffle``); never for eval.
-      seed: the shuffle's seed, the same on every worker.
-      training: repeat (the loop counts steps); eval passes are finite.
-      start_step: the step a resumed run starts at: the global batches of the steps before are skipped, so
-        it sees the examples an uninterrupted run would.
-      sample_weight: numpy weights, one per row of ``x`` (numpy ``x`` only).
-      class_weight: ``{class: weight}``, turned into sample weights as Keras does.
-      own_order_per_worker: under a coordinator, each worker shuffles in its own order.
-      stage_dir: under a coordinator, where the chief saves numpy rows or a Dataset (``Dataset.save``) for
-        the workers to load: a dataset function sent to a remote worker cannot carry its data as constants
-        (gRPC refuses messages over 4 MB: "Unable to parse tensor proto"). On storage every task shares.
-      total_steps: with ``stage_dir``, the global step the run trains to: of a Dataset that repeats without
-        end, or whose length TensorFlow does not know, only that many batches are staged (``_source``).
-    """
-    weigh = class_weights_map(class_weight) if class_weight else None
-    if callable(x) and not isinstance(x, tf.data.Dataset):
-        def from_fn(context):
-            ds = x(context)
-            ds = (ds.map(weigh) if weigh else ds).map(lambda *parts: (*parts, batch_size))
-            return ds.repeat().skip(start_step * batches_per_step(context)) if training else ds
+    @property
+    def is_arrays(self) -> bool:
+        """Numpy arrays, cut into batches by ``batch_size``; else a dataset, which yields its own ``y``."""
+        return self.kind == ARRAYS
 
-        return from_fn, None
-    rows, steps = rows_and_steps(x, batch_size)
-    if rows is None:
-        dataset = x
-    else:
-        dataset = tf.data.Dataset.from_tensor_slices((x, y) if sample_weight is None else (x, y, sample_weight))
-    source = _source(dataset, stage_dir, rows=rows, total_steps=total_steps)
+    @property
+    def is_dataset(self) -> bool:
+        """A ``tf.data.Dataset``: its batches are the user's global batches (no ``batch_size`` needed)."""
+        return self.kind == DATASET
 
-    def fn(context):
-        batches = source()  # made inside the function: a coordinator's workers make their own
-        if rows is not None:
-            if shuffle and training:
-                batches = batches.shuffle(rows, seed=seed, reshuffle_each_iteration=True)
-            batches = batches.batch(batch_size)
-        if weigh:
-            batches = batches.map(weigh)
-        if training:
-            batches = batches.repeat().skip(start_step)
-        return batches.flat_map(_cut(context, batch_size))
+    def unknown_length(self) -> bool:
+        """Whether an epoch cannot count its batches: a dataset_fn, or a Dataset that repeats, is empty or whose
+        length TensorFlow does not know."""
+        if self.is_dataset:
+            return _cardinality(self.x) is None
+        return self.kind == DATASET_FN
 
-    if own_order_per_worker and training:
-        from tfdist.engine.inputs import per_worker_order
+    def rows_and_steps(self, batch_size) -> tuple[int | None, int | None]:
+        """``(rows, steps per epoch)`` of arrays, or ``(None, batches)`` of a Dataset (None when TensorFlow does
+        not know); ``(None, None)`` for a ``dataset_fn``. Builds no dataset.
 
-        return per_worker_order(fn, seed=seed), steps
-    return fn, steps
+        The forms and row counts of ``x``/``y``/``sample_weight`` are ``args.check_fit_args``' to check
+        (before the process is set up); here every array has as many rows as ``x``'s first.
+        """
+        if self.kind == DATASET_FN:
+            return None, None
+        if self.is_dataset:
+            return None, _cardinality(self.x)
+        rows = len(tf.nest.flatten(self.x)[0])
+        return rows, math.ceil(rows / batch_size)
+
+    def split(self, at: int) -> tuple[Source, Source]:
+        """``(its first at rows, the others)`` of arrays: Keras' ``validation_split`` validates on the last rows
+        (``args.training_rows`` counts the first); a missing ``sample_weight`` stays None."""
+        arrays = (self.x, self.y, self.sample_weight)
+        rows = next(len(a) for a in tf.nest.flatten(arrays) if a is not None)
+
+        def cut(begin: int, end: int) -> Source:
+            return Source(ARRAYS, *tf.nest.map_structure(lambda a: None if a is None else a[begin:end], arrays))
+
+        return cut(0, at), cut(at, rows)
+
+    def sample(self) -> tuple:
+        """A couple of examples ``(x, y)`` to build the model, its loss and metrics with (a dataset_fn is called
+        with a default ``InputContext``)."""
+        if self.is_arrays:
+            first = lambda a: np.asarray(a)[:2]  # noqa: E731
+            return tf.nest.map_structure(first, self.x), tf.nest.map_structure(first, self.y)
+        dataset = self.x if self.is_dataset else self.x(tf.distribute.InputContext())
+        xb, yb = tuple(next(iter(dataset.take(1))))[:2]
+        return tf.nest.map_structure(lambda t: t[:2], xb), tf.nest.map_structure(lambda t: t[:2], yb)
+
+    def dataset_fns(self, *, batch_size, shuffle: bool, seed: int, training: bool, start_step: int = 0,
+                    class_weight: dict | None = None, own_order_per_worker: bool = False, stage_dir=None,
+                    total_steps: int | None = None):
+        """``(InputContext -> Dataset of (x, y[, sample_weight], p)``, steps per epoch or None) of this input.
+
+        Args:
+          batch_size: the global batch (None: a Dataset's own batches).
+          shuffle: shuffle numpy rows each epoch (Keras' ``shuffle``); never for eval.
+          seed: the shuffle's seed, the same on every worker.
+          training: repeat (the loop counts steps); eval passes are finite.
+          start_step: the step a resumed run starts at: the global batches of the steps before are skipped, so
+            it sees the examples an uninterrupted run would.
+          class_weight: ``{class: weight}``, turned into sample weights as Keras does.
+          own_order_per_worker: under a coordinator, each worker shuffles in its own order.
+          stage_dir: under a coordinator, where the chief saves numpy rows or a Dataset (``Dataset.save``) for
+            the workers to load: a dataset function sent to a remote worker cannot carry its data as constants
+            (gRPC refuses messages over 4 MB: "Unable to parse tensor proto"). On storage every task shares.
+          total_steps: with ``stage_dir``, the global step the run trains to: of a Dataset that repeats without
+            end, or whose length TensorFlow does not know, only that many batches are staged (``_source``).
+        """
+        weigh = class_weights_map(class_weight) if class_weight else None
+        if self.kind == DATASET_FN:
+            def from_fn(context):
+                ds = self.x(context)
+                ds = (ds.map(weigh) if weigh else ds).map(lambda *parts: (*parts, batch_size))
+                return ds.repeat().skip(start_step * batches_per_step(context)) if training else ds
+
+            return from_fn, None
+        rows, steps = self.rows_and_steps(batch_size)
+        source = _source(self.x if self.is_dataset else self._rows_dataset(), stage_dir, rows=rows,
+                         total_steps=total_steps)
+
+        def fn(context):
+            batches = source()  # made inside the function: a coordinator's workers make their own
+            if rows is not None:
+                if shuffle and training:
+                    batches = batches.shuffle(rows, seed=seed, reshuffle_each_iteration=True)
+                batches = batches.batch(batch_size)
+            if weigh:
+                batches = batches.map(weigh)
+            if training:
+                batches = batches.repeat().skip(start_step)
+            return batches.flat_map(_cut(context, batch_size))
+
+        if own_order_per_worker and training:
+            from tfdist.engine.inputs import per_worker_order
+
+            return per_worker_order(fn, seed=seed), steps
+        return fn, steps
+
+    def eval_dataset_fn(self, *, batch_size, validation_steps, seed):
+        """The eval pipeline of this validation input, cut to ``validation_steps`` global steps (None: all).
+
+        Where a Dataset's own batches train (no ``batch_size``), numpy validation data goes in Keras' default
+        batches of 32, each cut over the replicas as a Dataset's own batch is.
+        """
+        source = self
+        if batch_size is None and self.is_arrays:
+            source = Source(DATASET, self._rows_dataset().batch(DEFAULT_BATCH_SIZE))
+        eval_fn, _ = source.dataset_fns(batch_size=batch_size, shuffle=False, seed=seed, training=False)
+        if not validation_steps:
+            return eval_fn
+        return lambda context: eval_fn(context).take(validation_steps * batches_per_step(context))
+
+    def _rows_dataset(self):
+        """The arrays' rows as a Dataset of ``(x, y[, sample_weight])`` examples."""
+        parts = (self.x, self.y) if self.sample_weight is None else (self.x, self.y, self.sample_weight)
+        return tf.data.Dataset.from_tensor_slices(parts)
 
 
 #: Numpy rows staged as one element.

@@ -132,7 +132,7 @@ class KerasSteps:
         """One optimisation step on this replica's slice; returns its stats vector.
 
         The gradients go to the optimizer, which sums them over replicas before it clips, accumulates or
-        applies them (``fitting.global_gradients``): the all-reduce stays outside the XLA-compiled part.
+        applies them (``tfdist.global_gradients``): the all-reduce stays outside the XLA-compiled part.
         """
         x, y, sample_weight, p = _unpack(batch)
         grads, y_pred, head = self._gradients(x, y, sample_weight, p)

@@ -13,28 +13,18 @@ import tensorflow as tf
 from tfdist import _compat
 from tfdist.config import check_total_steps
 from tfdist.engine.controller import Schedule
-from tfdist.engine.inputs import batches_per_step
 from tfdist.engine.outputs import RunOutputs
 from tfdist.engine.state import build_state
 from tfdist.engine.task import Task
 from tfdist.errors import UserError
-from tfdist.fitting.args import evaluates_after, split_validation
+from tfdist.fitting.args import evaluates_after
 from tfdist.fitting.batch_norm import warn_unsynchronized_batch_norm
 from tfdist.fitting.callbacks import KerasCallbacks, chief_only_files, implements_batch_hooks
 from tfdist.fitting.custom_steps import KerasModelSteps, overrides_steps, refuse_under_coordinator
-from tfdist.fitting.inputs import check_batch, dataset_fns, rows_and_steps, split_last_rows
-from tfdist.fitting.global_gradients import refuse_accumulation_under_coordinator
+from tfdist.fitting.inputs import check_batch
+from tfdist.global_gradients import refuse_accumulation_under_coordinator
 from tfdist.fitting.steps import KerasSteps
 from tfdist.runtime.run_loop import run_loop
-
-
-def _sample(x, y) -> tuple:
-    """A couple of examples ``(x, y)`` to build the model, its loss and metrics with, from any kind of input."""
-    if isinstance(x, tf.data.Dataset) or callable(x):
-        first = x if isinstance(x, tf.data.Dataset) else x(tf.distribute.InputContext())
-        xb, yb = tuple(next(iter(first.take(1))))[:2]
-        return tf.nest.map_structure(lambda t: t[:2], xb), tf.nest.map_structure(lambda t: t[:2], yb)
-    return tf.nest.map_structure(lambda a: np.asarray(a)[:2], x), tf.nest.map_structure(lambda a: np.asarray(a)[:2], y)
 
 
 def _build(model_fn, strategy_name: str, coordinator: bool, sample: tuple):
@@ -59,44 +49,21 @@ def _build(model_fn, strategy_name: str, coordinator: bool, sample: tuple):
     return model, model.optimizer
 
 
-#: Keras' batch for numpy data when no ``batch_size`` is given (its data adapters' default).
-DEFAULT_BATCH_SIZE = 32
-
-
-def _eval_fn(validation_data, *, batch_size, validation_steps, seed):
-    """The eval pipeline of ``validation_data`` (None: no eval), cut to ``validation_steps`` global steps."""
-    if validation_data is None:
-        return None
-    vx, vy, vw = split_validation(validation_data)
-    if batch_size is None and not isinstance(vx, tf.data.Dataset):
-        # A Dataset's own batches train (no batch_size): numpy validation data goes in Keras' default batches
-        # of 32, each cut over the replicas as a Dataset's own batch is.
-        arrays = (vx, vy) if vw is None else (vx, vy, vw)
-        vx, vy, vw = tf.data.Dataset.from_tensor_slices(arrays).batch(DEFAULT_BATCH_SIZE), None, None
-    eval_fn, _ = dataset_fns(vx, vy, sample_weight=vw, batch_size=batch_size, shuffle=False, seed=seed,
-                             training=False)
-    if not validation_steps:
-        return eval_fn
-    return lambda context: eval_fn(context).take(validation_steps * batches_per_step(context))
-
-
-def train_keras(model_fn, x, y, *, training, batch_size, epochs, validation_data, validation_split=0.0,
-                validation_freq=1, steps_per_epoch, validation_steps, shuffle, initial_epoch, callbacks, verbose, seed,
-                keep_checkpoints: bool, sample_weight=None, class_weight=None):
+def train_keras(model_fn, source, validation, *, training, batch_size, epochs, validation_freq=1, steps_per_epoch,
+                validation_steps, shuffle, initial_epoch, callbacks, verbose, seed, keep_checkpoints: bool,
+                class_weight=None):
     """Train under ``training.strategy``; returns the ``keras.callbacks.History`` (see ``tfdist.fit``)."""
     import keras
 
-    from tfdist.fitting import global_gradients
+    from tfdist import global_gradients
 
     global_gradients.install()  # the optimizer applies the global batch's gradient, as on one device
-    if validation_split and validation_data is None:
-        (x, y, sample_weight), validation_data = split_last_rows((x, y, sample_weight), validation_split)
     placement, run_dir = training.placement, training.run_dir
     strategy, is_chief, coordinator = training.strategy, placement.is_chief, placement.coordinator
     replicas = strategy.num_replicas_in_sync
     if batch_size is not None:
         check_batch(batch_size, replicas)
-    sample = _sample(x, y)
+    sample = source.sample()
     state = build_state(strategy, lambda: _build(model_fn, placement.strategy, coordinator, sample),
                         run_dir=run_dir, is_chief=is_chief, task=placement.name)
     model, optimizer, step_counter = state.model, state.optimizer, state.step
@@ -105,31 +72,30 @@ def train_keras(model_fn, x, y, *, training, batch_size, epochs, validation_data
     warn_unsynchronized_batch_norm(model, replicas)
     own_steps = bool(overrides_steps(model))
     # (what the targets are called, the first rows' targets, the model's outputs on their inputs)
-    checked = [("y" if y is not None else "x", sample[1],
-                _check_takes(model, sample, "x", batched_by_user=isinstance(x, tf.data.Dataset)))]
-    if validation_data is not None:
-        val_sample = _sample(*split_validation(validation_data)[:2])
+    checked = [("y" if source.y is not None else "x", sample[1],
+                _check_takes(model, sample, "x", batched_by_user=source.is_dataset))]
+    if validation is not None:
+        val_sample = validation.sample()
         checked.append(("validation_data", val_sample[1],
-                        _check_takes(model, val_sample, "validation_data",
-                                     batched_by_user=isinstance(validation_data, tf.data.Dataset))))
+                        _check_takes(model, val_sample, "validation_data", batched_by_user=validation.is_dataset)))
     steps = (KerasModelSteps(model=model, sample=sample) if own_steps
              else KerasSteps(model=model, optimizer=optimizer, sample=sample))
     if not own_steps:
         for name, targets, predicted in checked:
             _check_loss(model, targets, predicted, name)
-    epoch_steps = steps_per_epoch or rows_and_steps(x, batch_size)[1]  # an input of unknown length: refused before
+    epoch_steps = steps_per_epoch or source.rows_and_steps(batch_size)[1]  # an input of unknown length: refused before
     check_total_steps(epochs, epoch_steps, epochs_name="epochs", steps_name="steps_per_epoch")
-    eval_fn = _eval_fn(validation_data, batch_size=batch_size, validation_steps=validation_steps, seed=seed)
+    eval_fn = None if validation is None else validation.eval_dataset_fn(
+        batch_size=batch_size, validation_steps=validation_steps, seed=seed)
     if not state.restored and initial_epoch:
         step_counter.assign(initial_epoch * epoch_steps)
     start_step, total_steps = int(step_counter.numpy()), epochs * epoch_steps
     # Every check is done: the run directory's first write.
     if is_chief and keep_checkpoints:
         run_dir.write_fit_record(settings)
-    train_fn, _ = dataset_fns(x, y, sample_weight=sample_weight, class_weight=class_weight, batch_size=batch_size,
-                              shuffle=shuffle, seed=seed, training=True, start_step=start_step,
-                              own_order_per_worker=coordinator, stage_dir=run_dir.fit_inputs if coordinator else None,
-                              total_steps=total_steps)
+    train_fn, _ = source.dataset_fns(class_weight=class_weight, batch_size=batch_size, shuffle=shuffle, seed=seed,
+                                     training=True, start_step=start_step, own_order_per_worker=coordinator,
+                                     stage_dir=run_dir.fit_inputs if coordinator else None, total_steps=total_steps)
     outputs = RunOutputs(run_dir=run_dir, is_chief=is_chief)
 
     params = {"verbose": verbose, "epochs": epochs, "steps": epoch_steps}

@@ -5,7 +5,8 @@ one list: each is a module with ``install()`` (once per process, into Keras or T
 
 from __future__ import annotations
 
-from tfdist.fitting import batch_norm, callbacks, central_storage, global_gradients
+from tfdist import global_gradients
+from tfdist.fitting import batch_norm, callbacks, central_storage
 from tfdist.fitting.patch import executions, finish, preemption, saving, strategy_once, user_errors, xla
 
 #: In order: ``finish`` waits for every worker once the others have ended; the refusals come before the

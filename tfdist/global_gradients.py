@@ -1,4 +1,7 @@
-"""Keras' optimizer across replicas, applied to the global batch's gradient: what one device applies."""
+"""Keras' optimizer across replicas, applied to the global batch's gradient: what one device applies.
+
+Both fits use it, ``tfdist.fit``'s steps and Keras' own ``fit`` across workers, so it sits below both.
+"""
 
 from __future__ import annotations
 
