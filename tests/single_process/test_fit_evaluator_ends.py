@@ -26,6 +26,7 @@ from tfdist.cluster.task import Task
 from tfdist.engine.state import build_state
 from tfdist.errors import RunFailed
 from tfdist.fitting.evaluator import evaluate_fit
+from tfdist.fitting.inputs import Source
 from tfdist.rundir import RunDir
 from tfdist.runtime.placement import Placement
 from tfdist.runtime.watchdog import heartbeat_name
@@ -89,7 +90,7 @@ def test_a_models_own_test_step_evaluates_each_checkpoint_as_keras_evaluate(tmp_
     with socket.socket() as chief:
         chief.bind(("127.0.0.1", 0))
         chief.listen()
-        history = evaluate_fit(own_model_fn, X, Y, validation_data=(X, Y), placement=evaluator_placement(chief),
+        history = evaluate_fit(own_model_fn, Source.of(X, Y), Source.of(X, Y), placement=evaluator_placement(chief),
                                model_dir=run_dir.path, batch_size=8, epochs=2, verbose=0)
     assert history.epoch == [0, 1]
     for name in ("loss", "accuracy"):  # its metrics reset before each checkpoint, as Keras' evaluate resets them
@@ -131,7 +132,7 @@ def test_an_evaluator_ends_with_the_runs_last_epoch_or_a_chief_that_ended_well_a
 
         stopper = threading.Thread(target=chief_stops, daemon=True)
         stopper.start()
-        call = lambda: evaluate_fit(model_fn, X, Y, validation_data=(X, Y), placement=placement,  # noqa: E731
+        call = lambda: evaluate_fit(model_fn, Source.of(X, Y), Source.of(X, Y), placement=placement,  # noqa: E731
                                     model_dir=run_dir.path, batch_size=8, epochs=2 if end == "last-epoch" else 4,
                                     verbose=0)
         try:

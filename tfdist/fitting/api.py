@@ -125,10 +125,9 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy=
         if placement.role == "evaluate":  # a side-car evaluator: it follows the chief's checkpoints
             from tfdist.fitting.evaluator import evaluate_fit
 
-            return evaluate_fit(model_fn, x, y, validation_data=validation_data, placement=placement,
+            return evaluate_fit(model_fn, source, validation, placement=placement,
                                 model_dir=None if temporary else model_dir, batch_size=batch_size, epochs=epochs,
                                 steps_per_epoch=steps_per_epoch, validation_steps=validation_steps,
-                                validation_split=validation_split, sample_weight=sample_weight,
                                 connect_timeout=runtime.connect_timeout, verbose=verbose)
         with training_task(runtime, placement, run_dir, where="tfdist.fit", cluster_resolver=cluster_resolver,
                            verbose=bool(verbose), keras_setup=False, session=session) as training:

@@ -12,18 +12,18 @@ from tfdist.rundir import RunDir
 from tfdist.runtime.placement import Placement
 
 
-def check_evaluator_args(placement: Placement, *, model_dir, validation_data, validation_split: float) -> None:
+def check_evaluator_args(placement: Placement, *, model_dir, validation) -> None:
     """Refuse an evaluator task that has nothing to follow or to evaluate (before TensorFlow starts).
 
     Raises:
-      UserError: no ``model_dir`` (where the chief's checkpoints are), or no ``validation_data`` (nor a
-        ``validation_split`` of numpy ``x``).
+      UserError: no ``model_dir`` (where the chief's checkpoints are), or no ``validation`` (neither
+        ``validation_data`` nor a ``validation_split`` of numpy ``x``).
     """
     where = f"the evaluator task {placement.name} of tfdist.fit"
     if model_dir is None:
         raise UserError(f"Missing `model_dir` for {where}: it evaluates the checkpoints the chief saves there. "
                         "Received: model_dir=None. Expected the chief's model_dir, on storage both tasks share.")
-    if validation_data is None and not validation_split:
+    if validation is None:
         raise UserError(f"Missing `validation_data` for {where}: it has nothing to evaluate. Received: "
                         "validation_data=None and validation_split=0. Expected the validation_data (or "
                         "validation_split) that the chief is given, on every task.")
@@ -83,10 +83,9 @@ def _left_well(run_dir: RunDir, leader: str):
     return lambda: not (run_dir.heartbeats / heartbeat_name(leader)).exists()
 
 
-def evaluate_fit(model_fn, x, y, *, validation_data, placement: Placement, model_dir: str | Path | None,
+def evaluate_fit(model_fn, source, validation, *, placement: Placement, model_dir: str | Path | None,
                  batch_size=None, epochs: int = 1, steps_per_epoch: int | None = None,
-                 validation_steps: int | None = None, validation_split: float = 0.0, sample_weight=None,
-                 connect_timeout: float = 120.0, verbose: int = 1):
+                 validation_steps: int | None = None, connect_timeout: float = 120.0, verbose: int = 1):
     """The evaluator task of ``tfdist.fit``: evaluate ``validation_data`` on each checkpoint of the chief.
 
     It builds ``model_fn()`` on this process's one device, with no strategy,
@@ -100,12 +99,14 @@ def evaluate_fit(model_fn, x, y, *, validation_data, placement: Placement, model
     checkpoint of the run's last step is evaluated (``epochs`` epochs of
     ``steps_per_epoch``, or of ``x``'s batches, as the chief counts them), or,
     when the chief stops earlier (a callback's ``stop_training``), once the chief
-    has ended well and its last checkpoint is evaluated. ``x`` and ``y`` are only
-    counted (and cut by ``validation_split``), never read.
+    has ended well and its last checkpoint is evaluated. The training ``source`` is only
+    counted (its rows after ``validation_split``), never read.
 
     Args:
-      model_fn, x, y, validation_data, batch_size, epochs, steps_per_epoch, validation_steps,
-        validation_split, sample_weight, connect_timeout, verbose: ``tfdist.fit``'s, the same as the chief's.
+      model_fn, batch_size, epochs, steps_per_epoch, validation_steps, connect_timeout, verbose:
+        ``tfdist.fit``'s, the same as the chief's.
+      source, validation: the ``fitting.inputs.Source`` that the chief trains on and the one it validates on
+        (None: nothing to evaluate, refused), as ``args.check_fit_args`` returns them.
       placement: this evaluator task's ``Placement``.
       model_dir: the chief's run directory (None: refused).
 
@@ -121,45 +122,38 @@ def evaluate_fit(model_fn, x, y, *, validation_data, placement: Placement, model
       RunFailed: the chief stopped answering before it ended its training well.
       Preempted: a preemption signal (there is nothing to save).
     """
-    check_evaluator_args(placement, model_dir=model_dir, validation_data=validation_data,
-                         validation_split=validation_split)
+    check_evaluator_args(placement, model_dir=model_dir, validation=validation)
     from tfdist import strategies
     from tfdist.runtime.preemption import Preemption
 
     with Preemption(placement.name):
         strategies.setup_host(cpu_devices=1)
-        return _evaluate(model_fn, x, y, validation_data=validation_data, placement=placement,
-                         run_dir=RunDir(model_dir), batch_size=batch_size, epochs=epochs,
-                         steps_per_epoch=steps_per_epoch, validation_steps=validation_steps,
-                         validation_split=validation_split, sample_weight=sample_weight,
-                         connect_timeout=connect_timeout, verbose=verbose)
+        return _evaluate(model_fn, source, validation, placement=placement, run_dir=RunDir(model_dir),
+                         batch_size=batch_size, epochs=epochs, steps_per_epoch=steps_per_epoch,
+                         validation_steps=validation_steps, connect_timeout=connect_timeout, verbose=verbose)
 
 
-def _evaluate(model_fn, x, y, *, validation_data, placement, run_dir, batch_size, epochs, steps_per_epoch,
-              validation_steps, validation_split, sample_weight, connect_timeout, verbose):
+def _evaluate(model_fn, source, validation, *, placement, run_dir, batch_size, epochs, steps_per_epoch,
+              validation_steps, connect_timeout, verbose):
     """``evaluate_fit`` once this process is set up."""
     import keras
 
     from tfdist.engine.evaluator import evaluate_continuously, evaluation_state
     from tfdist.engine.task import Task
-    from tfdist.fitting.args import split_validation
     from tfdist.fitting.custom_steps import KerasModelSteps, overrides_steps
-    from tfdist.fitting.inputs import rows_and_steps, split_last_rows
     from tfdist.fitting.steps import KerasSteps
-    from tfdist.fitting.train import _build, _eval_fn, _sample
+    from tfdist.fitting.train import build_model
 
-    if validation_split and validation_data is None:
-        (x, y, sample_weight), validation_data = split_last_rows((x, y, sample_weight), validation_split)
-    epoch_steps = steps_per_epoch or rows_and_steps(x, batch_size)[1]
-    sample = _sample(*split_validation(validation_data)[:2])
-    model, _ = _build(model_fn, placement.strategy, False, sample)
+    epoch_steps = steps_per_epoch or source.rows_and_steps(batch_size)[1]
+    sample = validation.sample()
+    model, _ = build_model(model_fn, placement.strategy, False, sample)
     own_steps = bool(overrides_steps(model))
     steps = (KerasModelSteps(model=model, sample=sample) if own_steps
              else KerasSteps(model=model, optimizer=None, sample=sample))
     # An evaluator's task: no train split, no learning rate.
     task = Task(steps=ValidationSteps(steps), train_dataset_fn=None, learning_rate=lambda step: float("nan"),
-                eval_dataset_fn=_eval_fn(validation_data, batch_size=batch_size, validation_steps=validation_steps,
-                                         seed=0),
+                eval_dataset_fn=validation.eval_dataset_fn(batch_size=batch_size, validation_steps=validation_steps,
+                                                           seed=0),
                 hooks=(ResetMetrics(steps),) if own_steps else ())
     state = evaluation_state(model, run_dir)
     leader = placement.task.leader

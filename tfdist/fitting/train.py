@@ -27,7 +27,7 @@ from tfdist.fitting.steps import KerasSteps
 from tfdist.runtime.run_loop import run_loop
 
 
-def _build(model_fn, strategy_name: str, coordinator: bool, sample: tuple):
+def build_model(model_fn, strategy_name: str, coordinator: bool, sample: tuple):
     """``(model, its optimizer or None)`` from ``model_fn``, checked and built; called under the strategy's scope.
 
     A model made without its input's shape (``Sequential([Dense(10)])``) is built on ``sample``'s ``x``, as
@@ -64,7 +64,7 @@ def train_keras(model_fn, source, validation, *, training, batch_size, epochs, v
     if batch_size is not None:
         check_batch(batch_size, replicas)
     sample = source.sample()
-    state = build_state(strategy, lambda: _build(model_fn, placement.strategy, coordinator, sample),
+    state = build_state(strategy, lambda: build_model(model_fn, placement.strategy, coordinator, sample),
                         run_dir=run_dir, is_chief=is_chief, task=placement.name)
     model, optimizer, step_counter = state.model, state.optimizer, state.step
     settings = {"batch_size": batch_size, **_optimizer_settings(optimizer)}
