@@ -1,34 +1,25 @@
-"""The training half of ``tfdist.fit`` once the task has started: the model, the inputs, the callbacks and
-the engine task.
+"""What ``tfdist.fit``'s client (``fitting.api.KerasClient``) builds once the task has started: the model from
+``model_fn``, checked against its inputs and loss, its steps, and the eval pipeline.
 """
 
 from __future__ import annotations
 
 import re
-import shutil
 
 import numpy as np
 import tensorflow as tf
 
 from tfdist import _compat
-from tfdist.config import check_total_steps
-from tfdist.engine.controller import Schedule
 from tfdist.engine.inputs import batches_per_step
-from tfdist.engine.outputs import RunOutputs
-from tfdist.engine.state import build_state
-from tfdist.engine.task import Task
 from tfdist.errors import UserError
-from tfdist.fitting.args import evaluates_after, split_validation
-from tfdist.fitting.batch_norm import warn_unsynchronized_batch_norm
-from tfdist.fitting.callbacks import KerasCallbacks, chief_only_files, implements_batch_hooks
+from tfdist.fitting.args import split_validation
 from tfdist.fitting.custom_steps import KerasModelSteps, overrides_steps, refuse_under_coordinator
-from tfdist.fitting.inputs import check_batch, dataset_fns, rows_and_steps, split_last_rows
+from tfdist.fitting.inputs import dataset_fns
 from tfdist.fitting.global_gradients import refuse_accumulation_under_coordinator
 from tfdist.fitting.steps import KerasSteps
-from tfdist.runtime.run_loop import run_loop
 
 
-def _sample(x, y) -> tuple:
+def sample_of(x, y) -> tuple:
     """A couple of examples ``(x, y)`` to build the model, its loss and metrics with, from any kind of input."""
     if isinstance(x, tf.data.Dataset) or callable(x):
         first = x if isinstance(x, tf.data.Dataset) else x(tf.distribute.InputContext())
@@ -37,7 +28,7 @@ def _sample(x, y) -> tuple:
     return tf.nest.map_structure(lambda a: np.asarray(a)[:2], x), tf.nest.map_structure(lambda a: np.asarray(a)[:2], y)
 
 
-def _build(model_fn, strategy_name: str, coordinator: bool, sample: tuple):
+def build_model(model_fn, strategy_name: str, coordinator: bool, sample: tuple):
     """``(model, its optimizer or None)`` from ``model_fn``, checked and built; called under the strategy's scope.
 
     A model made without its input's shape (``Sequential([Dense(10)])``) is built on ``sample``'s ``x``, as
@@ -59,11 +50,35 @@ def _build(model_fn, strategy_name: str, coordinator: bool, sample: tuple):
     return model, model.optimizer
 
 
+def keras_steps(model, optimizer, sample, *, x, y, validation_data):
+    """The model's ``Steps`` (``KerasModelSteps`` for a model's own steps, else ``KerasSteps``), once the model
+    is checked to take ``x`` and ``validation_data`` and, for compiled steps, its loss to take their targets.
+
+    Raises:
+        UserError: naming the input the model or its loss cannot take.
+    """
+    own_steps = bool(overrides_steps(model))
+    # (what the targets are called, the first rows' targets, the model's outputs on their inputs)
+    checked = [("y" if y is not None else "x", sample[1],
+                _check_takes(model, sample, "x", batched_by_user=isinstance(x, tf.data.Dataset)))]
+    if validation_data is not None:
+        val_sample = sample_of(*split_validation(validation_data)[:2])
+        checked.append(("validation_data", val_sample[1],
+                        _check_takes(model, val_sample, "validation_data",
+                                     batched_by_user=isinstance(validation_data, tf.data.Dataset))))
+    steps = (KerasModelSteps(model=model, sample=sample) if own_steps
+             else KerasSteps(model=model, optimizer=optimizer, sample=sample))
+    if not own_steps:
+        for name, targets, predicted in checked:
+            _check_loss(model, targets, predicted, name)
+    return steps
+
+
 #: Keras' batch for numpy data when no ``batch_size`` is given (its data adapters' default).
 DEFAULT_BATCH_SIZE = 32
 
 
-def _eval_fn(validation_data, *, batch_size, validation_steps, seed):
+def eval_dataset_fn(validation_data, *, batch_size, validation_steps, seed):
     """The eval pipeline of ``validation_data`` (None: no eval), cut to ``validation_steps`` global steps."""
     if validation_data is None:
         return None
@@ -80,95 +95,7 @@ def _eval_fn(validation_data, *, batch_size, validation_steps, seed):
     return lambda context: eval_fn(context).take(validation_steps * batches_per_step(context))
 
 
-def train_keras(model_fn, x, y, *, training, batch_size, epochs, validation_data, validation_split=0.0,
-                validation_freq=1, steps_per_epoch, validation_steps, shuffle, initial_epoch, callbacks, verbose, seed,
-                keep_checkpoints: bool, sample_weight=None, class_weight=None):
-    """Train under ``training.strategy``; returns the ``keras.callbacks.History`` (see ``tfdist.fit``)."""
-    import keras
-
-    from tfdist.fitting import global_gradients
-
-    global_gradients.install()  # the optimizer applies the global batch's gradient, as on one device
-    if validation_split and validation_data is None:
-        (x, y, sample_weight), validation_data = split_last_rows((x, y, sample_weight), validation_split)
-    placement, run_dir = training.placement, training.run_dir
-    strategy, is_chief, coordinator = training.strategy, placement.is_chief, placement.coordinator
-    replicas = strategy.num_replicas_in_sync
-    if batch_size is not None:
-        check_batch(batch_size, replicas)
-    sample = _sample(x, y)
-    state = build_state(strategy, lambda: _build(model_fn, placement.strategy, coordinator, sample),
-                        run_dir=run_dir, is_chief=is_chief, task=placement.name)
-    model, optimizer, step_counter = state.model, state.optimizer, state.step
-    settings = {"batch_size": batch_size, **_optimizer_settings(optimizer)}
-    run_dir.check_fit_settings(settings)
-    warn_unsynchronized_batch_norm(model, replicas)
-    own_steps = bool(overrides_steps(model))
-    # (what the targets are called, the first rows' targets, the model's outputs on their inputs)
-    checked = [("y" if y is not None else "x", sample[1],
-                _check_takes(model, sample, "x", batched_by_user=isinstance(x, tf.data.Dataset)))]
-    if validation_data is not None:
-        val_sample = _sample(*split_validation(validation_data)[:2])
-        checked.append(("validation_data", val_sample[1],
-                        _check_takes(model, val_sample, "validation_data",
-                                     batched_by_user=isinstance(validation_data, tf.data.Dataset))))
-    steps = (KerasModelSteps(model=model, sample=sample) if own_steps
-             else KerasSteps(model=model, optimizer=optimizer, sample=sample))
-    if not own_steps:
-        for name, targets, predicted in checked:
-            _check_loss(model, targets, predicted, name)
-    epoch_steps = steps_per_epoch or rows_and_steps(x, batch_size)[1]  # an input of unknown length: refused before
-    check_total_steps(epochs, epoch_steps, epochs_name="epochs", steps_name="steps_per_epoch")
-    eval_fn = _eval_fn(validation_data, batch_size=batch_size, validation_steps=validation_steps, seed=seed)
-    if not state.restored and initial_epoch:
-        step_counter.assign(initial_epoch * epoch_steps)
-    start_step, total_steps = int(step_counter.numpy()), epochs * epoch_steps
-    # Every check is done: the run directory's first write.
-    if is_chief and keep_checkpoints:
-        run_dir.write_fit_record(settings)
-    train_fn, _ = dataset_fns(x, y, sample_weight=sample_weight, class_weight=class_weight, batch_size=batch_size,
-                              shuffle=shuffle, seed=seed, training=True, start_step=start_step,
-                              own_order_per_worker=coordinator, stage_dir=run_dir.fit_inputs if coordinator else None,
-                              total_steps=total_steps)
-    outputs = RunOutputs(run_dir=run_dir, is_chief=is_chief)
-
-    params = {"verbose": verbose, "epochs": epochs, "steps": epoch_steps}
-    # Every task that runs this loop runs the callbacks, with the same global logs, so that what they change
-    # (the learning rate, the weights, stop_training) changes alike on every worker; their files are the chief's.
-    # The History comes last, as in Keras' fit: it records what the callbacks add to the logs (learning_rate).
-    history = keras.callbacks.History()
-    callback_list = keras.callbacks.CallbackList([*(callbacks or []), history], add_history=False,
-                                                 add_progbar=False, model=model, **params)
-    reset = steps.reset if own_steps else (lambda: None)  # a model's own metrics: reset as Keras' fit does
-    reset()
-    per_execution = max(1, int(getattr(model, "steps_per_execution", 1) or 1))
-    keras_callbacks = KerasCallbacks(
-        model=model, callbacks=callback_list, reset=reset, epoch_steps=epoch_steps,
-        total_steps=total_steps, per_execution=per_execution, eval_reset=own_steps,
-        batch_hooks=any(implements_batch_hooks(c) for c in callbacks or []))  # only when a callback has them
-    if verbose and is_chief:
-        print(f"tfdist.fit: {placement.strategy} with {replicas} replicas, global batch {batch_size}, "
-              f"{total_steps} steps ({epoch_steps} an epoch); {state.start()}", flush=True)
-    task = Task(steps=steps, train_dataset_fn=train_fn, eval_dataset_fn=eval_fn,
-                learning_rate=lambda _: _learning_rate(optimizer), global_batch_size=batch_size or 0,
-                hooks=(keras_callbacks,))
-    with chief_only_files(callbacks or [], placement):
-        callback_list.on_train_begin()
-        callback_list.on_epoch_begin(start_step // epoch_steps)
-        run_loop(training, state, task,
-                 Schedule(total_steps=total_steps, steps_per_epoch=epoch_steps, steps_per_loop=per_execution,
-                          log_every=epoch_steps, checkpoint_every=epoch_steps,
-                          evaluates_after=lambda epoch: evaluates_after(epoch, validation_freq)),
-                 outputs=outputs, checkpoints=keep_checkpoints, verbose=bool(verbose) and is_chief)
-        if epochs > 0:
-            state.finalize_ema()  # the EMA weights into the model, as Keras' fit leaves them
-        callback_list.on_train_end()
-    if coordinator:
-        shutil.rmtree(run_dir.fit_inputs, ignore_errors=True)
-    return history
-
-
-def _optimizer_settings(optimizer) -> dict:
+def optimizer_settings(optimizer) -> dict:
     """What a resumed ``tfdist.fit`` run's optimizer must keep (``rundir.FIT_RESUME_KEYS``): its moving averages'
     momentum (0: none, as ``--ema_momentum``) and gradient accumulation (1: none); ``{}`` without an optimizer."""
     inner = getattr(optimizer, "inner_optimizer", optimizer)
@@ -227,6 +154,6 @@ def _check_loss(model, y, predicted, name: str) -> None:
                         f"{_first_line(e)}. Expected targets of the shape the compiled loss takes.") from None
 
 
-def _learning_rate(optimizer) -> float:
+def learning_rate(optimizer) -> float:
     """The optimizer's learning rate now (NaN for a model without one: its own steps hold their optimizers)."""
     return float(np.asarray(optimizer.learning_rate)) if optimizer is not None else float("nan")
