@@ -46,11 +46,9 @@ class Client:
         """
 
     def evaluate(self, placement, run_dir, *, verbose: bool) -> Any:
-        """The run of an evaluator task (``placement.role == "evaluate"``); what ``run`` returns there.
-
-        Raises:
-          UserError: the client has no evaluator.
-        """
+        """The run of an evaluator task (``placement.role == "evaluate"``), which neither starts a strategy nor
+        trains; what the driver's ``run`` returns there. A client without an evaluator refuses the task here
+        (``UserError``, one line)."""
         raise NotImplementedError
 
     def prepare(self, strategy, placement) -> None:

@@ -1,4 +1,4 @@
-"""A training task's life in its cluster, for every client (``tfdist.train``'s experiment and ``tfdist.fit``).
+"""A training task's life in its cluster, for every run the driver assembles (``runtime.driver.run``).
 
 ``training_task`` starts the task (``session.start``) and trains its ``with`` block under ``Preemption`` and
 ``among_peers`` (a lost peer is one line; the tasks finish together); under a coordinator it tells the serving
