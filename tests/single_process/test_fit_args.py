@@ -1,6 +1,6 @@
 """``tfdist.fit``'s misuse: each bad argument is one ``UserError`` line naming it, before any set-up.
 
-The process is never set up here: ``session.place`` and ``training_task`` (the
+The process is never set up here: ``session.place`` and ``lifecycle.training_task`` (the
 cluster, then TensorFlow and the strategy) are replaced by functions that
 fail the test, so a check that came after them would show as that failure,
 not as the expected line.
@@ -16,7 +16,7 @@ import pytest
 import tfdist
 from helpers.models import dense
 from tfdist.errors import UserError
-from tfdist.fitting import api as fit_module
+from tfdist.runtime import lifecycle, session, who
 
 X = np.zeros((8, 3), np.float32)
 Y = np.zeros((8, 1), np.float32)
@@ -143,8 +143,8 @@ def never_set_up(monkeypatch):
     def reached(*args, **kwargs):
         raise AssertionError("the process was set up before the arguments were checked")
 
-    monkeypatch.setattr(fit_module.session_lib, "place", reached)
-    monkeypatch.setattr(fit_module, "training_task", reached)
+    monkeypatch.setattr(session, "place", reached)
+    monkeypatch.setattr(lifecycle, "training_task", reached)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -194,8 +194,6 @@ SETUP_CASES = {
 
 @pytest.mark.parametrize("case", sorted(SETUP_CASES))
 def test_a_bad_argument_of_setup_is_one_line_naming_it_before_any_set_up(case, monkeypatch):
-    from tfdist.runtime import session
-
     def reached(*args, **kwargs):
         raise AssertionError("the process was set up before the arguments were checked")
 
@@ -224,10 +222,9 @@ def test_after_setup_fit_refuses_what_the_set_up_fixed_otherwise(case, never_set
     """After ``tfdist.setup("mirrored", cluster="c.yaml", task="worker:0")`` (a stand-in session), ``fit``'s own
     ``cluster=``/``task=`` are refused as ``strategy=`` is, not silently ignored; the set-up's own are accepted."""
     from tfdist import config as config_lib
-    from tfdist.runtime import session
 
     runtime = config_lib.runtime_config("tfdist.setup", strategy="mirrored", cluster="c.yaml", task="worker:0")
-    monkeypatch.setattr(session, "current", lambda: session.Session(runtime=runtime, placement=None, strategy=None))
+    monkeypatch.setattr(who, "current", lambda: session.Session(runtime=runtime, placement=None, strategy=None))
     arguments, expected = AFTER_SETUP_CASES[case]
     with pytest.raises(UserError) as caught:
         tfdist.fit(model_fn, X, Y, batch_size=4, epochs=1, verbose=0, **arguments)
@@ -236,11 +233,10 @@ def test_after_setup_fit_refuses_what_the_set_up_fixed_otherwise(case, never_set
 
 def test_after_setup_fit_accepts_the_set_ups_own_cluster_and_task(never_set_up, monkeypatch):
     from tfdist import config as config_lib
-    from tfdist.runtime import session
 
     runtime = config_lib.runtime_config("tfdist.setup", strategy="mirrored", cluster="c.yaml", task="worker:0")
     placement = types.SimpleNamespace(role="train", is_chief=True)
-    monkeypatch.setattr(session, "current", lambda: session.Session(runtime=runtime, placement=placement, strategy=None))
+    monkeypatch.setattr(who, "current", lambda: session.Session(runtime=runtime, placement=placement, strategy=None))
     with pytest.raises(AssertionError, match="the process was set up"):
         tfdist.fit(model_fn, X, Y, batch_size=4, epochs=1, verbose=0, cluster="c.yaml", task="worker:0")
 
@@ -248,14 +244,13 @@ def test_after_setup_fit_accepts_the_set_ups_own_cluster_and_task(never_set_up, 
 def test_after_setup_fit_takes_the_strategy_setup_returned(never_set_up, monkeypatch):
     """``tfdist.fit(..., strategy=tfdist.setup(...))``: the returned Strategy stands for the session's name."""
     from tfdist import config as config_lib
-    from tfdist.runtime import session
 
     import tensorflow as tf
 
     returned = tf.distribute.get_strategy()  # any Strategy object stands in for the one setup returned
     runtime = config_lib.runtime_config("tfdist.setup", strategy="mirrored")
     placement = types.SimpleNamespace(role="train", is_chief=True)
-    monkeypatch.setattr(session, "current",
+    monkeypatch.setattr(who, "current",
                         lambda: session.Session(runtime=runtime, placement=placement, strategy=returned))
     with pytest.raises(AssertionError, match="the process was set up"):
         tfdist.fit(model_fn, X, Y, batch_size=4, epochs=1, verbose=0, strategy=returned)

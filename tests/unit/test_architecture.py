@@ -10,6 +10,8 @@
   ``LARGE_MODULES``; otherwise it is split by idea (never trimmed of prose).
 - Only the strategy registry (``strategies/registry.py``) and the config's validation
   (``config.py``) compare a strategy's name: everywhere else asks a trait.
+- No client (``segmentation``, ``fitting``) imports the start (``runtime.session``, ``runtime.lifecycle``):
+  every run is assembled by ``runtime.driver``.
 """
 
 from __future__ import annotations
@@ -104,6 +106,34 @@ def test_no_import_cycle_in_tfdist_even_inside_functions():
     assert "tfdist.cluster.task" in graph["tfdist.cluster.sources"]  # the graph sees imports at all
     assert "tfdist.segmentation.evaluator" in graph["tfdist.segmentation.experiment"]  # ... and inside functions
     assert _cycle(graph) == []
+
+
+#: The packages of the clients of the driver: they start a run through ``runtime.driver`` and ask who they are
+#: through ``runtime.who``, never through the start itself.
+CLIENTS = ("tfdist.segmentation", "tfdist.fitting")
+#: The modules of the one start, which the driver alone assembles.
+START = ("tfdist.runtime.session", "tfdist.runtime.lifecycle")
+
+
+def starts_imported_by_clients(graph: dict[str, set[str]]) -> dict[str, list[str]]:
+    """Each client module of ``graph`` that imports a module of ``START``, with those modules."""
+    return {module: sorted(targets & set(START)) for module, targets in sorted(graph.items())
+            if module.startswith(CLIENTS) and targets & set(START)}
+
+
+def test_no_client_imports_the_start_it_runs_through_the_driver():
+    graph = import_graph()
+    assert "tfdist.runtime.driver" in graph["tfdist.segmentation.experiment"]  # the UNet runs through it
+    assert "tfdist.runtime.driver" in graph["tfdist.fitting.api"]  # ... and tfdist.fit
+    assert starts_imported_by_clients(graph) == {}
+
+
+def test_the_start_check_finds_a_client_that_imports_the_start():
+    graph = {"tfdist.fitting.api": {"tfdist.runtime.session", "tfdist.runtime.driver"},
+             "tfdist.fitting.patch.trainer": {"tfdist.runtime.lifecycle"},
+             "tfdist.runtime.driver": {"tfdist.runtime.session"}, "tfdist.deploy.local": {"tfdist.runtime.session"}}
+    assert starts_imported_by_clients(graph) == {"tfdist.fitting.api": ["tfdist.runtime.session"],
+                                                 "tfdist.fitting.patch.trainer": ["tfdist.runtime.lifecycle"]}
 
 
 def test_the_cycle_check_finds_a_cycle():
@@ -373,9 +403,10 @@ def test_private_tensorflow_and_keras_names_are_read_only_in_the_compatibility_m
 
 
 #: Where a strategy's traits are looked up by name: the registry's package, the config's validation, where a
-#: process is placed (once per run), the doctor's flag and the benchmark's rows (which name their strategy).
-#: Everything else asks the ``Placement`` or ``Traits``.
-LOOKUPS = {PACKAGE / "config.py", PACKAGE / "runtime" / "session.py", PACKAGE / "doctor" / "cli.py"}
+#: process is placed (once per run, or under a script's own strategy), the doctor's flag and the benchmark's rows
+#: (which name their strategy). Everything else asks the ``Placement`` or ``Traits``.
+LOOKUPS = {PACKAGE / "config.py", PACKAGE / "runtime" / "session.py", PACKAGE / "runtime" / "who.py",
+           PACKAGE / "doctor" / "cli.py"}
 
 
 def test_a_strategy_is_looked_up_by_name_only_where_a_run_is_placed():

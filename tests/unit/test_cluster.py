@@ -425,7 +425,7 @@ def test_importing_cluster_does_not_import_tensorflow():
 def test_keras_fit_asks_the_placement_of_its_strategy():
     import types
 
-    from tfdist.runtime import session
+    from tfdist.runtime import who
 
     def strategy(cluster, task_type, task_id):
         spec = types.SimpleNamespace(as_dict=lambda: cluster)
@@ -433,7 +433,7 @@ def test_keras_fit_asks_the_placement_of_its_strategy():
         return types.SimpleNamespace(cluster_resolver=resolver)
 
     workers = {"worker": ["127.0.0.1:23456", "127.0.0.1:23457"]}
-    second = session.placement_of(strategy(workers, "worker", 1))
+    second = who.placement_of(strategy(workers, "worker", 1))
     assert (second.name, second.task.slug, second.is_chief) == ("worker:1", "worker-1", False)
-    assert session.placement_of(strategy(workers, "worker", 0)).is_chief
-    assert session.placement_of(strategy({}, None, None)).task == Task.local()
+    assert who.placement_of(strategy(workers, "worker", 0)).is_chief
+    assert who.placement_of(strategy({}, None, None)).task == Task.local()

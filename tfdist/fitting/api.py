@@ -4,19 +4,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import shutil
 import sys
 import tempfile
+from typing import Any, Callable
 
 from tfdist import config as config_lib
 from tfdist import strategies
+from tfdist.engine.client import Client
+from tfdist.engine.controller import Schedule
+from tfdist.engine.task import Task
 from tfdist.errors import Preempted, preempted_exit, UserError, check_keras_backend, short
 from tfdist.fitting import patch
 from tfdist.fitting.args import check_fit_args, check_run_args
 from tfdist.rundir import RunDir
-from tfdist.runtime import session as session_lib
-from tfdist.runtime.lifecycle import training_task
+from tfdist.runtime import driver, who
 
 
 def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy=None,
@@ -75,9 +79,7 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy=
     Returns:
       A ``keras.callbacks.History``: ``history`` holds each epoch's ``loss``, metrics and ``val_*`` (reduced
       over every replica and worker, as Keras defines them); ``model`` is the trained model. Every task
-      returns the same figures; a serving task (ps, or a worker under ``parameter_server``) never returns. An
-      ``evaluator`` task evaluates ``validation_data`` on each of the chief's checkpoints in ``model_dir`` and
-      returns a History of those (``fitting.evaluator.evaluate_fit``).
+      returns the same figures; a serving task (ps, or a worker under ``parameter_server``) never returns.
 
     Raises:
       UserError: bad arguments (before the process is set up), a model without a loss, a metric or a loss
@@ -99,55 +101,17 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy=
                              model_dir=model_dir, shuffle=shuffle, verbose=verbose, callbacks=callbacks)
     if model_dir is not None:
         RunDir(model_dir).check_fit_resume({"batch_size": batch_size})
-    session = session_lib.current()
-    if session is not None:
-        if runtime.strategy not in (strategies.AUTO, session.runtime.strategy):
-            raise UserError(f"Invalid `strategy` for tfdist.fit after tfdist.setup. Received: strategy={strategy!r}, "
-                            f"and the process is set up for {session.runtime.strategy!r}. Expected strategy=None, "
-                            "'auto' or the set-up's own.")
-        for name in ("cluster", "task"):
-            given, fixed = getattr(runtime, name), getattr(session.runtime, name)
-            if given and given != fixed:
-                raise UserError(f"Invalid `{name}` for tfdist.fit after tfdist.setup. Received: {name}={given!r}, "
-                                f"and the process is set up with {name}={fixed!r}. Expected {name}=None or the "
-                                "set-up's own.")
-        runtime = dataclasses.replace(session.runtime, progress_timeout=runtime.progress_timeout)
-    else:
-        runtime = config_lib.resolve_strategy(runtime, cluster_resolver)
     temporary = model_dir is None
     model_dir = tempfile.mkdtemp(prefix="tfdist-fit-") if temporary else str(model_dir)
-    if session is not None:
-        placement = session.placement
-    else:
-        placement = session_lib.place(runtime, in_process=cluster_resolver is not None)
-    run_dir = RunDir(model_dir)  # written first by train_keras, once every argument is checked (fit.yaml)
+    client = KerasClient(
+        model_fn, source, validation, batch_size=batch_size, epochs=epochs, validation_freq=validation_freq,
+        steps_per_epoch=steps_per_epoch, validation_steps=validation_steps, shuffle=shuffle,
+        initial_epoch=initial_epoch, callbacks=callbacks, verbose=verbose, class_weight=class_weight, seed=seed,
+        connect_timeout=runtime.connect_timeout, checkpoints=not temporary)
     try:
-        if placement.role == "evaluate":  # a side-car evaluator: it follows the chief's checkpoints
-            from tfdist.fitting.evaluator import evaluate_fit
-
-            return evaluate_fit(model_fn, source, validation, placement=placement,
-                                model_dir=None if temporary else model_dir, batch_size=batch_size, epochs=epochs,
-                                steps_per_epoch=steps_per_epoch, validation_steps=validation_steps,
-                                connect_timeout=runtime.connect_timeout, verbose=verbose)
-        with training_task(runtime, placement, run_dir, where="tfdist.fit", cluster_resolver=cluster_resolver,
-                           verbose=bool(verbose), keras_setup=False, session=session) as training:
-            from tfdist.fitting import central_storage
-            from tfdist.fitting.train import train_keras  # TensorFlow and Keras: once the process is set up
-
-            central_storage.install()  # Keras' metric updates add each replica's examples once there
-            _patch_keras()
-            if seed is not None:
-                import keras
-
-                keras.utils.set_random_seed(seed)
-            history = train_keras(
-                model_fn, source, validation, training=training,
-                batch_size=batch_size, epochs=epochs, validation_freq=validation_freq,
-                steps_per_epoch=steps_per_epoch, validation_steps=validation_steps, shuffle=shuffle,
-                initial_epoch=initial_epoch, callbacks=callbacks, verbose=verbose, seed=0 if seed is None else seed,
-                keep_checkpoints=not temporary, class_weight=class_weight,
-            )
-        return history
+        # The run directory is written first by the client, once every argument is checked (fit.yaml).
+        return driver.run(client, runtime, RunDir(model_dir), cluster_resolver=cluster_resolver,
+                          verbose=bool(verbose))
     except Preempted as e:
         # As every tfdist task: the step reached is saved, and the process ends here with status 42 and one
         # line, so that a scheduler (or tfdist.launch) restarts the same command, which resumes from that step.
@@ -158,6 +122,150 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy=
     finally:
         if temporary:
             shutil.rmtree(model_dir, ignore_errors=True)
+
+
+@dataclasses.dataclass(eq=False)
+class KerasClient(Client):
+    """``tfdist.fit``'s run as a client of the driver (``engine.client.Client``): the model ``model_fn`` builds,
+    trained on ``source`` and validated on ``validation`` (the ``fitting.inputs.Source``s that ``check_fit_args``
+    decides from ``x``, ``y``, ``sample_weight``, ``validation_data`` and ``validation_split``) as Keras' ``fit``
+    trains it. Every other field is ``fit``'s argument of the same name, checked; ``checkpoints``: the run
+    directory is the user's (a temporary one keeps none).
+    """
+
+    model_fn: Callable
+    source: Any
+    validation: Any
+    batch_size: int | None
+    epochs: int
+    validation_freq: int | list[int]
+    steps_per_epoch: int | None
+    validation_steps: int | None
+    shuffle: bool
+    initial_epoch: int
+    callbacks: list | None
+    verbose: int | str
+    class_weight: dict | None
+    seed: int | None
+    connect_timeout: float
+    checkpoints: bool = True
+
+    where = "tfdist.fit"
+
+    def evaluate(self, placement, run_dir, *, verbose: bool):
+        """A side-car evaluator: it follows the chief's checkpoints (``fitting.evaluator.evaluate_fit``)."""
+        from tfdist.fitting.evaluator import evaluate_fit
+
+        return evaluate_fit(self.model_fn, self.source, self.validation, placement=placement,
+                            model_dir=run_dir.path if self.checkpoints else None, batch_size=self.batch_size,
+                            epochs=self.epochs, steps_per_epoch=self.steps_per_epoch,
+                            validation_steps=self.validation_steps, connect_timeout=self.connect_timeout,
+                            verbose=self.verbose)
+
+    def prepare(self, strategy, placement) -> None:
+        import keras  # TensorFlow and Keras: once the process is set up
+
+        from tfdist import global_gradients
+        from tfdist.fitting import central_storage
+        from tfdist.fitting.inputs import check_batch
+
+        central_storage.install()  # Keras' metric updates add each replica's examples once there
+        _patch_keras()
+        if self.seed is not None:
+            keras.utils.set_random_seed(self.seed)
+        global_gradients.install()  # the optimizer applies the global batch's gradient, as on one device
+        self.placement, self.replicas = placement, strategy.num_replicas_in_sync
+        if self.batch_size is not None:
+            check_batch(self.batch_size, self.replicas)
+        self.sample = self.source.sample()
+
+    def build(self):
+        from tfdist.fitting.train import build_model
+
+        return build_model(self.model_fn, self.placement.strategy, self.placement.coordinator, self.sample)
+
+    def task(self, state, strategy, placement, run_dir) -> Task:
+        import keras
+
+        from tfdist.config import check_total_steps
+        from tfdist.fitting import train
+        from tfdist.fitting.args import evaluates_after
+        from tfdist.fitting.batch_norm import warn_unsynchronized_batch_norm
+        from tfdist.fitting.callbacks import KerasCallbacks, implements_batch_hooks
+        from tfdist.fitting.custom_steps import overrides_steps
+
+        model, optimizer, is_chief = state.model, state.optimizer, placement.is_chief
+        settings = {"batch_size": self.batch_size, **train.optimizer_settings(optimizer)}
+        run_dir.check_fit_settings(settings)
+        warn_unsynchronized_batch_norm(model, self.replicas)
+        steps = train.keras_steps(model, optimizer, self.sample, source=self.source, validation=self.validation)
+        # An input of unknown length without steps_per_epoch is refused before.
+        epoch_steps = self.steps_per_epoch or self.source.rows_and_steps(self.batch_size)[1]
+        check_total_steps(self.epochs, epoch_steps, epochs_name="epochs", steps_name="steps_per_epoch")
+        eval_fn = None if self.validation is None else self.validation.eval_dataset_fn(
+            batch_size=self.batch_size, validation_steps=self.validation_steps, seed=self._seed)
+        if not state.restored and self.initial_epoch:
+            state.step.assign(self.initial_epoch * epoch_steps)
+        self.start_step, total_steps = int(state.step.numpy()), self.epochs * epoch_steps
+        # Every check is done: the run directory's first write.
+        if is_chief and self.checkpoints:
+            run_dir.write_fit_record(settings)
+        coordinator = placement.coordinator
+        train_fn, _ = self.source.dataset_fns(
+            class_weight=self.class_weight, batch_size=self.batch_size, shuffle=self.shuffle, seed=self._seed, training=True,
+            start_step=self.start_step, own_order_per_worker=coordinator,
+            stage_dir=run_dir.fit_inputs if coordinator else None, total_steps=total_steps)
+        # Every task that runs this loop runs the callbacks, with the same global logs, so that what they change
+        # (the learning rate, the weights, stop_training) changes alike on every worker; their files are the
+        # chief's. The History comes last, as in Keras' fit: it records what the callbacks add to the logs.
+        self.history = keras.callbacks.History()
+        self.callback_list = keras.callbacks.CallbackList(
+            [*(self.callbacks or []), self.history], add_history=False, add_progbar=False, model=model,
+            verbose=self.verbose, epochs=self.epochs, steps=epoch_steps)
+        own_steps = bool(overrides_steps(model))
+        reset = steps.reset if own_steps else (lambda: None)  # a model's own metrics: reset as Keras' fit does
+        reset()
+        per_execution = max(1, int(getattr(model, "steps_per_execution", 1) or 1))
+        keras_callbacks = KerasCallbacks(
+            model=model, callbacks=self.callback_list, reset=reset, epoch_steps=epoch_steps,
+            total_steps=total_steps, per_execution=per_execution, eval_reset=own_steps,
+            batch_hooks=any(implements_batch_hooks(c) for c in self.callbacks or []))  # only when one has them
+        self._schedule = Schedule(
+            total_steps=total_steps, steps_per_epoch=epoch_steps, steps_per_loop=per_execution,
+            log_every=epoch_steps, checkpoint_every=epoch_steps,
+            evaluates_after=lambda epoch: evaluates_after(epoch, self.validation_freq))
+        return Task(steps=steps, train_dataset_fn=train_fn, eval_dataset_fn=eval_fn,
+                    learning_rate=lambda _: train.learning_rate(optimizer), global_batch_size=self.batch_size or 0,
+                    hooks=(keras_callbacks,))
+
+    def schedule(self) -> Schedule:
+        return self._schedule
+
+    def banner(self, placement, replicas: int, schedule: Schedule) -> str:
+        return (f"tfdist.fit: {placement.strategy} with {replicas} replicas, global batch {self.batch_size}, "
+                f"{schedule.total_steps} steps ({schedule.steps_per_epoch} an epoch)")
+
+    @contextlib.contextmanager
+    def running(self, placement):
+        from tfdist.fitting.callbacks import chief_only_files
+
+        with chief_only_files(self.callbacks or [], placement):
+            self.callback_list.on_train_begin()
+            self.callback_list.on_epoch_begin(self.start_step // self._schedule.steps_per_epoch)
+            yield
+
+    def finish(self, state, result, placement, outputs):
+        if self.epochs > 0:
+            state.finalize_ema()  # the EMA weights into the model, as Keras' fit leaves them
+        self.callback_list.on_train_end()
+        if placement.coordinator:
+            shutil.rmtree(outputs.run_dir.fit_inputs, ignore_errors=True)
+        return self.history
+
+    @property
+    def _seed(self) -> int:
+        """The shuffle's seed (``seed``, else 0): the same on every worker."""
+        return 0 if self.seed is None else self.seed
 
 
 def _patch_keras() -> None:
@@ -180,7 +288,7 @@ def _strategy_name(strategy):
     """``fit``'s ``strategy`` as a name: the Strategy ``tfdist.setup`` returned stands for its session's."""
     if not (hasattr(strategy, "scope") and hasattr(strategy, "num_replicas_in_sync")):
         return strategy  # a name, or a value that check_run_args refuses
-    session = session_lib.current()
+    session = who.current()
     if session is not None and strategy is session.strategy:
         return session.runtime.strategy
     raise UserError(f"Invalid `strategy` for tfdist.fit. Received: {type(strategy).__name__} {short(strategy, 60)}, "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tfdist import config as config_lib
 from tfdist.errors import UserError, check_keras_backend
-from tfdist.runtime import session as session_lib
+from tfdist.runtime import driver
 
 
 def setup(strategy: str = "auto", *, cpu_devices: int = 0, cluster: str | None = None,
@@ -45,7 +45,7 @@ def setup(strategy: str = "auto", *, cpu_devices: int = 0, cluster: str | None =
         bytes_per_pack=bytes_per_pack, collective_timeout=collective_timeout)
     if not isinstance(verbose, (bool, int)):
         raise UserError(f"Invalid value for `verbose` of tfdist.setup. Received: verbose={verbose!r}. Expected a bool.")
-    result = session_lib.setup(runtime, verbose=verbose)
+    result = driver.setup(runtime, verbose=verbose)
     patch_keras()
     return result
 

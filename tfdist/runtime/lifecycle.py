@@ -1,4 +1,4 @@
-"""A training task's life in its cluster, for every client (``tfdist.train``'s experiment and ``tfdist.fit``).
+"""A training task's life in its cluster, for every run the driver assembles (``runtime.driver.run``).
 
 ``training_task`` starts the task (``session.start``) and trains its ``with`` block under ``Preemption`` and
 ``among_peers`` (a lost peer is one line; the tasks finish together); under a coordinator it tells the serving
@@ -45,33 +45,27 @@ class Training:
 
 
 @contextlib.contextmanager
-def training_task(runtime, placement: Placement, run_dir: RunDir, *, where: str, cluster_resolver=None,
-                  verbose: bool = True, keras_setup: bool = True, seed: int = 0, deterministic: bool = False,
-                  session=None) -> Iterator[Training]:
-    """Start this task (``session.start``) unless ``session`` is given, and yield its ``Training``; the block trains.
+def training_task(runtime, placement: Placement, run_dir: RunDir, *, cluster_resolver=None,
+                  verbose: bool = True) -> Iterator[Training]:
+    """Start this task (``session.start``: a ``tfdist.setup`` session is taken over) and yield its ``Training``;
+    the block trains.
 
     Args:
       runtime: the run's ``RuntimeConfig`` (strategy, devices, timeouts).
       placement: this task.
       run_dir: the run directory (heartbeats of a serving task, the latest checkpoint of a lost-peer line).
-      where: the client, for messages (``tfdist.fit``, ``tfdist.train``).
       cluster_resolver: an in-process cluster this process coordinates, or None.
       verbose: a serving task prints what it does.
-      keras_setup: set Keras' precision policy, ``seed`` and ``deterministic`` (False: leave them as the
-        caller set them, as Keras' own ``fit`` does).
-      seed, deterministic: the run's seed and op determinism, for ``keras_setup``.
-      session: the ``Session`` a ``tfdist.setup`` made already, or None to start one here.
     """
     def started():
-        return start(runtime, placement, where=where, cluster_resolver=cluster_resolver,
-                     heartbeats=run_dir.heartbeats, verbose=verbose, keras_setup=keras_setup, seed=seed,
-                     deterministic=deterministic)
+        return start(runtime, placement, cluster_resolver=cluster_resolver, heartbeats=run_dir.heartbeats,
+                     verbose=verbose)
 
-    if session is None and placement.role == "serve":
+    if placement.role == "serve":
         started()  # serves, with its own signal handling, and never returns
     with Preemption(placement.name) as preemption:
         try:
-            strategy = (session or started()).strategy
+            strategy = started().strategy
             with among_peers(placement, run_dir, timeout=runtime.connect_timeout):
                 yield Training(placement=placement, run_dir=run_dir, strategy=strategy, preemption=preemption,
                                progress_timeout=runtime.progress_timeout)

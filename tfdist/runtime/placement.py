@@ -6,6 +6,7 @@ import dataclasses
 
 from tfdist import strategies
 from tfdist.cluster.task import Task
+from tfdist.errors import UserError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,3 +61,14 @@ class Placement:
     def training_tasks(self) -> list[str]:
         """The names of every task of the training cluster (``["local"]`` outside one): whose heartbeats to read."""
         return [task.name for task in self.task.training_tasks()]
+
+    def refuse_evaluator(self, where: str, instead: str) -> None:
+        """Refuse an evaluator task where nothing evaluates (``where``: ``tfdist.setup``, ``tfdist.fit``);
+        ``instead`` says what evaluates there.
+
+        Raises:
+          UserError: this is an evaluator task.
+        """
+        if self.role == "evaluate":
+            raise UserError(f"Invalid task for {where}: {self.name}. Received: an evaluator task. Expected a chief, "
+                            f"worker or ps task ({instead}).")

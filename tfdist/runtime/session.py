@@ -1,7 +1,7 @@
 """A task's one start (``start``): placed, checked, then serving or set up with its strategy, once per process.
 
-``tfdist.setup``, ``tfdist.fit`` and ``tfdist.train`` all start here, before any other TensorFlow op, since
-TensorFlow fixes a process's devices and collectives when it starts; ``current`` is the session made.
+``tfdist.setup`` (``setup``) and every run (``runtime.driver``) start here, before any other TensorFlow op, since
+TensorFlow fixes a process's devices and collectives when it starts; a run takes over ``tfdist.setup``'s session.
 """
 
 from __future__ import annotations
@@ -13,9 +13,8 @@ from typing import Any
 from tfdist import config as config_lib
 from tfdist import strategies
 from tfdist.cluster import network, peers, sources
-from tfdist.cluster.spec import ClusterSpec
-from tfdist.cluster.task import Task
 from tfdist.errors import UserError
+from tfdist.runtime import who
 from tfdist.runtime.placement import Placement
 from tfdist.runtime.serving import serve
 
@@ -37,32 +36,6 @@ class Session:
     runtime: Any
     placement: Placement
     strategy: Any
-
-
-_current: Session | None = None
-
-
-def current() -> Session | None:
-    """The session ``setup`` made in this process, or None."""
-    return _current
-
-
-def placement_of(strategy) -> Placement:
-    """This process's ``Placement`` under ``strategy``, a ``MultiWorkerMirroredStrategy`` that Keras' own ``fit``
-    runs under: the session's when ``tfdist.setup`` made ``strategy``, else the task of its cluster resolver
-    (a strategy the script made itself, from TF_CONFIG or a resolver of its own).
-    """
-    if _current is not None and _current.strategy is strategy:
-        return _current.placement
-    name = "multi_worker_mirrored"
-    resolver = strategy.cluster_resolver
-    jobs = resolver.cluster_spec().as_dict()
-    if not jobs or resolver.task_type is None:
-        return Placement(strategy=name, traits=strategies.traits(name))
-    spec = ClusterSpec(tasks={job: list(addresses.values()) if isinstance(addresses, dict) else addresses
-                              for job, addresses in jobs.items()}, source="cluster_resolver")
-    task = Task(spec=spec, type=resolver.task_type, index=int(resolver.task_id))
-    return Placement(strategy=name, traits=strategies.traits(name), task=task)
 
 
 def place(runtime, *, in_process: bool = False) -> Placement:
@@ -104,49 +77,60 @@ def place(runtime, *, in_process: bool = False) -> Placement:
     return Placement(strategy=rt.strategy, traits=traits, task=task)
 
 
-#: Why an evaluator task cannot start where it is asked to (``start``'s ``where``).
-EVALUATOR_ELSEWHERE = {"tfdist.setup": "an evaluator calls tfdist.fit without tfdist.setup, or runs "
-                                       "`python -m tfdist.train`"}
+def taken_over(runtime, where: str) -> Session | None:
+    """The session ``tfdist.setup`` made in this process, which a run of ``where`` takes over (TensorFlow starts
+    once), with the run's ``progress_timeout``; None when there is none.
 
-
-def refuse_evaluator(placement: Placement, where: str) -> None:
-    """Refuse an evaluator task for ``where`` (``tfdist.setup``): it trains nothing there.
+    ``runtime``'s strategy, cluster and task must be the session's, or left to it (``"auto"``, empty).
 
     Raises:
-      UserError: ``placement`` is an evaluator's.
+      UserError: naming the argument of ``where`` that the set-up fixed otherwise.
     """
-    if placement.role == "evaluate":
-        raise UserError(f"Invalid task for {where}: {placement.name}. Received: an evaluator task. Expected a "
-                        f"chief, worker or ps task ({EVALUATOR_ELSEWHERE.get(where, 'it does not train')}).")
+    session = who.current()
+    if session is None:
+        return None
+    fixed = session.runtime
+    if runtime.strategy not in (strategies.AUTO, fixed.strategy):
+        raise UserError(f"Invalid `strategy` for {where} after tfdist.setup. Received: strategy={runtime.strategy!r}, "
+                        f"and the process is set up for {fixed.strategy!r}. Expected strategy=None, 'auto' or the "
+                        "set-up's own.")
+    for name in ("cluster", "task"):
+        given, kept = getattr(runtime, name), getattr(fixed, name)
+        if given and given != kept:
+            raise UserError(f"Invalid `{name}` for {where} after tfdist.setup. Received: {name}={given!r}, and the "
+                            f"process is set up with {name}={kept!r}. Expected {name}=None or the set-up's own.")
+    return dataclasses.replace(session, runtime=dataclasses.replace(fixed, progress_timeout=runtime.progress_timeout))
 
 
-def start(runtime, placement: Placement | None = None, *, where: str, cluster_resolver=None, heartbeats=None,
-          verbose: bool = True, keras_setup: bool = True, seed: int = 0, deterministic: bool = False) -> Session:
-    """Start this task, the one way every client does: place it, refuse an evaluator, check its port, then
-    serve (a ps task, or a worker under a coordinator: never returns) or set up TensorFlow and the strategy.
+def start(runtime, placement: Placement | None = None, *, cluster_resolver=None, heartbeats=None,
+          verbose: bool = True) -> Session:
+    """Start this task, the one way every client does: place it, check its port, then serve (a ps task, or a
+    worker under a coordinator: never returns) or set up TensorFlow and the strategy. A process that
+    ``tfdist.setup`` set up already is its session: taken over, as TensorFlow starts once (``taken_over``
+    reconciles a run's arguments with it first).
+
+    Keras' precision, seed and op determinism are the client's to set once this returns (TensorFlow's
+    collectives come first).
 
     Args:
       runtime: the run's ``RuntimeConfig`` (strategy, devices, cluster, timeouts).
       placement: this process's ``Placement`` when the caller placed it already (to check its run first).
-      where: the client, for messages (``tfdist.setup``, ``tfdist.fit``, ``tfdist.train``).
       cluster_resolver: an in-process cluster this process coordinates, or None.
       heartbeats: where a serving task writes its heartbeats (a run directory's), or None.
       verbose: a serving task prints what it does.
-      keras_setup: set Keras' precision (``runtime``'s), ``seed`` and ``deterministic``
-        (``strategies.setup_keras``).
-      seed, deterministic: the run's seed and op determinism, for ``keras_setup``.
 
     Returns:
-      The ``Session``; ``setup`` keeps it as the process's (``current``), a run of ``fit`` or ``train`` does not
-      (one process may run several, as TensorFlow allows).
+      The ``Session``; ``setup`` keeps it as the process's (``who.current``), a run of ``fit`` or ``train`` does
+      not (one process may run several, as TensorFlow allows).
 
     Raises:
-      UserError: an evaluator task, a taken port, a cluster that does not fit, or TensorFlow started in a way
-        the strategy cannot use.
+      UserError: a taken port, a cluster that does not fit, or TensorFlow started in a way the strategy cannot
+        use.
     """
+    if who.current() is not None:
+        return who.current()
     if placement is None:
         placement = place(runtime, in_process=cluster_resolver is not None)
-    refuse_evaluator(placement, where)
     rt, traits, task = runtime, placement.traits, placement.task
     if not task.is_local:
         peers.check_port_free(task)
@@ -175,8 +159,6 @@ def start(runtime, placement: Placement | None = None, *, where: str, cluster_re
             raise
         raise UserError(f"Invalid set-up order for strategy={rt.strategy!r}: TensorFlow had already started, and "
                         f"its collectives can only be configured before. Received: {e}. {TOO_LATE}") from None
-    if keras_setup:
-        strategies.setup_keras(rt.precision, seed=seed, deterministic=deterministic)
     return Session(runtime=runtime, placement=placement, strategy=strategy)
 
 
@@ -190,24 +172,30 @@ def setup(runtime, *, verbose: bool = True):
       UserError: a bad cluster, a second set-up with other arguments, an evaluator task, or TensorFlow
         already started in a way the strategy cannot use.
     """
-    global _current
     typed, runtime = runtime, config_lib.validate_runtime(runtime)  # "auto" resolved
-    if _current is not None:
-        if _current.runtime == runtime:
-            return _current.strategy
+    first = who.current()
+    if first is not None:
+        if first.runtime == runtime:
+            return first.strategy
+        differences = _differences(typed, runtime, first.runtime)
         raise UserError(f"Invalid second tfdist.setup: this process is already set up for "
-                        f"strategy={_current.runtime.strategy!r}. Received: {_differences(typed, runtime)}. Expected "
-                        "one set-up per process, as TensorFlow fixes it when it starts: call tfdist.setup once (again "
-                        "only with the same arguments, to get the same strategy).")
-    _current = start(runtime, where="tfdist.setup", verbose=verbose, keras_setup=False)
-    return _current.strategy
+                        f"strategy={first.runtime.strategy!r}. Received: {differences}. Expected one set-up per "
+                        "process, as TensorFlow fixes it when it starts: call tfdist.setup once (again only with the "
+                        "same arguments, to get the same strategy).")
+    placement = place(runtime)
+    placement.refuse_evaluator("tfdist.setup", "an evaluator calls tfdist.fit without tfdist.setup, or runs "
+                                                "`python -m tfdist.train`")
+    session = start(runtime, placement, verbose=verbose)
+    who.remember(session)
+    return session.strategy
 
 
-def _differences(typed, runtime) -> str:
-    """Each argument of a second ``setup`` that differs from the first's, as the call gave it, with the first's."""
+def _differences(typed, runtime, first) -> str:
+    """Each argument of a second ``setup`` that differs from the ``first``'s runtime, as the call gave it, with the
+    first's."""
     parts = []
     for field in dataclasses.fields(runtime):
-        given, fixed = getattr(runtime, field.name), getattr(_current.runtime, field.name)
+        given, fixed = getattr(runtime, field.name), getattr(first, field.name)
         if given != fixed:
             shown = getattr(typed, field.name)
             meaning = f", which is {given!r} here" if shown != given else ""

@@ -1,5 +1,5 @@
-"""The UNet experiment, ``tfdist.train``'s library side: ``run(config)`` checks everything the user gave before
-anything is written or TensorFlow starts, then starts the task and trains it.
+"""The UNet experiment, ``tfdist.train``'s library side: ``run(config)`` checks the config and hands the run's
+``UNetClient`` to the driver, which checks the rest before anything is written or TensorFlow starts.
 """
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from typing import Sequence
 
 from tfdist import config as config_lib
 from tfdist import strategies
+from tfdist.engine.client import Client
 from tfdist.engine.controller import Schedule
 from tfdist.engine.task import Hook
 from tfdist.rundir import RunDir
-from tfdist.runtime.lifecycle import training_task
-from tfdist.runtime.session import place
+from tfdist.runtime import driver
 from tfdist.segmentation import config as experiment_config
 
 
@@ -50,76 +50,111 @@ def run(config, *, verbose: bool = True, cluster_resolver=None, weights_dir: str
       UserError: bad input (config, cluster, data, run directory).
       TrainingDiverged: the loss became NaN or Inf.
     """
-    wall_start = time.perf_counter()
+    started = time.perf_counter()
     config = experiment_config.validate(config)
-    placement = place(config.runtime, in_process=cluster_resolver is not None)
-    run_dir = RunDir(config.train.model_dir)
-    run_dir.check_place()  # before the dataset's checks, which may start TensorFlow
-    if placement.role == "train":
-        experiment_config.check_training(config, placement, in_process_cluster=cluster_resolver is not None)
-    run_dir.check_resume(config_lib.to_dict(config))
-    if placement.role == "evaluate":
+    client = UNetClient(config, started=started, in_process_cluster=cluster_resolver is not None,
+                        weights_dir=weights_dir)
+    return driver.run(client, config.runtime, RunDir(config.train.model_dir), cluster_resolver=cluster_resolver,
+                      verbose=verbose, hooks=hooks)
+
+
+class UNetClient(Client):
+    """The UNet on ``config``'s data, as a client of the driver (``engine.client.Client``).
+
+    Args:
+      config: the validated ``Config``, written as ``params.yaml``.
+      started: ``time.perf_counter()`` when the run was asked for (the summary's ``wall_seconds``).
+      in_process_cluster: this process coordinates an in-process cluster.
+      weights_dir: where every training task writes its final weights, or None.
+    """
+
+    where = "tfdist.train"
+
+    def __init__(self, config, *, started: float, in_process_cluster: bool = False,
+                 weights_dir: str | Path | None = None):
+        self.config = config
+        self.params = config
+        self.started = started
+        self.in_process_cluster = in_process_cluster
+        self.weights_dir = weights_dir
+        self.replicas = 0  # the strategy's, once the task has started
+        self.start_step = 0
+        self._schedule: Schedule | None = None
+
+    def check(self, placement, run_dir) -> None:
+        run_dir.check_place()  # before the dataset's checks, which may start TensorFlow
+        if placement.role == "train":
+            experiment_config.check_training(self.config, placement, in_process_cluster=self.in_process_cluster)
+        run_dir.check_resume(config_lib.to_dict(self.config))
+
+    def evaluate(self, placement, run_dir, *, verbose: bool) -> dict:
         from tfdist.segmentation.evaluator import run_evaluator
 
-        return run_evaluator(config, placement, verbose=verbose)
+        return run_evaluator(self.config, placement, verbose=verbose)
 
-    import tensorflow as tf  # after the checks: bad input is refused without TensorFlow's start-up
-
-    from tfdist.engine.outputs import RunOutputs
-    from tfdist.engine.state import build_state
-    from tfdist.models import build_from_config
-    from tfdist.runtime.run_loop import run_loop
-    from tfdist.segmentation.optimizers import make_optimizer
-    from tfdist.segmentation.task import unet_task
-
-    train_cfg, runtime = config.train, config.runtime
-    with training_task(runtime, placement, run_dir, where="tfdist.train", cluster_resolver=cluster_resolver,
-                       verbose=verbose, seed=train_cfg.seed, deterministic=train_cfg.deterministic) as training:
-        strategy = training.strategy
+    def prepare(self, strategy, placement) -> None:
+        train, self.replicas = self.config.train, strategy.num_replicas_in_sync
+        strategies.setup_keras(self.config.runtime.precision, seed=train.seed, deterministic=train.deterministic)
         # Checked before TensorFlow started (check_training); again with the replicas the strategy really has.
-        strategies.check_global_batch(train_cfg.global_batch_size, strategy.num_replicas_in_sync)
-        schedule = schedule_of(config)
-        state = build_state(
-            strategy, lambda: (build_from_config(config.model, config.data),
-                               make_optimizer(train_cfg, runtime.precision, schedule.total_steps)),
-            run_dir=run_dir, is_chief=placement.is_chief, task=placement.name)
-        start_step = int(state.step.numpy())
-        outputs = RunOutputs(run_dir=run_dir, is_chief=placement.is_chief)
-        outputs.write_params(config)
-        if verbose and placement.is_chief:
-            print(f"tfdist: {placement.strategy} with {strategy.num_replicas_in_sync} replicas, "
-                  f"global batch {train_cfg.global_batch_size}, {schedule.total_steps} steps; {state.start()}",
-                  flush=True)
+        strategies.check_global_batch(train.global_batch_size, self.replicas)
+
+    def build(self):
+        from tfdist.models import build_from_config
+        from tfdist.segmentation.optimizers import make_optimizer
+
+        config = self.config
+        return (build_from_config(config.model, config.data),
+                make_optimizer(config.train, config.runtime.precision, self.schedule().total_steps))
+
+    def task(self, state, strategy, placement, run_dir):
+        import tensorflow as tf
+
+        from tfdist.segmentation.task import unet_task
+
+        self.start_step = int(state.step.numpy())
         if placement.coordinator:
             tf.random.set_seed(None)  # weights are initialised; now each worker's data order is its own
-        task = unet_task(config, state, strategy, total_steps=schedule.total_steps, start_step=start_step,
-                         coordinator=placement.coordinator, hooks=hooks, preview=placement.is_chief)
-        result = run_loop(training, state, task, schedule, outputs=outputs, verbose=verbose and placement.is_chief)
+        return unet_task(self.config, state, strategy, total_steps=self.schedule().total_steps,
+                         start_step=self.start_step, coordinator=placement.coordinator, preview=placement.is_chief)
+
+    def schedule(self) -> Schedule:
+        if self._schedule is None:  # the optimizer's learning rate needs it first
+            self._schedule = schedule_of(self.config)
+        return self._schedule
+
+    def banner(self, placement, replicas: int, schedule: Schedule) -> str:
+        return (f"tfdist: {placement.strategy} with {replicas} replicas, "
+                f"global batch {self.config.train.global_batch_size}, {schedule.total_steps} steps")
+
+    def finish(self, state, result, placement, outputs) -> dict:
+        train = self.config.train
         state.finalize_ema()  # the moving averages, as Keras' fit leaves them
-        if placement.is_chief and train_cfg.export:
-            plain = build_from_config(config.model, config.data)
+        if placement.is_chief and train.export:
+            from tfdist.models import build_from_config
+
+            plain = build_from_config(self.config.model, self.config.data)
             plain.set_weights(state.model.get_weights())
             outputs.export(plain)
         summary = {
             "strategy": placement.strategy,
-            "num_replicas": int(strategy.num_replicas_in_sync),
+            "num_replicas": int(self.replicas),
             "num_workers": placement.num_workers,
             "is_chief": placement.is_chief,
-            "global_batch_size": train_cfg.global_batch_size,
+            "global_batch_size": train.global_batch_size,
             "steps": result.step,
-            "start_step": start_step,
+            "start_step": self.start_step,
             "final_loss": result.last_train.get("loss") if result.last_train else None,
             "eval": {k: result.final_eval[k] for k in ("loss", "mean_iou", "pixel_accuracy")},
             "images_per_second": result.throughput,
             "first_step_at": result.first_step_at,
-            "wall_seconds": time.perf_counter() - wall_start,
-            "precision": runtime.precision,
-            "model_dir": str(train_cfg.model_dir),
+            "wall_seconds": time.perf_counter() - self.started,
+            "precision": self.config.runtime.precision,
+            "model_dir": str(train.model_dir),
             "variable_devices": sorted({v.value.device for v in state.model.variables}),
             # Under a coordinator: the closures of this run whose result each worker returned (CoordinatorLoop).
             **({"closures_per_worker": result.closures_per_worker} if placement.coordinator else {}),
         }
         outputs.write_summary(summary)
-        if weights_dir is not None:
-            state.dump_weights(weights_dir, placement.task.slug)
-    return summary
+        if self.weights_dir is not None:
+            state.dump_weights(self.weights_dir, placement.task.slug)
+        return summary

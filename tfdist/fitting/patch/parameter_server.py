@@ -26,9 +26,9 @@ def fit_under_coordinator(model, arguments: dict, fit):
         UserError: the strategy is not the session's, an argument ``tfdist.fit`` does not take, or one it
           refuses (``tfdist.fit``'s checks).
     """
-    from tfdist.runtime import session as session_lib
+    from tfdist.runtime import who
 
-    session = session_lib.current()
+    session = who.current()
     if session is None or session.strategy is not model.distribute_strategy:
         raise UserError(
             "Invalid strategy for Keras' own model.fit: Keras 3 has no ParameterServerStrategy path (keras#18624), "

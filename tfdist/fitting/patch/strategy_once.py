@@ -68,9 +68,9 @@ def _across_workers() -> str | None:
     """What makes this process one task of several, in words (``tfdist.setup``'s cluster, or the script's first
     ``MultiWorkerMirroredStrategy`` across workers), or None."""
     from tfdist import _compat
-    from tfdist.runtime import session
+    from tfdist.runtime import who
 
-    current = session.current()
+    current = who.current()
     if current is not None and not current.placement.task.is_local:
         return f"tfdist.setup's {current.runtime.strategy} as {current.placement.name}"
     made = _made.get("strategy")
@@ -86,9 +86,9 @@ def first():
 
 def _session_strategy():
     """The ``MultiWorkerMirroredStrategy`` that ``tfdist.setup`` made in this process, if any."""
-    from tfdist.runtime import session
+    from tfdist.runtime import who
 
-    current = session.current()
+    current = who.current()
     strategy = current.strategy if current is not None else None
     known = traits_of(strategy) if strategy is not None else None
     return strategy if known is not None and known.multi_process and not known.coordinator else None

@@ -172,7 +172,7 @@ def _wrapped_fit(original, multi_worker, coordinated_fit):
     @functools.wraps(original)
     def fit(self, *args, **kwargs):
         from tfdist.fitting.patch.fixes import FIXES
-        from tfdist.runtime.session import placement_of
+        from tfdist.runtime.who import placement_of
 
         strategy = self.distribute_strategy
         arguments = signature.bind(self, *args, **kwargs).arguments
