@@ -212,8 +212,8 @@ class KerasClient(Client):
             run_dir.write_fit_record(settings)
         coordinator = placement.coordinator
         train_fn, _ = self.source.dataset_fns(
-            class_weight=self.class_weight, batch_size=self.batch_size, shuffle=self.shuffle, seed=self._seed, training=True,
-            start_step=self.start_step, own_order_per_worker=coordinator,
+            class_weight=self.class_weight, batch_size=self.batch_size, shuffle=self.shuffle, seed=self._seed,
+            training=True, start_step=self.start_step, own_order_per_worker=coordinator,
             stage_dir=run_dir.fit_inputs if coordinator else None, total_steps=total_steps)
         # Every task that runs this loop runs the callbacks, with the same global logs, so that what they change
         # (the learning rate, the weights, stop_training) changes alike on every worker; their files are the
