@@ -8,7 +8,6 @@ import dataclasses
 from pathlib import Path
 from typing import Callable
 
-from tfdist.config import check_choice
 from tfdist.errors import UserError, check_directory
 
 
@@ -85,5 +84,7 @@ def dataset(name: str) -> Dataset:
     Raises:
       UserError: no dataset has that name.
     """
-    check_choice("dataset", name, tuple(DATASETS))
+    if name not in DATASETS:  # as config.check_choice says it (the UNet's config checks the name first)
+        raise UserError(f"Invalid value for `--dataset`. Received: dataset={name!r}. "
+                        f"Expected one of: {', '.join(DATASETS)}.")
     return DATASETS[name]

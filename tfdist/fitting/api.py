@@ -152,6 +152,13 @@ class KerasClient(Client):
 
     where = "tfdist.fit"
 
+    def check(self, placement, run_dir) -> None:
+        if placement.role == "evaluate":
+            from tfdist.fitting.evaluator import check_evaluator_args
+
+            check_evaluator_args(placement, model_dir=run_dir.path if self.checkpoints else None,
+                                 validation=self.validation)
+
     def evaluate(self, placement, run_dir, *, verbose: bool):
         """A side-car evaluator: it follows the chief's checkpoints (``fitting.evaluator.evaluate_fit``)."""
         from tfdist.fitting.evaluator import evaluate_fit

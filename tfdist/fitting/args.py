@@ -159,16 +159,16 @@ def check_fit_args(model_fn, x, y, *, batch_size, epochs, initial_epoch, steps_p
 
     source = Source.of(x, y, sample_weight)
     _check_inputs(source, batch_size)
-    if steps_per_epoch is None and source.unknown_length():
-        raise UserError("Missing `steps_per_epoch`. Received: an input of unknown length (a dataset_fn, or a "
-                        "Dataset that repeats or whose length TensorFlow does not know). Expected "
-                        "steps_per_epoch=N.")
     check_total_steps(epochs, steps_per_epoch or 1, epochs_name="epochs", steps_name="steps_per_epoch")
     if class_weight is not None:
         _check_class_weight(class_weight, source)
     validation = None if validation_data is None else _validation_source(validation_data)
     at = _check_validation_split(validation_split, source, validation_data)
     _check_validation_freq(validation_freq)
+    if steps_per_epoch is None and source.unknown_length():
+        raise UserError("Missing `steps_per_epoch`. Received: an input of unknown length (a dataset_fn, or a "
+                        "Dataset that repeats or whose length TensorFlow does not know). Expected "
+                        "steps_per_epoch=N.")
     if at is not None:
         source, validation = source.split(at)
     return source, validation

@@ -108,7 +108,7 @@ def evaluate_fit(model_fn, source, validation, *, placement: Placement, model_di
       source, validation: the ``fitting.inputs.Source`` that the chief trains on and the one it validates on
         (None: nothing to evaluate, refused), as ``args.check_fit_args`` returns them.
       placement: this evaluator task's ``Placement``.
-      model_dir: the chief's run directory (None: refused).
+      model_dir: the chief's run directory (``check_evaluator_args`` refuses None before anything starts).
 
     Returns:
       A ``keras.callbacks.History``: ``history`` maps ``val_loss`` and each ``val_<metric>`` to a list with one
@@ -117,25 +117,10 @@ def evaluate_fit(model_fn, source, validation, *, placement: Placement, model_di
       run are not evaluated again, and not in it.
 
     Raises:
-      UserError: no ``model_dir`` or nothing to evaluate (before TensorFlow starts); the chief never answered
-        within ``connect_timeout``.
+      UserError: the chief never answered within ``connect_timeout``.
       RunFailed: the chief stopped answering before it ended its training well.
-      Preempted: a preemption signal (there is nothing to save).
+      Preempted: a preemption signal, under the driver's evaluator start (there is nothing to save).
     """
-    check_evaluator_args(placement, model_dir=model_dir, validation=validation)
-    from tfdist import strategies
-    from tfdist.runtime.preemption import Preemption
-
-    with Preemption(placement.name):
-        strategies.setup_host(cpu_devices=1)
-        return _evaluate(model_fn, source, validation, placement=placement, run_dir=RunDir(model_dir),
-                         batch_size=batch_size, epochs=epochs, steps_per_epoch=steps_per_epoch,
-                         validation_steps=validation_steps, connect_timeout=connect_timeout, verbose=verbose)
-
-
-def _evaluate(model_fn, source, validation, *, placement, run_dir, batch_size, epochs, steps_per_epoch,
-              validation_steps, connect_timeout, verbose):
-    """``evaluate_fit`` once this process is set up."""
     import keras
 
     from tfdist.engine.evaluator import evaluate_continuously, evaluation_state
@@ -144,6 +129,7 @@ def _evaluate(model_fn, source, validation, *, placement, run_dir, batch_size, e
     from tfdist.fitting.steps import KerasSteps
     from tfdist.fitting.train import build_model
 
+    run_dir = RunDir(model_dir)
     epoch_steps = steps_per_epoch or source.rows_and_steps(batch_size)[1]
     sample = validation.sample()
     model, _ = build_model(model_fn, placement.strategy, False, sample)

@@ -45,7 +45,8 @@ def run(client: Client, runtime, run_dir: RunDir, *, cluster_resolver=None, verb
         placement = session.place(runtime, in_process=cluster_resolver is not None)
     client.check(placement, run_dir)
     if placement.role == "evaluate":
-        return client.evaluate(placement, run_dir, verbose=verbose)
+        with lifecycle.evaluating_task(placement):
+            return client.evaluate(placement, run_dir, verbose=verbose)
     with lifecycle.training_task(runtime, placement, run_dir, cluster_resolver=cluster_resolver,
                                  verbose=verbose) as training:
         from tfdist.engine.outputs import RunOutputs  # TensorFlow: once the task has started

@@ -1,8 +1,8 @@
-"""A training task's life in its cluster, for every run the driver assembles (``runtime.driver.run``).
+"""A task's life in its cluster, for every run the driver assembles (``runtime.driver.run``).
 
-``training_task`` starts the task (``session.start``) and trains its ``with`` block under ``Preemption`` and
-``among_peers`` (a lost peer is one line; the tasks finish together); under a coordinator it tells the serving
-tasks how the run ended.
+``evaluating_task`` starts an evaluator (one device, no strategy); ``training_task`` starts a training task
+(``session.start``) and trains its ``with`` block under ``Preemption`` and ``among_peers`` (a lost peer is one
+line; the tasks finish together); under a coordinator it tells the serving tasks how the run ended.
 """
 
 from __future__ import annotations
@@ -42,6 +42,18 @@ class Training:
     strategy: Any
     preemption: Preemption
     progress_timeout: float
+
+
+@contextlib.contextmanager
+def evaluating_task(placement: Placement) -> Iterator[None]:
+    """Start an evaluator task for the ``with`` block: one CPU device and no strategy, since it joins no
+    collective and reads the chief's checkpoints alone; a preemption ends it at once (status 42: it has nothing
+    to save)."""
+    from tfdist import strategies
+
+    with Preemption(placement.name):
+        strategies.setup_host(cpu_devices=1)
+        yield
 
 
 @contextlib.contextmanager

@@ -20,26 +20,20 @@ from tfdist.rundir import RunDir
 
 
 def run_evaluator(config, placement, *, verbose: bool = True) -> dict:
-    """The evaluator task of ``tfdist.train``: one CPU device, no strategy, a plain model that follows the chief's
-    checkpoints (``evaluate_checkpoints``). A preemption ends it at once, status 42: it has nothing to save.
+    """The evaluator task of ``tfdist.train``, once the driver started it (one CPU device, no strategy): a plain
+    model that follows the chief's checkpoints (``evaluate_checkpoints``).
 
     Args:
         config: the run's config, validated.
         placement: the evaluator's ``runtime.placement.Placement``.
         verbose: print a line per evaluated checkpoint.
     """
-    from tfdist import data as data_lib
     from tfdist import strategies
     from tfdist.models import build_from_config
-    from tfdist.runtime.preemption import Preemption
 
-    with Preemption(placement.name):
-        strategies.setup_host(cpu_devices=1)
-        strategies.setup_keras(config.runtime.precision, seed=config.train.seed,
-                               deterministic=config.train.deterministic)
-        data_lib.validate_data(config.data)
-        return evaluate_checkpoints(placement.task, config, model=build_from_config(config.model, config.data),
-                                    verbose=verbose)
+    strategies.setup_keras(config.runtime.precision, seed=config.train.seed, deterministic=config.train.deterministic)
+    return evaluate_checkpoints(placement.task, config, model=build_from_config(config.model, config.data),
+                                verbose=verbose)
 
 
 def evaluate_checkpoints(task: Task, config, *, model, eval_dataset=None, verbose: bool = True) -> dict:

@@ -85,6 +85,10 @@ class UNetClient(Client):
         run_dir.check_place()  # before the dataset's checks, which may start TensorFlow
         if placement.role == "train":
             experiment_config.check_training(self.config, placement, in_process_cluster=self.in_process_cluster)
+        elif placement.role == "evaluate":
+            from tfdist import data as data_lib
+
+            data_lib.validate_data(self.config.data)
         run_dir.check_resume(config_lib.to_dict(self.config))
 
     def evaluate(self, placement, run_dir, *, verbose: bool) -> dict:
