@@ -11,7 +11,8 @@ from absl import flags
 
 from tfdist import cluster as cluster_lib
 from tfdist.deploy.local import GRACE_SECONDS, check_local, launch, localize, stops_cluster
-from tfdist.errors import UserError, require_finite, run_main
+from tfdist.cli import require_finite, run_main
+from tfdist.errors import UserError
 
 FLAGS = flags.FLAGS
 

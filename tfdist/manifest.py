@@ -12,7 +12,8 @@ from tfdist import cluster, deploy, strategies
 from tfdist.cluster.spec import ENVIRONMENT_CLUSTERS
 from tfdist.deploy import common, kubernetes, manifests
 from tfdist.deploy.output import write_output
-from tfdist.errors import UserError, run_main
+from tfdist.cli import run_main
+from tfdist.errors import UserError
 from tfdist.segmentation.command import check_command
 
 FLAGS = flags.FLAGS

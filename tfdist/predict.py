@@ -12,7 +12,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import flags  # noqa: E402
 
-from tfdist.errors import UserError, run_main  # noqa: E402
+from tfdist.cli import run_main  # noqa: E402
+from tfdist.errors import UserError  # noqa: E402
 from tfdist.segmentation.predict import predict_file  # noqa: E402
 
 FLAGS = flags.FLAGS

@@ -1,4 +1,4 @@
-"""TensorFlow's start-up noise kept off stderr, for every tfdist CLI (``errors.run_main`` calls ``install``)."""
+"""TensorFlow's start-up noise kept off stderr, for every tfdist CLI (``cli.run_main`` calls ``install``)."""
 
 from __future__ import annotations
 
@@ -105,7 +105,7 @@ def _rebind_python_stderr(original: int) -> None:
 def drain(timeout: float = 1.0) -> None:
     """Wait (at most ``timeout`` s) until the forwarder has read what C++ wrote so far.
 
-    ``errors.run_main`` calls it before its one error line, so that a line
+    ``cli.run_main`` calls it before its one error line, so that a line
     TensorFlow wrote earlier is not printed after it.
     """
     if not _installed:

@@ -15,7 +15,8 @@ from tfdist.cluster import sources
 from tfdist.cluster.spec import ENVIRONMENT_CLUSTERS, KUBERNETES, SLURM
 from tfdist.deploy.commands import task_commands
 from tfdist.deploy.output import write_output
-from tfdist.errors import NOTE_ENV, UserError, rename_flags, run_main
+from tfdist.cli import NOTE_ENV, rename_flags, run_main
+from tfdist.errors import UserError
 from tfdist.segmentation.command import check_command
 
 FLAGS = flags.FLAGS

@@ -1,7 +1,7 @@
 """A Keras backend other than TensorFlow's is one line, before Keras is imported: every CLI, tfdist.setup and fit.
 
 Keras reads ``KERAS_BACKEND`` when it is imported; under ``jax`` or ``torch`` it failed deep inside Keras
-(``tfdist.train``: a 48-line traceback). Each CLI here is refused by ``errors.run_main`` before its flags.
+(``tfdist.train``: a 48-line traceback). Each CLI here is refused by ``cli.run_main`` before its flags.
 """
 
 from __future__ import annotations

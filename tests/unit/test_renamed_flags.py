@@ -1,9 +1,9 @@
-"""A renamed flag keeps its old name working (``errors.rename_flags``), with one ``note:`` line once the command is done."""
+"""A renamed flag keeps its old name working (``cli.rename_flags``), with one ``note:`` line once the command is done."""
 
 from __future__ import annotations
 
 from helpers.clis import REPO, run_cli
-from tfdist.errors import rename_flags
+from tfdist.cli import rename_flags
 
 RENAMED = {"export": "export_tf_config", "image": "input_image"}
 

@@ -11,7 +11,8 @@ from absl import flags
 import tfdist.bench.report as report
 from tfdist.bench.measure import run_child
 from tfdist.bench.runner import run_benchmark
-from tfdist.errors import UserError, file_in_the_way, run_main
+from tfdist.cli import run_main
+from tfdist.errors import UserError, file_in_the_way
 
 FLAGS = flags.FLAGS
 
@@ -81,7 +82,7 @@ def main(argv: list[str]) -> int:
 
 
 def entry() -> None:
-    """The CLI: flags, then ``main``; user errors end with one line and status 2 (``errors.run_main``)."""
+    """The CLI: flags, then ``main``; user errors end with one line and status 2 (``cli.run_main``)."""
     run_main(main, define_flags)
 
 

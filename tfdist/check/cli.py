@@ -18,7 +18,8 @@ from absl import flags
 
 from tfdist.check import runs, space, verdict
 from tfdist.check.user import check_name
-from tfdist.errors import UserError, run_main
+from tfdist.cli import run_main
+from tfdist.errors import UserError
 
 FLAGS = flags.FLAGS
 

@@ -19,7 +19,8 @@ from tfdist.doctor import probe as doctor
 from tfdist.doctor import meet
 from tfdist.cluster.spec import ENVIRONMENT_CLUSTERS, SLURM, ClusterSpec, source_name
 from tfdist.cluster.task import Task
-from tfdist.errors import DONE_EXIT_CODE, USAGE_EXIT_CODE, UserError, check_directory, require_finite, run_main
+from tfdist.cli import require_finite, run_main
+from tfdist.errors import DONE_EXIT_CODE, USAGE_EXIT_CODE, UserError, check_directory
 
 FLAGS = flags.FLAGS
 

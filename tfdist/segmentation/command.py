@@ -17,7 +17,8 @@ from absl import flags
 from tfdist import config as config_lib
 from tfdist import strategies
 from tfdist.segmentation import config as experiment_config
-from tfdist.errors import UserError, check_directory, run_main
+from tfdist.cli import run_main
+from tfdist.errors import UserError, check_directory
 
 _DEFINE = {bool: flags.DEFINE_boolean, int: flags.DEFINE_integer, float: flags.DEFINE_float, str: flags.DEFINE_string}
 
@@ -81,7 +82,7 @@ def main(argv: list[str], *, hooks: Sequence = ()) -> int:
 
 
 def entry(hooks: Sequence = ()) -> None:
-    """Run ``main`` as a command (``errors.run_main``: a user error is one line; a retired flag given, one note)."""
+    """Run ``main`` as a command (``cli.run_main``: a user error is one line; a retired flag given, one note)."""
     run_main(functools.partial(main, hooks=hooks), define_flags, retired=config_lib.RETIRED)
 
 
