@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import pytest
 
+from helpers.models import source
 from helpers.outputs import script_results
 
-SCRIPT = r'''
+SCRIPT = source() + r'''
 import json, os, shutil, sys
 from pathlib import Path
 
@@ -65,19 +66,12 @@ class MeanState(keras.metrics.Metric):
         return self.total
 
 
-class OwnStep(keras.Sequential):
-    """Keras' guide's own train_step over the compiled loss and metrics."""
-
-    def train_step(self, data):
-        x, y = data
-        with tf.GradientTape() as tape:
-            y_pred = self(x, training=True)
-            loss = self.compute_loss(y=y, y_pred=y_pred)
-        gradients = tape.gradient(loss, self.trainable_variables)
-        self.optimizer.apply(gradients, self.trainable_variables)
-        for metric in self.metrics:
-            metric.update_state(loss) if metric.name == "loss" else metric.update_state(y, y_pred)
-        return {m.name: m.result() for m in self.metrics}
+def own_step(layers):
+    """Keras' guide's model with its own train_step over the compiled loss and metrics, of ``layers``."""
+    outputs = layers[0]
+    for layer in layers[1:]:
+        outputs = layer(outputs)
+    return guide_model(layers[0], outputs)
 
 
 def uncompiled():
@@ -148,7 +142,7 @@ CASES = {
     "jit_compile": (dict(model_fn=regression(jit=True, layers=[
         lambda: keras.layers.BatchNormalization(synchronized=True)])), None),
     "accumulation under ps": (dict(model_fn=regression(ema_sgd(accumulation=2)), **ps), None),
-    "own train_step under ps": (dict(model_fn=regression(cls=OwnStep), **ps), None),
+    "own train_step under ps": (dict(model_fn=regression(cls=own_step), **ps), None),
     "uncompiled": (dict(model_fn=uncompiled), None),
     "a layer": (dict(model_fn=lambda: keras.layers.Dense(1)), None),
     "batch over replicas": (dict(model_fn=fresh, batch_size=15), None),
@@ -208,7 +202,7 @@ out["dots"] = {"run": (root / "dots" / "run" / "fit.yaml").is_file(), "stray": (
 
 # A model's own train_step on rows whose last batch of 3 splits 2/1 over the replicas: one device's steps.
 rows = x[:51], y[:51]
-own = regression(cls=OwnStep, metrics=["mae"])
+own = regression(cls=own_step, metrics=["mae"])
 one = own()
 one_history = one.fit(*rows, batch_size=16, epochs=2, shuffle=False, verbose=0).history
 two = tfdist.fit(own, *rows, batch_size=16, epochs=2, shuffle=False, verbose=0, strategy="mirrored")
@@ -223,7 +217,7 @@ EXPECTED = {
     "metric state": r"Invalid metric for tfdist.fit: .*total aggregates with 'mean'",
     "jit_compile": r"Invalid compile\(jit_compile=True\) for 2 replicas on CPU",
     "accumulation under ps": r"Invalid optimizer for strategy='parameter_server': gradient_accumulation_steps=2",
-    "own train_step under ps": r"Invalid model for tfdist.fit under strategy='parameter_server': OwnStep overrides",
+    "own train_step under ps": r"Invalid model for tfdist.fit under strategy='parameter_server': GuideModel overrides",
     "uncompiled": r"Invalid model_fn: it must return a compiled keras.Model",
     "a layer": r"Invalid model_fn: it must return a compiled keras.Model. Received: a Dense",
     "batch over replicas": r"Invalid value for `batch_size`. Received: batch_size=15 with 2 replicas",
