@@ -8,6 +8,7 @@ import dataclasses
 from pathlib import Path
 from typing import Callable
 
+from tfdist.config import check_choice
 from tfdist.errors import UserError, check_directory
 
 
@@ -84,7 +85,5 @@ def dataset(name: str) -> Dataset:
     Raises:
       UserError: no dataset has that name.
     """
-    if name not in DATASETS:  # as config.check_choice says it (the UNet's config checks the name first)
-        raise UserError(f"Invalid value for `--dataset`. Received: dataset={name!r}. "
-                        f"Expected one of: {', '.join(DATASETS)}.")
+    check_choice("dataset", name, tuple(DATASETS))
     return DATASETS[name]
