@@ -213,6 +213,21 @@ def test_a_shapes_split_past_the_hosts_memory_is_refused_before_anything_runs(na
     data_lib.validate_data(experiment_config.build_config().data)  # the default sizes pass
 
 
+def test_an_oxford_pet_data_dir_that_is_a_file_is_refused_before_tfds_starts(tmp_path):
+    """``--data_dir`` of oxford_iiit_pet names TFDS's directory, which may not exist yet but cannot be a file: one
+    line from ``validate_data`` (no TensorFlow), naming the flag and the dataset."""
+    from tfdist import data as data_lib
+
+    a_file = tmp_path / "pets"
+    a_file.write_text("not a directory")
+    config = experiment_config.build_config(overrides={"dataset": "oxford_iiit_pet", "data_dir": str(a_file)})
+    with pytest.raises(UserError, match=r"Invalid value for `--data_dir`.*Expected the TFDS data directory of "
+                                        r"oxford_iiit_pet \(existing or new\)"):
+        data_lib.validate_data(config.data)
+    data_lib.validate_data(experiment_config.build_config(  # a directory that does not exist yet is TFDS's to make
+        overrides={"dataset": "oxford_iiit_pet", "data_dir": str(tmp_path / "new")}).data)
+
+
 def test_a_resumed_run_keeps_every_field_of_the_model_section():
     """``rundir.RESUME_KEYS`` names the model section's fields itself (rundir is below the experiment's config)."""
     import dataclasses
