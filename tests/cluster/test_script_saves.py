@@ -3,8 +3,9 @@
 ``helpers/script_saves.py`` runs on 2 workers under ``tfdist.launch --local``: every save call a script makes
 (Keras' ``Model.save``, ``keras.saving.save_model``, ``save_weights``, ``export``; TensorFlow's ``Checkpoint.save``
 and ``write``, ``CheckpointManager.save``, ``tf.saved_model.save``), each followed at once by its load, with the
-chief's saves 3 s late, after a save the chief alone makes and one line that names a path of each worker's own. Every worker reads the chief's file (the tag each worker sets says whose), predicting what
-was saved; nothing changes in the folder while the chief waits to save (no other worker writes there); the folder
+chief's saves 3 s late, after a save the chief alone makes and the multi-worker tutorial's saves to a path of
+each worker's own (``write_filepath``: ``Model.save`` and ``CheckpointManager.save``), which that worker then
+deletes. Every worker reads the chief's file (the tag each worker sets says whose), predicting what was saved; nothing changes in the folder while the chief waits to save (no other worker writes there); the folder
 holds the chief's files alone; no worker's scratch folder is left. The same run builds the
 strategy again (the session's comes back) and every other strategy (each refused with one line); inside
 ``tfdist.saves_on_every_worker()`` each worker writes and reads a file of its own.
@@ -37,7 +38,7 @@ PUBLIC = {"MirroredStrategy": "tf.distribute.MirroredStrategy",
 
 #: What the folder holds after the saves: the chief's files, once each, and each worker's own file.
 FOLDER = {"own-0.keras", "own-1.keras", "chief_only.keras", "keras2_style.keras", "model.keras", "saved_with_keras.keras", "only.weights.h5", "checkpoints", "written", "managed",
-          "saved_model", "exported"}
+          "managed_by_each", "saved_model", "exported"}
 
 
 def launched(tmp_path, script: str, *args: str, name: str = "launch") -> tuple[int, str]:
@@ -59,7 +60,7 @@ def test_every_save_lands_once_and_every_worker_loads_the_chiefs_finished_file(t
     assert status == 0, text[-5000:]
     results = {task: tagged(per_task(text, task), "RESULTS") for task in TASKS}
     for task, result in results.items():
-        for case in ("per-worker paths", "Model.save", "keras.saving.save_model", "Model.save_weights", "Checkpoint.save",
+        for case in ("per-worker paths", "per-worker CheckpointManager", "Model.save", "keras.saving.save_model", "Model.save_weights", "Checkpoint.save",
                      "Checkpoint.write", "CheckpointManager.save", "tf.saved_model.save", "Model.export"):
             assert result[case]["tags"] and set(result[case]["tags"]) == {1000.0}, (task, case, result[case])
             assert result[case]["same"], (task, case)

@@ -5,8 +5,9 @@ read as one ``RESULTS`` JSON line: the weight ``tag`` the file holds (each worke
 1000 plus its index, so the file says who wrote it), whether the reload predicts what was saved, and the path a
 save returned. The chief's saves start 3 s late (a slow write), so a worker that did not wait for them would find
 no file, or its own; whatever changes in the folder while the chief waits was written by another worker. Before
-them: a save the chief alone makes, and one line that names the chief's path on the chief and a path of its own
-on each other worker (as Keras 2's multi-worker guide did). Then ``tf.distribute.MultiWorkerMirroredStrategy()`` again, every other strategy that the
+them: a save the chief alone makes; then, as TensorFlow's "Multi-worker training with Keras" tutorial writes them,
+a ``Model.save`` and a ``CheckpointManager.save`` that name the chief's path on the chief and a path of its own on
+each other worker, which that worker deletes after (its own files are written, as the script says). Then ``tf.distribute.MultiWorkerMirroredStrategy()`` again, every other strategy that the
 process must refuse, and a save of each worker's own file inside ``tfdist.saves_on_every_worker()``.
 """
 
@@ -59,8 +60,9 @@ foreign = []
 
 
 def listing() -> dict:
+    """The folder's files but the other workers' own (``workertemp_*``, theirs to write and delete)."""
     return {os.path.relpath(os.path.join(d, f), out): os.stat(os.path.join(d, f)).st_mtime_ns
-            for d, _, files in os.walk(out) for f in files}
+            for d, _, files in os.walk(out) for f in files if "workertemp_" not in d}
 
 
 def slow(save):
@@ -99,9 +101,23 @@ results = {}
 if chief:  # a save the chief alone makes: nobody waits for it, and it shifts nothing
     model.save(os.path.join(out, "chief_only.keras"))
 
+
+
+def write_filepath(filepath):
+    """TensorFlow's "Multi-worker training with Keras" tutorial's: the path on the chief, a path of each other
+    worker's own (``workertemp_<index>`` beside it, made here), which the worker deletes after its save."""
+    if chief:
+        return filepath
+    own = os.path.join(os.path.dirname(filepath), f"workertemp_{index}")
+    tf.io.gfile.makedirs(own)
+    return os.path.join(own, os.path.basename(filepath))
+
+
 path = os.path.join(out, "keras2_style.keras")
-# As Keras 2's multi-worker guide wrote: the chief's path, a path of each other worker's own, on one line.
-model.save(path if chief else os.path.join(out, f"workertemp_{index}", "keras2_style.keras"))
+write_model_path = write_filepath(path)
+model.save(write_model_path)
+if not chief:
+    tf.io.gfile.rmtree(os.path.dirname(write_model_path))  # the worker's own file was written: it is there to delete
 loaded = keras.models.load_model(path, custom_objects={"Tag": Tag})
 results["per-worker paths"] = {"tags": [float(loaded.get_layer("tag").tag.numpy())], "same": same(loaded(x))}
 
@@ -147,6 +163,20 @@ results["CheckpointManager.save"] = {
     "returned": [os.path.relpath(p, out) for p in returned],
     "latest": [os.path.relpath(manager.latest_checkpoint, out), os.path.relpath(tf.train.latest_checkpoint(directory), out)],
     "kept": [os.path.relpath(p, out) for p in manager.checkpoints]}
+
+directory = os.path.join(out, "managed_by_each")
+write_checkpoint_dir = write_filepath(directory)
+checkpoint = tf.train.Checkpoint(model=model, who=who)
+manager = tf.train.CheckpointManager(checkpoint, directory=write_checkpoint_dir, max_to_keep=1)
+manager.save()
+if not chief:
+    tf.io.gfile.rmtree(write_checkpoint_dir)
+fresh, fresh_who = make_model(), tf.Variable(0.0)
+tf.train.Checkpoint(model=fresh, who=fresh_who).restore(tf.train.latest_checkpoint(directory)).expect_partial()
+results["per-worker CheckpointManager"] = {"tags": [float(fresh_who.numpy()), float(fresh.get_layer("tag").tag.numpy())],
+                                           "same": same(fresh(x))}
+if not chief:
+    tf.io.gfile.rmtree(os.path.dirname(write_checkpoint_dir))
 
 path = os.path.join(out, "saved_model")
 tf.saved_model.save(model, path)

@@ -154,10 +154,11 @@ def _is_model(value) -> bool:
 
 
 def _once(call: Callable[[str], Any], path, objects, caller) -> Any:
-    """Run ``call`` (a save into the path it is given) once across workers: the chief into ``path``, any other
-    worker into a scratch directory, removed after; then each returns once the chief's save from the same place
-    in the script (``caller``'s, ``_key``) is done. A path ``call`` returns that names the scratch copy names
-    ``path``'s instead.
+    """Run ``call`` (a save into the path it is given) once across workers: the chief into ``path``; any other
+    worker, once the chief has reached the same place in the script (``caller``'s, ``_key``), into a scratch
+    directory removed after, or into its own ``path`` where that is not the chief's (a path of the worker's own,
+    written as the script says); then each returns once the chief's save is done. A path ``call`` returns that
+    names the scratch copy names ``path``'s instead.
 
     Raises:
       RuntimeError: on a worker other than the chief, the chief's matching save failed (its error is said).
@@ -168,23 +169,41 @@ def _once(call: Callable[[str], Any], path, objects, caller) -> Any:
     path = os.fspath(path)
     key = _key(caller)
     if strategy.extended.should_checkpoint:
+        _compat.set_cluster_value(f"{key}/path", _where(path))
         try:
             result = _saving(call, path)
         except BaseException as e:
-            _compat.set_cluster_value(key, f"failed: {type(e).__name__}: {' '.join(str(e).split())}"[:2000])
+            _compat.set_cluster_value(f"{key}/done", f"failed: {type(e).__name__}: {' '.join(str(e).split())}"[:2000])
             raise
-        _compat.set_cluster_value(key, "done")
+        _compat.set_cluster_value(f"{key}/done", "done")
         return result
-    resolver = strategy.cluster_resolver
+    if _compat.cluster_value(f"{key}/path", int(WAIT_SECONDS * 1000)) != _where(path):
+        result = _saving(call, path)  # the worker's own path: its own file, as the script says
+    else:
+        result = _scratch(call, path, strategy.cluster_resolver)
+    told = _compat.cluster_value(f"{key}/done", int(WAIT_SECONDS * 1000))
+    if told != "done":
+        raise RuntimeError(f"The chief's save of {path} failed, so this worker has no file to read there: {told}")
+    return result
+
+
+def _where(path: str) -> str:
+    """``path`` as every worker names the same place: absolute (a URL as it is)."""
+    return path if "://" in path else os.path.abspath(path)
+
+
+def _scratch(call: Callable[[str], Any], path: str, resolver) -> Any:
+    """``call`` into a scratch directory of this worker's own, removed after; a path it returns or an error it
+    raises names ``path`` instead of the scratch copy."""
     scratch = tempfile.mkdtemp(prefix=f"tfdist-{resolver.task_type}-{resolver.task_id}-save-")
     target = inside(scratch, path)
     try:
         result = _saving(call, target)
+    except Exception as e:
+        e.args = tuple(a.replace(target, path) if isinstance(a, str) else a for a in e.args)
+        raise
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    told = _compat.cluster_value(key, int(WAIT_SECONDS * 1000))
-    if told != "done":
-        raise RuntimeError(f"The chief's save of {path} failed, so this worker has no file to read there: {told}")
     if isinstance(result, str) and result.startswith(target):
         return path + result[len(target):]
     return result
