@@ -57,7 +57,12 @@ def test_every_save_lands_once_and_every_worker_loads_the_chiefs_finished_file(t
     out = tmp_path / "saves"
     out.mkdir()
     status, text = launched(tmp_path, "script_saves.py", str(out))
-    assert status == 0, text[-5000:]
+    assert status == 2 and "[launch] worker:0 exited with status 0" in text, text[-5000:]
+    errors = [line for line in per_task(text, "worker:1").splitlines() if line.startswith("error: ")]
+    assert "Traceback" not in per_task(text, "worker:1"), text[-5000:]
+    assert len(errors) == 1 and errors[0].startswith(
+        f"error: Invalid save of {out / 'worker_only.keras'} at script_saves.py:"), errors
+    assert "the chief made no save from that place" in errors[0] and "saves_on_every_worker" in errors[0], errors
     results = {task: tagged(per_task(text, task), "RESULTS") for task in TASKS}
     for task, result in results.items():
         for case in ("per-worker paths", "per-worker CheckpointManager", "Model.save", "keras.saving.save_model", "Model.save_weights", "Checkpoint.save",
@@ -70,6 +75,7 @@ def test_every_save_lands_once_and_every_worker_loads_the_chiefs_finished_file(t
         assert result["Checkpoint.write"]["returned"] == ["written/weights"], task
         managed = result["CheckpointManager.save"]
         assert managed["returned"] == ["managed/ckpt-1", "managed/ckpt-2", "managed/ckpt-3"], (task, managed)
+        assert f"filepath={out / 'no_extension'}." in result["refused save"], (task, result["refused save"])
         assert managed["latest"] == ["managed/ckpt-3"] * 2 and managed["kept"] == ["managed/ckpt-2", "managed/ckpt-3"]
     assert results["worker:0"]["foreign"] == [], results["worker:0"]["foreign"]  # nothing but the chief wrote
     assert {p.name for p in out.iterdir()} == FOLDER

@@ -8,7 +8,9 @@ no file, or its own; whatever changes in the folder while the chief waits was wr
 them: a save the chief alone makes; then, as TensorFlow's "Multi-worker training with Keras" tutorial writes them,
 a ``Model.save`` and a ``CheckpointManager.save`` that name the chief's path on the chief and a path of its own on
 each other worker, which that worker deletes after (its own files are written, as the script says). Then ``tf.distribute.MultiWorkerMirroredStrategy()`` again, every other strategy that the
-process must refuse, and a save of each worker's own file inside ``tfdist.saves_on_every_worker()``.
+process must refuse, a save of each worker's own file inside ``tfdist.saves_on_every_worker()``, and a save that
+Keras refuses. Last, after the ``RESULTS`` line, every worker but the chief saves from a line the chief never
+reaches: it ends with one ``error:`` line once the chief's script has ended.
 """
 
 import json
@@ -214,4 +216,10 @@ with tfdist.saves_on_every_worker():  # each worker's own file, written by itsel
     model.save(path)
 loaded = keras.models.load_model(path, custom_objects={"Tag": Tag})
 results["saves_on_every_worker"] = {"tags": [float(loaded.get_layer("tag").tag.numpy())], "same": same(loaded(x))}
+try:  # a save Keras refuses, on every worker: each says the script's path
+    model.save(os.path.join(out, "no_extension"))
+except ValueError as e:
+    results["refused save"] = str(e)
 print("RESULTS " + json.dumps(results), flush=True)
+if not chief:  # a save the chief never makes: once the chief's script has ended, one line
+    model.save(os.path.join(out, "worker_only.keras"))

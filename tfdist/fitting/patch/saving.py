@@ -16,6 +16,7 @@ import threading
 from typing import Any, Callable, Iterator
 
 from tfdist import _compat
+from tfdist.errors import UserError
 from tfdist.fitting.callbacks import inside
 
 #: How long a worker waits for the chief's matching save, in seconds (a slow upload of a large model).
@@ -162,6 +163,7 @@ def _once(call: Callable[[str], Any], path, objects, caller) -> Any:
 
     Raises:
       RuntimeError: on a worker other than the chief, the chief's matching save failed (its error is said).
+      UserError: on a worker other than the chief, a save the chief never makes (``_chiefs_path``).
     """
     strategy = _strategy(objects)
     if strategy is None:
@@ -177,7 +179,7 @@ def _once(call: Callable[[str], Any], path, objects, caller) -> Any:
             raise
         _compat.set_cluster_value(f"{key}/done", "done")
         return result
-    if _compat.cluster_value(f"{key}/path", int(WAIT_SECONDS * 1000)) != _where(path):
+    if _chiefs_path(key, path, caller) != _where(path):
         result = _saving(call, path)  # the worker's own path: its own file, as the script says
     else:
         result = _scratch(call, path, strategy.cluster_resolver)
@@ -185,6 +187,27 @@ def _once(call: Callable[[str], Any], path, objects, caller) -> Any:
     if told != "done":
         raise RuntimeError(f"The chief's save of {path} failed, so this worker has no file to read there: {told}")
     return result
+
+
+def _chiefs_path(key: str, path: str, caller) -> str:
+    """The path the chief announced for its save ``key``, once it has reached it.
+
+    Raises:
+      UserError: the chief's process ended (or an hour passed) without that save: this worker makes a save from a
+        place in the script that the chief never reaches, so no file of the chief's comes.
+    """
+    import tensorflow as tf
+
+    try:
+        return _compat.cluster_value(f"{key}/path", int(WAIT_SECONDS * 1000))
+    except tf.errors.OpError as e:
+        told = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise UserError(
+            f"Invalid save of {path} at {os.path.basename(caller.f_code.co_filename)}:{caller.f_lineno} on a worker "
+            f"that is not the chief: the chief made no save from that place in the script, and no longer can ("
+            f"{told}). Received: a save that this worker makes and the chief does not. Expected every worker to make "
+            "the same saves from the same places; a file of a worker's own is saved inside "
+            "tfdist.saves_on_every_worker().") from e
 
 
 def _where(path: str) -> str:
