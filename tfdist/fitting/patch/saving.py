@@ -1,6 +1,7 @@
 """A script's saves land once across workers: the chief writes the path the script names, every other worker makes
-the same save into a scratch directory of its own (removed after), and the call returns on each worker only once
-the chief's file is whole, so that a load right after it reads the chief's finished file.
+the same save into a scratch directory of its own (removed after), or into the path it names where that is its own
+(not the chief's), and the call returns on each worker only once the chief's file is whole, so that a load right
+after it reads the chief's finished file.
 """
 
 from __future__ import annotations
