@@ -5,10 +5,12 @@
 and ``write``, ``CheckpointManager.save``, ``tf.saved_model.save``), each followed at once by its load, with the
 chief's saves 3 s late, after a save the chief alone makes and the multi-worker tutorial's saves to a path of
 each worker's own (``write_filepath``: ``Model.save`` and ``CheckpointManager.save``), which that worker then
-deletes. Every worker reads the chief's file (the tag each worker sets says whose), predicting what was saved; nothing changes in the folder while the chief waits to save (no other worker writes there); the folder
-holds the chief's files alone; no worker's scratch folder is left. The same run builds the
-strategy again (the session's comes back) and every other strategy (each refused with one line); inside
-``tfdist.saves_on_every_worker()`` each worker writes and reads a file of its own.
+deletes. Every worker reads the chief's file (the tag each worker sets says whose), predicting what was saved;
+nothing changes in the chief's paths while the chief waits to save (no other worker writes there); the folder
+holds the chief's files alone; no worker's scratch folder is left; a save Keras refuses names the script's path
+on every worker. The same run builds the strategy again (the session's comes back) and every other strategy (each
+refused with one line); inside ``tfdist.saves_on_every_worker()`` each worker writes and reads a file of its own;
+last, a save from a line the chief never reaches ends worker 1 with one ``error:`` line once the chief has ended.
 
 The two TensorFlow tutorials on saving under a strategy, compact, with ``strategy = tfdist.setup()`` as their
 strategy's line, run on 2 workers and reload what they saved. A strategy built after a set-up across workers, not
@@ -37,8 +39,9 @@ PUBLIC = {"MirroredStrategy": "tf.distribute.MirroredStrategy",
           "ParameterServerStrategy": "tf.distribute.ParameterServerStrategy"}
 
 #: What the folder holds after the saves: the chief's files, once each, and each worker's own file.
-FOLDER = {"own-0.keras", "own-1.keras", "chief_only.keras", "keras2_style.keras", "model.keras", "saved_with_keras.keras", "only.weights.h5", "checkpoints", "written", "managed",
-          "managed_by_each", "saved_model", "exported"}
+FOLDER = {"own-0.keras", "own-1.keras", "chief_only.keras", "keras2_style.keras", "model.keras",
+          "saved_with_keras.keras", "only.weights.h5", "checkpoints", "written", "managed", "managed_by_each",
+          "saved_model", "exported"}
 
 
 def launched(tmp_path, script: str, *args: str, name: str = "launch") -> tuple[int, str]:
@@ -65,7 +68,8 @@ def test_every_save_lands_once_and_every_worker_loads_the_chiefs_finished_file(t
     assert "the chief made no save from that place" in errors[0] and "saves_on_every_worker" in errors[0], errors
     results = {task: tagged(per_task(text, task), "RESULTS") for task in TASKS}
     for task, result in results.items():
-        for case in ("per-worker paths", "per-worker CheckpointManager", "Model.save", "keras.saving.save_model", "Model.save_weights", "Checkpoint.save",
+        for case in ("per-worker paths", "per-worker CheckpointManager", "Model.save", "keras.saving.save_model",
+                     "Model.save_weights", "Checkpoint.save",
                      "Checkpoint.write", "CheckpointManager.save", "tf.saved_model.save", "Model.export"):
             assert result[case]["tags"] and set(result[case]["tags"]) == {1000.0}, (task, case, result[case])
             assert result[case]["same"], (task, case)
