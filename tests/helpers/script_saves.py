@@ -5,10 +5,10 @@ read as one ``RESULTS`` JSON line: the weight ``tag`` the file holds (each worke
 1000 plus its index, so the file says who wrote it), whether the reload predicts what was saved, and the path a
 save returned. The chief's saves start 3 s late (a slow write), so a worker that did not wait for them would find
 no file, or its own; whatever changes in the folder (but the other workers' own ``workertemp_*``) while the chief
-waits was written by another worker. Before
-them: a save the chief alone makes; then, as TensorFlow's "Multi-worker training with Keras" tutorial writes them,
-a ``Model.save`` and a ``CheckpointManager.save`` that name the chief's path on the chief and a path of its own on
-each other worker, which that worker deletes after (its own files are written, as the script says). Then
+waits was written by another worker. Before them: a save the chief alone makes; then, as TensorFlow's
+"Multi-worker training with Keras" tutorial writes them, a ``Model.save`` and a ``CheckpointManager.save`` that
+name the chief's path on the chief and a path of its own on each other worker, which that worker deletes after
+(its own files are written, as the script says). Then
 ``tf.distribute.MultiWorkerMirroredStrategy()`` again, every other strategy that the process must refuse, a save
 of each worker's own file inside ``tfdist.saves_on_every_worker()``, and a save that Keras refuses. Last, after the
 ``RESULTS`` line, every worker but the chief saves from a line the chief never reaches: it ends with one
