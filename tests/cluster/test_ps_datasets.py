@@ -301,3 +301,36 @@ def test_the_tutorials_repeat_and_steps_per_epoch_train_and_staging_is_bounded_a
     assert "Traceback" not in text, text[-4000:]
     assert not [p.name for p in (work / "preempted").iterdir() if p.name.startswith("fit-inputs")]
 
+
+
+ENDS_REFUSED = source() + r'''
+import tfdist
+strategy = tfdist.setup("parameter_server")
+import tensorflow as tf
+
+x, y = tf.random.uniform((10, 4)), tf.random.uniform((10, 1))
+history = tfdist.fit(lambda: dense(4, 1), x, y, batch_size=5, epochs=1, strategy=strategy, verbose=0)
+print(f"FIT ENDED {len(history.history['loss'])}", flush=True)
+tfdist.fit(lambda: dense(4, 1), tf.data.Dataset.from_tensor_slices((x, y)).filter(lambda a, b: True).batch(5),
+           epochs=1, strategy=strategy, verbose=0)  # no steps_per_epoch: a UserError the script leaves uncaught
+'''
+
+
+def test_a_script_that_a_user_error_ends_after_a_fit_ends_its_serving_tasks_with_status_2(tmp_path):
+    # The servers outlive the first fit and learn the script's status from the chief's exception hook,
+    # before tfdist's one-line hook ends the process.
+    script = tmp_path / "ends_refused.py"
+    script.write_text(ENDS_REFUSED)
+    cluster = loopback_cluster(tmp_path / "cluster.yaml", chief=1, worker=1, ps=1)
+    with Processes(tmp_path) as procs:
+        proc = procs.start("launch", launcher(cluster, sys.executable, str(script),
+                                              options=(f"--grace_seconds={GRACE_S}",)))
+        status, text = proc.wait(300), proc.text()
+    assert status == 2, text[-4000:]
+    assert "[chief:0] FIT ENDED 1" in text
+    errors = [line for line in text.splitlines() if line.startswith("[chief:0] error: ")]
+    assert len(errors) == 1 and errors[0].startswith("[chief:0] error: Missing `steps_per_epoch`."), text[-4000:]
+    assert re.search(r"^\[ps:0\] tfdist: ps:0 at \S+: chief:0 ended with status 2 ", text, re.M), text[-4000:]
+    assert "[launch] ps:0 exited with status 2" in text and "stopped answering" not in text, text[-4000:]
+    assert "Traceback" not in text, text[-4000:]
+    assert_none_left(every_started_pid(text))
