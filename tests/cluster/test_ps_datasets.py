@@ -3,7 +3,8 @@ processes on 127.0.0.1 (a chief, 2 workers and a ps under ``tfdist.launch --loca
 
 - TensorFlow's parameter-server tutorial, its ``Model.fit`` part, with tfdist's one line:
   ``dataset.shuffle(10).repeat()`` with ``steps_per_epoch`` trains to its end with the loss falling, its
-  checkpoint reloads and predicts as the model does, and the files are the chief's alone;
+  checkpoint reloads and predicts as the model does, Keras' ``evaluate`` gives the loss of its predictions
+  (each example once), and the files are the chief's alone;
 - after the fits, the tutorial's custom training loop (``ClusterCoordinator``, ``schedule``, ``join``) and
   inline evaluation run on the same servers to their end: the ps and workers serve the whole script and end
   with its status;
@@ -24,6 +25,8 @@ import re
 import signal
 import sys
 import time
+
+import pytest
 
 from helpers.cluster_runs import Processes, assert_none_left, every_started_pid, launcher, loopback_cluster, started_pids
 from helpers.models import source
@@ -63,6 +66,10 @@ history = model.fit(dataset, epochs=5, steps_per_epoch=20, callbacks=callbacks)
 out["tutorial"] = history.history["loss"]
 restored = keras.models.load_model(ckpt_filepath)
 out["predict_equal"] = bool(np.array_equal(restored.predict(x, verbose=0), model.predict(x, verbose=0)))
+# Exactly-once evaluation: Keras 3 has no compile(pss_evaluation_shards=...); the coordinator evaluates each
+# example once itself.
+mse = float(np.mean((model.predict(x, verbose=0) - y.numpy()) ** 2))
+out["evaluate"] = [model.evaluate(x, y, verbose=0), mse]
 
 def model_fn():
     return dense(10, optimizer=keras.optimizers.SGD(0.1))
@@ -262,6 +269,7 @@ def test_the_tutorials_repeat_and_steps_per_epoch_train_and_staging_is_bounded_a
     loss = result["tutorial"]
     assert len(loss) == 5 and loss[-1] < 0.8 * loss[0], loss
     assert result["predict_equal"] is True
+    assert result["evaluate"][0] == pytest.approx(result["evaluate"][1], rel=1e-5), result["evaluate"]
     assert "[chief:0] tfdist: the Dataset x repeats without end: its first 100 batches, one for each step up " \
            "to step 100" in text
     # The callbacks' files, the chief's alone (BackupAndRestore removes its backup at the end of a fit).
