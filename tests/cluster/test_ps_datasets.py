@@ -308,6 +308,8 @@ def test_the_tutorials_repeat_and_steps_per_epoch_train_and_staging_is_bounded_a
         text[-4000:]
     assert "Traceback" not in text, text[-4000:]
     assert not [p.name for p in (work / "preempted").iterdir() if p.name.startswith("fit-inputs")]
+    # Nor the status the chief told its servers (in the tasks' temporary directory, the test's).
+    assert not list(tmp_path.glob("tfdist-*.status"))
 
 
 

@@ -142,6 +142,8 @@ def serve(task: Task, *, connect_timeout: float, verbose: bool = True, heartbeat
         if task.type == "worker":
             print(f"tfdist: {me} received {signal_name(signum)}; stopping (the chief reschedules its steps on "
                   "the other workers)", flush=True)
+            with contextlib.suppress(OSError):
+                os.remove(path)  # a status the chief wrote already: nobody reads it now
             _exit_now(PREEMPTED_EXIT_CODE)
         print(f"tfdist: {me} received {signal_name(signum)}; serving until {task.leader.name} ends (its "
               "checkpoint reads the variables held here)", flush=True)
