@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tfdist import config as config_lib
 from tfdist.errors import UserError, check_keras_backend
-from tfdist.runtime import driver
+from tfdist.runtime import driver, serving, who
 
 
 def setup(strategy: str = "auto", *, cpu_devices: int = 0, cluster: str | None = None,
@@ -47,6 +47,8 @@ def setup(strategy: str = "auto", *, cpu_devices: int = 0, cluster: str | None =
         raise UserError(f"Invalid value for `verbose` of tfdist.setup. Received: verbose={verbose!r}. Expected a bool.")
     result = driver.setup(runtime, verbose=verbose)
     patch_keras()
+    # After patch_keras' hooks: the serving tasks learn the script's status before a hook ends the process.
+    serving.tell_servers_at_exit(who.current().placement)
     return result
 
 

@@ -2,7 +2,8 @@
 
 ``evaluating_task`` starts an evaluator (one device, no strategy); ``training_task`` starts a training task
 (``session.start``) and trains its ``with`` block under ``Preemption`` and ``among_peers`` (a lost peer is one
-line; the tasks finish together); under a coordinator it tells the serving tasks how the run ended.
+line; the tasks finish together); under a coordinator it tells the serving tasks how the run ended (in a
+``tfdist.setup`` session, only a failure that ends the script: the session tells them the rest at exit).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from tfdist.cluster.network import answers
 from tfdist.cluster.task import Task
 from tfdist.errors import DONE_EXIT_CODE, USAGE_EXIT_CODE, PeerLost, RunFailed, UserError
 from tfdist.rundir import RunDir
+from tfdist.runtime import who
 from tfdist.runtime.placement import Placement
 from tfdist.runtime.preemption import Preemption
 from tfdist.runtime.serving import tell_servers
@@ -75,17 +77,24 @@ def training_task(runtime, placement: Placement, run_dir: RunDir, *, cluster_res
 
     if placement.role == "serve":
         started()  # serves, with its own signal handling, and never returns
+    # A tfdist.setup session's servers serve the whole script, and learn how it ended when it ends
+    # (serving.tell_servers_at_exit): a run tells them only a failure that ends it (preempted, diverged, lost).
+    tells = placement.coordinator and who.current() is None
     with Preemption(placement.name) as preemption:
         try:
             strategy = started().strategy
             with among_peers(placement, run_dir, timeout=runtime.connect_timeout):
                 yield Training(placement=placement, run_dir=run_dir, strategy=strategy, preemption=preemption,
                                progress_timeout=runtime.progress_timeout)
-        except (RunFailed, UserError) as e:
+        except RunFailed as e:
             if placement.coordinator:
-                tell_servers(placement, e.exit_code if isinstance(e, RunFailed) else USAGE_EXIT_CODE)
+                tell_servers(placement, e.exit_code)
             raise
-    if placement.coordinator:
+        except UserError:
+            if tells:
+                tell_servers(placement, USAGE_EXIT_CODE)
+            raise
+    if tells:
         tell_servers(placement, DONE_EXIT_CODE)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import signal
@@ -15,7 +16,8 @@ from typing import NoReturn
 from tfdist.cluster.address import split_address
 from tfdist.cluster.peers import POLL_SECONDS, PeerWatch, grpc_bind_errors
 from tfdist.cluster.task import Task
-from tfdist.errors import DONE_EXIT_CODE, EXIT_CODES, PEER_LOST_EXIT_CODE, PREEMPTED_EXIT_CODE, end_process
+from tfdist.errors import (DONE_EXIT_CODE, EXIT_CODES, PEER_LOST_EXIT_CODE, PREEMPTED_EXIT_CODE, USAGE_EXIT_CODE,
+                           UserError, end_process)
 from tfdist.runtime.preemption import SIGNALS, signal_name
 from tfdist.strategies import set_grpc_fail_fast
 from tfdist.runtime.placement import Placement
@@ -68,6 +70,40 @@ def tell_servers(placement: Placement, status: int, timeout: float = 10.0) -> No
         thread.join(max(0.0, deadline - time.monotonic()))
 
 
+_telling_at_exit = False
+
+
+def tell_servers_at_exit(placement: Placement) -> None:
+    """The coordinating chief of a ``tfdist.setup`` session: tell the serving tasks how the script ended, once
+    it ends (``tell_servers``), rather than at the end of a run.
+
+    The ps and worker tasks then serve the whole script: every ``fit`` of it and the script's own
+    ``ClusterCoordinator`` steps. The status is the script's: 0 at a normal exit, or that of the exception that
+    left it (a tfdist error's exit code, 2 for a ``UserError``, else 1), told from ``sys.excepthook`` before
+    the hooks after it run, since one of those may end the process at once. Install it after the other hooks;
+    once per process.
+    """
+    global _telling_at_exit
+    if _telling_at_exit or not (placement.coordinator and placement.is_chief):
+        return
+    _telling_at_exit = True
+    told: list[int] = []
+
+    def tell(status: int) -> None:
+        if not told:
+            told.append(status)
+            tell_servers(placement, status)
+
+    previous = sys.excepthook
+
+    def excepthook(kind, value, traceback):
+        tell(USAGE_EXIT_CODE if issubclass(kind, UserError) else getattr(value, "exit_code", 1))
+        return previous(kind, value, traceback)
+
+    sys.excepthook = excepthook
+    atexit.register(tell, DONE_EXIT_CODE)
+
+
 def _read_status(path: str) -> int | None:
     try:
         with open(path) as f:
@@ -106,6 +142,8 @@ def serve(task: Task, *, connect_timeout: float, verbose: bool = True, heartbeat
         if task.type == "worker":
             print(f"tfdist: {me} received {signal_name(signum)}; stopping (the chief reschedules its steps on "
                   "the other workers)", flush=True)
+            with contextlib.suppress(OSError):
+                os.remove(path)  # a status the chief wrote already: nobody reads it now
             _exit_now(PREEMPTED_EXIT_CODE)
         print(f"tfdist: {me} received {signal_name(signum)}; serving until {task.leader.name} ends (its "
               "checkpoint reads the variables held here)", flush=True)

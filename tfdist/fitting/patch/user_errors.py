@@ -7,11 +7,17 @@ import sys
 from tfdist.errors import USAGE_EXIT_CODE, UserError, end_process
 
 
+_installed = False
+
+
 def install() -> None:
-    """Chain ``sys.excepthook`` so that an uncaught ``UserError`` is one line and status 2; idempotent."""
-    previous = sys.excepthook
-    if getattr(previous, "tfdist_user_errors", False):
+    """Chain ``sys.excepthook`` so that an uncaught ``UserError`` is one line and status 2; once per process, so
+    that a hook chained after it (``runtime.serving.tell_servers_at_exit``) stays in front of it."""
+    global _installed
+    if _installed:
         return
+    _installed = True
+    previous = sys.excepthook
 
     def excepthook(kind, value, traceback):
         if not issubclass(kind, UserError):
@@ -20,5 +26,4 @@ def install() -> None:
         sys.stderr.write(f"error: {' '.join(str(value).split())}\n")
         end_process(USAGE_EXIT_CODE)
 
-    excepthook.tfdist_user_errors = True
     sys.excepthook = excepthook
