@@ -16,7 +16,7 @@ from typing import Any, Mapping
 import yaml
 
 from tfdist.cluster.task import slug_of
-from tfdist.errors import UserError, check_directory
+from tfdist.errors import UserError, check_directory, resolve_dots
 
 #: Settings that must not change between a run and its resumption.
 RESUME_KEYS = {
@@ -68,11 +68,7 @@ class RunDir:
     path: Path
 
     def __post_init__(self) -> None:
-        path = Path(self.path)
-        if ".." in path.parts:
-            # As the kernel would resolve it, without making the directories that a ``..`` steps out of.
-            path = Path(os.path.realpath(path))
-        object.__setattr__(self, "path", path)
+        object.__setattr__(self, "path", resolve_dots(self.path))
 
     @property
     def params(self) -> Path:
