@@ -16,7 +16,7 @@ from typing import Any, Mapping
 import yaml
 
 from tfdist.cluster.task import slug_of
-from tfdist.errors import UserError, check_directory, resolve_dots
+from tfdist.errors import UserError, article, check_directory, resolve_dots
 
 #: Settings that must not change between a run and its resumption.
 RESUME_KEYS = {
@@ -148,9 +148,9 @@ class RunDir:
         """
         expected = "Expected a directory this process can write (an existing run's, or a new one)."
         check_directory(self.path, name, expected)
-        if self.params.exists() and not self.params.is_file():
+        if os.path.lexists(self.params) and not self.params.is_file():
             raise UserError(f"Invalid value for `{name}`: its {self.params.name} is not a file. "
-                            f"Received: {str(self.path)!r}. {expected}")
+                            f"Received: {str(self.path)!r}, where it is {article(_kind(self.params))}. {expected}")
 
     def _old_params(self) -> dict:
         """The ``params.yaml`` of the run there (``{}`` without one), as sections of settings."""
@@ -272,13 +272,13 @@ class RunDir:
         fix = f"restore it, or remove the run directory or use a new {name}"
         for path in (self.params, self.fit_record, self.metrics, self.evaluator_metrics, self.summary,
                      self.checkpoints / "checkpoint"):
-            if path.exists() and not path.is_file():
+            if os.path.lexists(path) and not path.is_file():
                 raise UserError(f"Invalid {name} {self.path}: its {path.relative_to(self.path)} is not a file. "
-                                f"Received: a {_kind(path)}. Expected the file a run leaves there: {fix}.")
+                                f"Received: {article(_kind(path))}. Expected the file a run leaves there: {fix}.")
         for path in (self.checkpoints, self.path / "tensorboard", self.export, self.heartbeats, self.fit_inputs):
-            if path.exists() and not path.is_dir():
+            if os.path.lexists(path) and not path.is_dir():
                 raise UserError(f"Invalid {name} {self.path}: its {path.relative_to(self.path)} is not a "
-                                f"directory. Received: a {_kind(path)}. Expected the directory a run leaves there: "
+                                f"directory. Received: {article(_kind(path))}. Expected the directory a run leaves there: "
                                 f"{fix}.")
         for path in (self.metrics, self.evaluator_metrics):
             if path.is_file():
@@ -307,7 +307,10 @@ class RunDir:
 
 
 def _kind(path: Path) -> str:
-    """What is at ``path``, for a message: ``directory``, ``file`` or ``special file``."""
+    """What is at ``path``, for a message: ``directory``, ``file``, ``special file`` or ``symbolic link that leads
+    nowhere`` (to nothing, or in a loop)."""
+    if not path.exists():
+        return "symbolic link that leads nowhere"
     return "directory" if path.is_dir() else "file" if path.is_file() else "special file"
 
 

@@ -102,7 +102,7 @@ def _check_dataset_elements(name: str, dataset) -> None:
 
 
 def check_run_args(*, strategy, cpu_devices, cluster, task, connect_timeout, progress_timeout, seed, model_dir,
-                   shuffle, verbose, callbacks):
+                   shuffle, verbose, callbacks, cluster_resolver=None):
     """Refuse a bad run argument of ``tfdist.fit`` (one line naming it); returns the checked ``RuntimeConfig``
     (its strategy as given: ``auto`` is resolved by ``fit``, which knows whether the process is set up).
 
@@ -130,6 +130,11 @@ def check_run_args(*, strategy, cpu_devices, cluster, task, connect_timeout, pro
     if verbose != "auto" and not isinstance(verbose, numbers.Integral):
         raise UserError(f"Invalid value for `verbose`. Received: verbose={verbose!r}. Expected 0, 1, 2 or 'auto'.")
     _check_callbacks(callbacks)
+    if cluster_resolver is not None and not callable(getattr(cluster_resolver, "cluster_spec", None)):
+        raise UserError(f"Invalid `cluster_resolver`. Received: {short(cluster_resolver, 60)} "
+                        f"({type(cluster_resolver).__name__}). Expected None (TF_CONFIG, or `cluster`) or a "
+                        "tf.distribute.cluster_resolver.ClusterResolver, e.g. tfdist.deploy.in_process."
+                        "in_process_cluster(...).")
     return runtime
 
 
