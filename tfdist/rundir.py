@@ -36,6 +36,9 @@ RESUME_KEYS = {
 #: its checkpoint, as ``RESUME_KEYS``' ``ema_momentum`` is for ``tfdist.train``.
 FIT_RESUME_KEYS = ("batch_size", "ema_momentum", "gradient_accumulation_steps")
 
+#: The TensorBoard logs a run writes, one directory each (``RunDir.tensorboard``).
+TENSORBOARD_SPLITS = ("train", "eval", "evaluator")
+
 #: The line of a checkpoint state file (``checkpoints/checkpoint``, a text ``CheckpointState``): ``key: value``.
 _STATE_LINE = re.compile(r'\s*([a-z_]+)\s*:\s*(".*"|[-+0-9.eE]+)\s*')
 
@@ -106,7 +109,7 @@ class RunDir:
         return self.path / "fit-inputs"
 
     def tensorboard(self, split: str) -> Path:
-        """The TensorBoard log directory of ``split`` (``train``, ``eval``, ``evaluator``)."""
+        """The TensorBoard log directory of ``split`` (one of ``TENSORBOARD_SPLITS``)."""
         return self.path / "tensorboard" / split
 
     @property
@@ -262,7 +265,7 @@ class RunDir:
         """Refuse a damaged run directory, before anything is written or trained over it.
 
         Every file a run leaves must be a file and every folder a folder; ``metrics.jsonl`` (and
-        ``evaluator.jsonl``) one JSON object a line; ``checkpoints/checkpoint`` a checkpoint state naming a
+        ``evaluator.jsonl``) one JSON object a line, ``summary.json`` one; ``checkpoints/checkpoint`` a checkpoint state naming a
         checkpoint that is there. A checkpoint state is written whole (written aside, then renamed), so a damaged
         one was damaged afterwards: resuming would start again from step 0 over the run's checkpoints.
 
@@ -271,11 +274,12 @@ class RunDir:
         """
         fix = f"restore it, or remove the run directory or use a new {name}"
         for path in (self.params, self.fit_record, self.metrics, self.evaluator_metrics, self.summary,
-                     self.checkpoints / "checkpoint"):
+                     self.checkpoints / "checkpoint", self.exported_model):
             if os.path.lexists(path) and not path.is_file():
                 raise UserError(f"Invalid {name} {self.path}: its {path.relative_to(self.path)} is not a file. "
                                 f"Received: {article(_kind(path))}. Expected the file a run leaves there: {fix}.")
-        for path in (self.checkpoints, self.path / "tensorboard", self.export, self.heartbeats, self.fit_inputs):
+        for path in (self.checkpoints, self.path / "tensorboard", *map(self.tensorboard, TENSORBOARD_SPLITS),
+                     self.export, self.saved_model, self.heartbeats, self.fit_inputs):
             if os.path.lexists(path) and not path.is_dir():
                 raise UserError(f"Invalid {name} {self.path}: its {path.relative_to(self.path)} is not a "
                                 f"directory. Received: {article(_kind(path))}. Expected the directory a run leaves there: "
@@ -283,6 +287,8 @@ class RunDir:
         for path in (self.metrics, self.evaluator_metrics):
             if path.is_file():
                 _check_rows(path, name, self.path)
+        if self.summary.is_file():
+            _check_summary(self.summary, name, self.path)
         self._check_checkpoint_state(name)
 
     def _check_checkpoint_state(self, name: str) -> None:
@@ -328,6 +334,18 @@ def _check_rows(path: Path, name: str, run: Path) -> None:
                 raise UserError(f"Invalid {name} {run}: line {number} of its {path.name} is not a JSON object. "
                                 f"Received: {line[:40]!r}. Expected one JSON object a line, as runs append them: "
                                 f"repair or remove that line, or use a new {name}.")
+
+
+def _check_summary(path: Path, name: str, run: Path) -> None:
+    """``summary.json``: one JSON object, as a run writes it whole at its end (a garbled one is damage)."""
+    try:
+        summary = json.loads(path.read_bytes())
+    except ValueError:
+        summary = None
+    if not isinstance(summary, dict):
+        raise UserError(f"Invalid {name} {run}: its {path.name} is not a JSON object. Received: "
+                        f"{path.read_bytes()[:40]!r}. Expected the summary a run writes at its end: restore it, or "
+                        f"remove it (the run's checkpoints stay), or use a new {name}.")
 
 
 def _read_state(path: Path) -> dict[str, list[str]] | None:
