@@ -317,7 +317,6 @@ def check_total_steps(epochs: int, steps_per_epoch: int, *, epochs_name: str = "
     ``epochs_name`` and ``steps_name``: how the caller's user gave them (``--epochs``, or ``epochs`` of
     ``tfdist.fit``).
     """
-    epochs, steps_per_epoch = int(epochs), int(steps_per_epoch)  # a NumPy int's product would wrap around
     if epochs * steps_per_epoch > MAX_STEPS:
         raise UserError(f"Invalid `{epochs_name}` with `{steps_name}`: more steps than a run counts. Received: "
                         f"{epochs_name.lstrip('-')}={epochs} epochs of {steps_name.lstrip('-')}={steps_per_epoch} "

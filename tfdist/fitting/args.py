@@ -29,6 +29,12 @@ def _rows(name: str, value) -> set[int]:
     return counts
 
 
+def python_int(value):
+    """A NumPy integer as Python's ``int``, as Keras' ``fit`` takes either; anything else as it is, for the checks
+    to judge (a bool stays a bool)."""
+    return int(value) if isinstance(value, numbers.Integral) and not isinstance(value, bool) else value
+
+
 def check_positive_int(name: str, value, *, optional: bool = True) -> None:
     """Refuse anything but a positive int that TensorFlow's int64 holds (or None when ``optional``)."""
     if value is None and optional:
@@ -118,7 +124,7 @@ def check_run_args(*, strategy, cpu_devices, cluster, task, connect_timeout, pro
         task="" if task is None else task, connect_timeout=connect_timeout, progress_timeout=progress_timeout)
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
         raise UserError(f"Invalid value for `seed`. Received: seed={seed!r}. Expected None or an integer.")
-    if model_dir is not None and (not isinstance(model_dir, (str, os.PathLike)) or not os.fspath(model_dir)):
+    if model_dir is not None and (not isinstance(model_dir, (str, os.PathLike)) or not os.fspath(model_dir).strip()):
         raise UserError(f"Invalid value for `model_dir`. Received: model_dir={model_dir!r}. Expected None (a "
                         "temporary directory) or a directory path.")
     config_lib.check_runtime(runtime)

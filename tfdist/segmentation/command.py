@@ -65,9 +65,9 @@ def main(argv: list[str], *, hooks: Sequence = ()) -> int:
     only_flags(argv)
     values = flags.FLAGS
     for name in ("model_dir", "dump_weights"):  # given empty (an unset $VAR): not the default it would be
-        if values[name].present and not values[name].value:
-            raise UserError(f"Invalid value for `--{name}`. Received: {name}=''. Expected a directory path (or the flag "
-                            "left out, for its default).")
+        if values[name].present and not values[name].value.strip():
+            raise UserError(f"Invalid value for `--{name}`. Received: {name}={values[name].value!r}. Expected a "
+                            "directory path (or the flag left out, for its default).")
     weights_dir = resolve_dots(values.dump_weights) if values.dump_weights else None
     if weights_dir is not None:
         check_dump_weights(weights_dir)
