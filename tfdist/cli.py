@@ -18,6 +18,17 @@ def fail(message: str, exit_code: int = USAGE_EXIT_CODE) -> NoReturn:
     raise SystemExit(exit_code)
 
 
+def only_flags(argv: Sequence[str]) -> None:
+    """Refuse words that absl left over after the flags (``argv[1:]``): a CLI that takes flags only would
+    otherwise ignore them (a value given to a boolean flag, a mistyped flag without its dashes).
+
+    Raises:
+        UserError: ``argv`` holds more than the program's name.
+    """
+    if len(argv) > 1:
+        raise UserError(f"Unexpected arguments. Received: {' '.join(argv[1:])!r}. Expected only --flags.")
+
+
 def absl_flags_parser(argv: Sequence[str]) -> list[str]:
     """Parse absl flags; a bad flag becomes one line and exit status 2.
 

@@ -127,6 +127,16 @@ def article(noun: str) -> str:
     return f"{'an' if noun[:1] in 'aeiou' else 'a'} {noun}"
 
 
+def resolve_dots(path) -> Path:
+    """``path`` with its ``..`` segments resolved as the kernel resolves them (through symbolic links), so that a
+    directory a ``..`` steps out of is never made; a path without ``..`` as it is.
+
+    Every directory argument that tfdist makes (``--model_dir``, ``model_dir``, ``--dump_weights``) is taken so.
+    """
+    path = Path(path)
+    return Path(os.path.realpath(path)) if ".." in path.parts else path
+
+
 def file_in_the_way(path) -> Path | None:
     """The file at ``path`` or at its nearest existing parent: what stops a directory being made at ``path``.
 
@@ -157,6 +167,9 @@ def check_directory(path, name: str, expected: str, *, writable: bool = True) ->
         UserError: ``path`` is a file, lies under a file, or (``writable``) where nothing can be written.
     """
     received = str(path)
+    unreachable = _unreachable(path)
+    if unreachable:
+        raise UserError(f"Invalid value for `{name}`: {unreachable}. Received: {short(received, 120)}. {expected}")
     blocking = file_in_the_way(path)
     if blocking == Path(path):
         raise UserError(f"Invalid value for `{name}`: not a directory. Received: {received!r}, an existing file. "
@@ -166,6 +179,21 @@ def check_directory(path, name: str, expected: str, *, writable: bool = True) ->
     locked = unwritable_directory(path) if writable else None
     if locked is not None:
         raise UserError(f"Invalid value for `{name}`: {locked} is not writable. Received: {received!r}. {expected}")
+
+
+def _unreachable(path) -> str | None:
+    """Why no directory can be at ``path`` whatever is made on the way (a symbolic link loop, a name too long, a NUL
+    character, a parent this process may not search), or None: nothing is there, or something that
+    ``file_in_the_way`` names."""
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except ValueError as e:  # a NUL character
+        return f"not a path ({e})"
+    except OSError as e:
+        return f"{e.strerror or type(e).__name__}"
+    return None
 
 
 def special_file(path) -> str | None:
@@ -182,6 +210,24 @@ def special_file(path) -> str | None:
         return None
     return ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else
             "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
+
+
+def unwritable_file(path) -> str | None:
+    """Why no file can be written at ``path`` (the system's reason, e.g. "No such file or directory"), or None.
+
+    The write is tried (the file opened to append, so an existing one keeps its bytes, and removed again if it was
+    not there): ``os.access`` calls ``/proc`` and ``/sys`` writable for root. Checked with ``special_file`` first,
+    since opening a FIFO waits for a reader.
+    """
+    existed = os.path.lexists(path)
+    try:
+        with open(path, "ab"):
+            pass
+    except (OSError, ValueError) as e:
+        return getattr(e, "strerror", None) or str(e) or type(e).__name__
+    if not existed:
+        os.remove(path)
+    return None
 
 
 def unwritable_directory(path) -> Path | None:

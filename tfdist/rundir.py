@@ -16,7 +16,7 @@ from typing import Any, Mapping
 import yaml
 
 from tfdist.cluster.task import slug_of
-from tfdist.errors import UserError, check_directory
+from tfdist.errors import UserError, article, check_directory, resolve_dots
 
 #: Settings that must not change between a run and its resumption.
 RESUME_KEYS = {
@@ -35,6 +35,9 @@ RESUME_KEYS = {
 #: are counted in its batches, and the optimizer's moving averages and gradient accumulators are variables of
 #: its checkpoint, as ``RESUME_KEYS``' ``ema_momentum`` is for ``tfdist.train``.
 FIT_RESUME_KEYS = ("batch_size", "ema_momentum", "gradient_accumulation_steps")
+
+#: The TensorBoard logs a run writes, one directory each (``RunDir.tensorboard``).
+TENSORBOARD_SPLITS = ("train", "eval", "evaluator")
 
 #: The line of a checkpoint state file (``checkpoints/checkpoint``, a text ``CheckpointState``): ``key: value``.
 _STATE_LINE = re.compile(r'\s*([a-z_]+)\s*:\s*(".*"|[-+0-9.eE]+)\s*')
@@ -68,11 +71,7 @@ class RunDir:
     path: Path
 
     def __post_init__(self) -> None:
-        path = Path(self.path)
-        if ".." in path.parts:
-            # As the kernel would resolve it, without making the directories that a ``..`` steps out of.
-            path = Path(os.path.realpath(path))
-        object.__setattr__(self, "path", path)
+        object.__setattr__(self, "path", resolve_dots(self.path))
 
     @property
     def params(self) -> Path:
@@ -110,7 +109,7 @@ class RunDir:
         return self.path / "fit-inputs"
 
     def tensorboard(self, split: str) -> Path:
-        """The TensorBoard log directory of ``split`` (``train``, ``eval``, ``evaluator``)."""
+        """The TensorBoard log directory of ``split`` (one of ``TENSORBOARD_SPLITS``)."""
         return self.path / "tensorboard" / split
 
     @property
@@ -152,9 +151,9 @@ class RunDir:
         """
         expected = "Expected a directory this process can write (an existing run's, or a new one)."
         check_directory(self.path, name, expected)
-        if self.params.exists() and not self.params.is_file():
+        if os.path.lexists(self.params) and not self.params.is_file():
             raise UserError(f"Invalid value for `{name}`: its {self.params.name} is not a file. "
-                            f"Received: {str(self.path)!r}. {expected}")
+                            f"Received: {str(self.path)!r}, where it is {article(_kind(self.params))}. {expected}")
 
     def _old_params(self) -> dict:
         """The ``params.yaml`` of the run there (``{}`` without one), as sections of settings."""
@@ -266,7 +265,7 @@ class RunDir:
         """Refuse a damaged run directory, before anything is written or trained over it.
 
         Every file a run leaves must be a file and every folder a folder; ``metrics.jsonl`` (and
-        ``evaluator.jsonl``) one JSON object a line; ``checkpoints/checkpoint`` a checkpoint state naming a
+        ``evaluator.jsonl``) one JSON object a line, ``summary.json`` one; ``checkpoints/checkpoint`` a checkpoint state naming a
         checkpoint that is there. A checkpoint state is written whole (written aside, then renamed), so a damaged
         one was damaged afterwards: resuming would start again from step 0 over the run's checkpoints.
 
@@ -275,18 +274,21 @@ class RunDir:
         """
         fix = f"restore it, or remove the run directory or use a new {name}"
         for path in (self.params, self.fit_record, self.metrics, self.evaluator_metrics, self.summary,
-                     self.checkpoints / "checkpoint"):
-            if path.exists() and not path.is_file():
+                     self.checkpoints / "checkpoint", self.exported_model):
+            if os.path.lexists(path) and not path.is_file():
                 raise UserError(f"Invalid {name} {self.path}: its {path.relative_to(self.path)} is not a file. "
-                                f"Received: a {_kind(path)}. Expected the file a run leaves there: {fix}.")
-        for path in (self.checkpoints, self.path / "tensorboard", self.export, self.heartbeats, self.fit_inputs):
-            if path.exists() and not path.is_dir():
+                                f"Received: {article(_kind(path))}. Expected the file a run leaves there: {fix}.")
+        for path in (self.checkpoints, self.path / "tensorboard", *map(self.tensorboard, TENSORBOARD_SPLITS),
+                     self.export, self.saved_model, self.heartbeats, self.fit_inputs):
+            if os.path.lexists(path) and not path.is_dir():
                 raise UserError(f"Invalid {name} {self.path}: its {path.relative_to(self.path)} is not a "
-                                f"directory. Received: a {_kind(path)}. Expected the directory a run leaves there: "
+                                f"directory. Received: {article(_kind(path))}. Expected the directory a run leaves there: "
                                 f"{fix}.")
         for path in (self.metrics, self.evaluator_metrics):
             if path.is_file():
                 _check_rows(path, name, self.path)
+        if self.summary.is_file():
+            _check_summary(self.summary, name, self.path)
         self._check_checkpoint_state(name)
 
     def _check_checkpoint_state(self, name: str) -> None:
@@ -311,7 +313,10 @@ class RunDir:
 
 
 def _kind(path: Path) -> str:
-    """What is at ``path``, for a message: ``directory``, ``file`` or ``special file``."""
+    """What is at ``path``, for a message: ``directory``, ``file``, ``special file`` or ``symbolic link that leads
+    nowhere`` (to nothing, or in a loop)."""
+    if not path.exists():
+        return "symbolic link that leads nowhere"
     return "directory" if path.is_dir() else "file" if path.is_file() else "special file"
 
 
@@ -329,6 +334,18 @@ def _check_rows(path: Path, name: str, run: Path) -> None:
                 raise UserError(f"Invalid {name} {run}: line {number} of its {path.name} is not a JSON object. "
                                 f"Received: {line[:40]!r}. Expected one JSON object a line, as runs append them: "
                                 f"repair or remove that line, or use a new {name}.")
+
+
+def _check_summary(path: Path, name: str, run: Path) -> None:
+    """``summary.json``: one JSON object, as a run writes it whole at its end (a garbled one is damage)."""
+    try:
+        summary = json.loads(path.read_bytes())
+    except ValueError:
+        summary = None
+    if not isinstance(summary, dict):
+        raise UserError(f"Invalid {name} {run}: its {path.name} is not a JSON object. Received: "
+                        f"{path.read_bytes()[:40]!r}. Expected the summary a run writes at its end: restore it, or "
+                        f"remove it (the run's checkpoints stay), or use a new {name}.")
 
 
 def _read_state(path: Path) -> dict[str, list[str]] | None:

@@ -63,6 +63,18 @@ def drop_latest(run: Path):
         item.unlink()
 
 
+def cut_latest(run: Path):
+    for item in (run / "checkpoints").glob("ckpt-4.data-*"):
+        item.write_bytes(item.read_bytes()[:10])
+
+
+def into_link(name: str, target: str):
+    def change(run: Path):
+        (run / name).unlink()
+        (run / name).symlink_to(target)
+    return change
+
+
 #: (case, how the copy is damaged, what the line must say besides the copy's path).
 DAMAGED = [
     ("params_empty", write("params.yaml", b""), "its params.yaml is empty"),
@@ -82,6 +94,18 @@ DAMAGED = [
     ("checkpoints_a_file", into_file("checkpoints"), "its checkpoints is not a directory. Received: a file"),
     ("export_a_file", into_file("export"), "its export is not a directory. Received: a file"),
     ("tensorboard_a_file", into_file("tensorboard"), "its tensorboard is not a directory. Received: a file"),
+    ("tensorboard_train_a_file", into_file("tensorboard/train"),
+     "its tensorboard/train is not a directory. Received: a file"),
+    ("exported_model_a_dir", into_dir("export/model.keras"),
+     "its export/model.keras is not a file. Received: a directory"),
+    ("summary_garbage", write("summary.json", b"{not json"),
+     "its summary.json is not a JSON object. Received: b'{not json'"),
+    ("metrics_a_link_to_nothing", into_link("metrics.jsonl", "gone.jsonl"),
+     "its metrics.jsonl is not a file. Received: a symbolic link that leads nowhere"),
+    ("params_a_symlink_loop", into_link("params.yaml", "params.yaml"),
+     "its params.yaml is not a file. Received: '{run}', where it is a symbolic link that leads nowhere"),
+    ("checkpoint_data_cut", cut_latest, "checkpoints/ckpt-4.index or its data is damaged (IndexError: Read less bytes "
+     "than requested); an older checkpoint, {run}/checkpoints/ckpt-2, is whole"),
 ]
 
 
@@ -93,7 +117,7 @@ def test_a_damaged_run_directory_is_one_line_and_left_as_it_is(tmp_path, finishe
     damage(run)
     before = snapshot(run)
     result = run_cli("tfdist.train", f"--model_dir={run}", "--epochs=3", *FLAGS, timeout=120)
-    line = assert_user_error(result, re.escape(needle))
+    line = assert_user_error(result, re.escape(needle.replace("{run}", str(run))))
     assert str(run) in line, line
     assert snapshot(run) == before
 

@@ -130,6 +130,11 @@ def drop_latest(path):
         item.unlink()
 
 
+def cut_latest(path):
+    for item in (path / "checkpoints").glob("ckpt-8.data-*"):
+        item.write_bytes(item.read_bytes()[:10])
+
+
 # name -> (tfdist.fit's arguments over `base`, how its model_dir is made or None: a new one). A case on a copy of
 # the run asks for an epoch more, which it would train.
 fresh = regression()
@@ -177,7 +182,27 @@ CASES = {
     "another accumulation": (dict(model_fn=regression(ema_sgd(accumulation=4)), epochs=3), damaged(lambda p: None)),
     "x width on a whole run": (dict(model_fn=regression(ema_sgd()), x=np.zeros((64, 5), np.float32), epochs=3),
                                damaged(lambda p: None)),
+    "tensorboard/train a file": (dict(model_fn=regression(ema_sgd()), epochs=3), damaged(into_file("tensorboard/train"))),
+    "checkpoint data cut": (dict(model_fn=regression(ema_sgd()), epochs=3), damaged(cut_latest)),
+    "model_fn of an argument": (dict(model_fn=lambda a: fresh()), None),
+    "x of no rows": (dict(model_fn=fresh, x=x[:0], y=y[:0]), None),
+    "validation_data of no rows": (dict(model_fn=fresh, validation_data=(x[:0], y[:0])), None),
+    "x of strings": (dict(model_fn=fresh, x=np.full((64, 4), "a")), None),
+    "sample_weight per feature": (dict(model_fn=fresh, sample_weight=np.ones((64, 3), np.float32)), None),
+    "sample_weight a dict": (dict(model_fn=fresh, sample_weight={"a": np.ones(64)}), None),
+    "sample_weight NaN": (dict(model_fn=fresh, sample_weight=np.full(64, np.nan)), None),
+    "sample_weight strings": (dict(model_fn=fresh, sample_weight=np.full(64, "a")), None),
+    "class_weight bool key": (dict(model_fn=classifier, y=np.eye(3, dtype=np.float32)[np.arange(64) % 3],
+                                   class_weight={True: 1.0, 0: 1.0}), None),
+    "empty validation Dataset": (dict(model_fn=fresh, validation_data=dataset.take(0).batch(8)), None),
+    "repeating validation Dataset": (dict(model_fn=fresh, validation_data=dataset.batch(8).repeat()), None),
+    "batch_size 2**63": (dict(model_fn=fresh, batch_size=2**63), None),
+    "strategy ''": (dict(model_fn=fresh, strategy=""), None),
+    "cluster_resolver a name": (dict(model_fn=fresh, cluster_resolver="in_process"), None),
+    "model_dir a symlink loop": (dict(model_fn=fresh, model_dir=str(root / "loop" / "run")), "skip"),
+    "model_dir blank": (dict(model_fn=fresh, model_dir="   "), "skip"),
 }
+(root / "loop").symlink_to("loop")
 out = {}
 for index, (name, (arguments, make)) in enumerate(CASES.items()):
     model_dir = root / f"case-{index}"
@@ -195,6 +220,11 @@ for index, (name, (arguments, make)) in enumerate(CASES.items()):
     after = snapshot(arguments["model_dir"]) if arguments["model_dir"] else None
     out[name] = {"error": error, "untouched": before == after,
                  "cwd_untouched": not Path("fit.yaml").exists() and not Path("checkpoints").exists()}
+
+# Accepted: NumPy integers, as Keras' fit takes them.
+numpy_ints = tfdist.fit(fresh, x, y, batch_size=np.int64(16), epochs=np.int64(2), initial_epoch=np.int64(1),
+                        steps_per_epoch=np.int32(2), seed=np.int64(3), strategy="mirrored", verbose=0)
+out["numpy ints"] = {"epochs": len(numpy_ints.history["loss"])}
 
 # Accepted: `..` resolved as the kernel would, with no directory made for what it steps out of.
 tfdist.fit(fresh, **{**base, "epochs": 1}, model_dir=str(root / "dots" / "missing" / ".." / "run"))
@@ -252,6 +282,27 @@ EXPECTED = {
     "another accumulation": r"it holds a tfdist.fit run with gradient_accumulation_steps=2. Received: "
                             r"gradient_accumulation_steps=4",
     "x width on a whole run": r"Invalid `x` for this model: the model cannot take its examples. Received",
+    "tensorboard/train a file": r"its tensorboard/train is not a directory. Received: a file",
+    "checkpoint data cut": r"its latest checkpoint cannot be read, .*ckpt-8.index or its data is damaged \(IndexError: "
+                           r"Read less bytes than requested\); an older checkpoint, .*ckpt-4, is whole",
+    "model_fn of an argument": r"Invalid `model_fn`: it cannot be called without arguments .*Received: <lambda>\(a\)",
+    "x of no rows": r"Invalid `x`: no rows. Received: arrays of 0 rows",
+    "validation_data of no rows": r"Invalid `validation_data`: no rows",
+    "x of strings": r"Invalid `x` for this model: the model cannot take its examples.*Cast string to float",
+    "sample_weight per feature": r"Invalid `sample_weight` for its targets. Received: weights of shape \(64, 3\) for "
+                                 r"targets of shape \(64, 1\)",
+    "sample_weight a dict": r"Invalid `sample_weight`: a dict for a ndarray of targets",
+    "sample_weight NaN": r"Invalid `sample_weight`: not finite. Received: 64 NaN or infinite weights",
+    "sample_weight strings": r"Invalid `sample_weight`: not numbers. Received: an array of dtype <U1",
+    "class_weight bool key": r"Invalid `class_weight`. Received: \{True: 1.0, 0: 1.0\}",
+    "empty validation Dataset": r"Invalid `validation_data`: an empty tf.data.Dataset",
+    "repeating validation Dataset": r"Missing `validation_steps`. Received: validation_data of unknown length",
+    "batch_size 2**63": r"Invalid value for `batch_size`. Received: batch_size=9223372036854775808. Expected None or a "
+                        r"positive integer below 2\*\*63",
+    "strategy ''": r"Invalid value for `--strategy`. Received: strategy=''",
+    "cluster_resolver a name": r"Invalid `cluster_resolver`. Received: 'in_process' \(str\)",
+    "model_dir a symlink loop": r"Invalid value for `model_dir`: Too many levels of symbolic links",
+    "model_dir blank": r"Invalid value for `model_dir`. Received: model_dir=' '",  # one line: spaces collapse
     "a Dataset of other examples": r"Invalid `x` for this model: the model cannot take its examples \(a Dataset "
                                    r"must yield batches: dataset.batch\(n\)\). Received: inputs of shapes "
                                    r"\[\(2, 3\)\]",
@@ -274,6 +325,11 @@ def test_a_bad_input_is_one_user_error_and_writes_nothing(case, tmp_path_factory
     assert "\n" not in found["error"], found["error"]
     assert found["untouched"], f"{case}: model_dir written or changed"
     assert found["cwd_untouched"], f"{case}: trained into the working directory"
+
+
+@pytest.mark.xdist_group("fit_bad_inputs")
+def test_numpy_integers_are_taken_as_keras_fit_takes_them(tmp_path_factory):
+    assert results(tmp_path_factory)["numpy ints"] == {"epochs": 1}
 
 
 @pytest.mark.xdist_group("fit_bad_inputs")

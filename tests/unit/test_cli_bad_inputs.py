@@ -61,8 +61,13 @@ def inputs(tmp_path):
     (tmp_path / "run" / "export" / "model.keras").write_bytes(bytes(4096))
     (tmp_path / "run" / "params.yaml").write_text("train: {epochs: 1}\n")
     (tmp_path / "pods.yaml").write_text("model: {encoder: mobilenetv2, encoder_weights: /on/the/pods.h5}\n")
+    (tmp_path / "long_label.yaml").write_text(f"worker: [{'a' * 64}.example.com:2222]\n")
+    (tmp_path / "loop").symlink_to("loop")
+    (tmp_path / "config_dir.yaml").mkdir()
+    os.mkfifo(tmp_path / "fifo.h5")
     stop = threading.Event()
-    writer = threading.Thread(target=end_waits, args=([tmp_path / "fifo.png", tmp_path / "fifo.yaml"], stop),
+    writer = threading.Thread(target=end_waits, args=([tmp_path / "fifo.png", tmp_path / "fifo.yaml",
+                                                       tmp_path / "fifo.h5"], stop),
                               daemon=True)
     writer.start()
     yield tmp_path
@@ -101,6 +106,11 @@ def cli(monkeypatch, capsys):
 
 def manifest(*args):
     return ("tfdist.manifest", "--cluster", LOCAL_MWM, "--image", "img", *args)
+
+
+def check(*args):
+    """``tfdist.check`` of one case in one mode: what it would run, were a bad flag let through, is short."""
+    return ("tfdist.check.cli", "--cases=1", "--modes=one_device", *args)
 
 
 #: (case, the CLI and its arguments ({d}: the inputs folder), a regex the one line must match).
@@ -149,6 +159,42 @@ BAD = [
                                 "--overlay_output=/proc/o.png"), "`--overlay_output`.*cannot be written"),
     ("predict_output_in_sys", ("tfdist.predict", "--model_dir={d}/run", "--input_image={d}/ok.png",
                                "--overlay_output=/sys/o.png"), "`--overlay_output`.*cannot be written"),
+    ("manifest_output_fifo", manifest("--output", "{d}/fifo.yaml"), "`--output`: .*fifo.yaml is a FIFO"),
+    ("tfconfig_output_fifo", ("tfdist.tfconfig", "--cluster", LOCAL_MWM, "--task", "worker:0", "--output",
+                              "{d}/fifo.yaml"), "`--output`: .*fifo.yaml is a FIFO"),
+    ("tfconfig_host_label_past_63", ("tfdist.tfconfig", "--cluster", "{d}/long_label.yaml", "--task", "worker:0"),
+     r"`worker\[0\]`.* is not a host name \(labels of 1 to 63"),
+    ("manifest_config_here_a_directory", manifest("--", "--config", "{d}/config_dir.yaml"),
+     "`--config`. Received: '.*config_dir.yaml', which is not a file"),
+    ("train_model_dir_given_empty", ("tfdist.train", "--model_dir="), "`--model_dir`. Received: model_dir=''"),
+    ("train_dump_weights_given_empty", ("tfdist.train", "--model_dir={d}/new", "--dump_weights="),
+     "`--dump_weights`. Received: dump_weights=''"),
+    ("train_model_dir_symlink_loop", ("tfdist.train", "--model_dir={d}/loop/run"),
+     "`--model_dir`: Too many levels of symbolic links"),
+    ("train_model_dir_name_too_long", ("tfdist.train", "--model_dir={d}/" + "a" * 300),
+     "`--model_dir`: File name too long"),
+    ("train_dump_weights_dot_dot_onto_a_file", ("tfdist.train", "--model_dir={d}/new",
+                                               "--dump_weights={d}/missing/../ok.png"),
+     "`--dump_weights`: not a directory. Received: '[^']*/ok.png', an existing file"),
+    ("train_base_filters_past_the_widest_layer", ("tfdist.train", "--model_dir={d}/new", "--base_filters=2049",
+                                                  "--depth=1", "--image_size=8", "--train_examples=8",
+                                                  "--eval_examples=8", "--global_batch_size=8", "--epochs=1",
+                                                  "--strategy=one_device", "--noexport"),
+     "`--base_filters`.*4098 filters in the widest layer. Expected at most 4096"),
+    ("train_encoder_weights_fifo", ("tfdist.train", "--model_dir={d}/new", "--encoder=mobilenetv2",
+                                    "--encoder_weights={d}/fifo.h5"), "`--encoder_weights`: .*fifo.h5 is a FIFO"),
+    ("check_timeout_nan", check("--timeout=nan"), "--timeout must be a finite number"),
+    ("check_output_in_proc", check("--output=/proc/tfdist-check.json"), "`--output`: it cannot be written"),
+    ("check_markdown_fifo", check("--markdown={d}/fifo.yaml"),
+     r"`--markdown`: it cannot be written \(a FIFO"),
+    ("predict_a_stray_word", ("tfdist.predict", "--model_dir={d}/run", "--input_image={d}/ok.png",
+                              "--overlay_output={d}/o.png", "stray"), "Unexpected arguments. Received: 'stray'"),
+    ("predict_overlay_onto_the_input", ("tfdist.predict", "--model_dir={d}/run", "--input_image={d}/ok.png",
+                                        "--overlay_output={d}/ok.png"),
+     "`--overlay_output`: it is the file of --input_image"),
+    ("predict_mask_onto_the_overlay", ("tfdist.predict", "--model_dir={d}/run", "--input_image={d}/ok.png",
+                                       "--overlay_output={d}/o.png", "--mask_output={d}/o.png"),
+     "`--mask_output`: it is the file of --overlay_output"),
     ("predict_mask_output_fifo", ("tfdist.predict", "--model_dir={d}/run", "--input_image={d}/ok.png",
                                   "--overlay_output={d}/o.png", "--mask_output={d}/fifo.png"), "`--mask_output`.*FIFO"),
 ]
@@ -156,7 +202,8 @@ BAD = [
 
 @pytest.mark.parametrize("module, args, match", [(case[1][0], case[1][1:], case[2]) for case in BAD],
                          ids=[case[0] for case in BAD])
-def test_bad_input_is_one_line_with_status_2_and_writes_nothing(cli, inputs, module, args, match):
+def test_bad_input_is_one_line_with_status_2_and_writes_nothing(cli, inputs, monkeypatch, module, args, match):
+    monkeypatch.chdir(inputs)  # what a CLI would write where it runs is in the snapshot too
     before = snapshot(inputs)
     status, out, err = cli(module, *(str(a).format(d=inputs) for a in args))
     assert_user_error((status, out, err), match)

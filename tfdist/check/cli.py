@@ -18,8 +18,8 @@ from absl import flags
 
 from tfdist.check import runs, space, verdict
 from tfdist.check.user import check_name
-from tfdist.cli import run_main
-from tfdist.errors import UserError
+from tfdist.cli import only_flags, require_finite, run_main
+from tfdist.errors import UserError, special_file, unwritable_file
 
 FLAGS = flags.FLAGS
 
@@ -44,6 +44,7 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
                         "replaces, with the command that made it (docs/fit.md's; default: none).", **fv)
     flags.DEFINE_float("timeout", 3600.0, "Seconds the groups of processes may run (side by side).",
                        lower_bound=1.0, **fv)
+    require_finite("timeout", flag_values=flag_values)
 
 
 def _seeds() -> list[int]:
@@ -172,6 +173,10 @@ def check_outputs() -> None:
         if value and (Path(value).is_dir() or not Path(value).parent.is_dir()):
             raise UserError(f"Invalid value for `--{name}`. Received: {value!r}, a directory or a path whose "
                             "folder does not exist. Expected a file path in an existing folder.")
+        problem = value and (special_file(value) or unwritable_file(value))
+        if problem:
+            raise UserError(f"Invalid value for `--{name}`: it cannot be written ({problem}). Received: {value!r}. "
+                            "Expected a writable file path.")
     if FLAGS.page:
         text = Path(FLAGS.page).read_text(errors="replace") if Path(FLAGS.page).is_file() else ""
         if BEGIN not in text or END not in text:
@@ -187,8 +192,7 @@ def write_page(page: Path, report: dict) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) > 1:
-        raise UserError(f"Unexpected arguments. Received: {' '.join(argv[1:])}. Expected only --flags.")
+    only_flags(argv)
     check_outputs()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))  # through run_groups' cleanup
     if FLAGS.model:

@@ -62,9 +62,11 @@ def parse_address(value: Any, *, key: str, where: str) -> tuple[str, int]:
             raise _address_error(where, key, value, "an IPv6 host must be written in brackets, [host]:port")
         if not host:
             raise _address_error(where, key, value, "the host is empty")
-        if not _HOSTNAME_RE.fullmatch(host):
+        labels = host.removesuffix(".").split(".")
+        if not _HOSTNAME_RE.fullmatch(host) or len(host) > 253 or not all(0 < len(label) <= 63 for label in labels):
             raise _address_error(
-                where, key, value, f"{host!r} is not a host name (letters, digits, '-', '_', '.') or an IP address"
+                where, key, value, f"{short(host, 40)} is not a host name (labels of 1 to 63 letters, digits, '-', "
+                "'_', joined by '.', 253 characters at most) or an IP address"
             )
         if re.fullmatch(r"[0-9.]+", host):
             try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from tfdist.errors import UserError
+from tfdist.errors import UserError, special_file
 
 
 def write_output(text: str, output: str | None) -> None:
@@ -17,6 +17,10 @@ def write_output(text: str, output: str | None) -> None:
     if not output:
         sys.stdout.write(text)
         return
+    special = special_file(output)
+    if special:  # writing a FIFO waits for a reader, a device takes the bytes
+        raise UserError(f"Invalid value for `--output`: {output} is {special}, not a regular file. Received: "
+                        f"output={output!r}. Expected a writable file path.")
     try:
         Path(output).write_text(text, encoding="utf-8")
     except OSError as e:

@@ -19,7 +19,7 @@ from tfdist.doctor import probe as doctor
 from tfdist.doctor import meet
 from tfdist.cluster.spec import ENVIRONMENT_CLUSTERS, SLURM, ClusterSpec, source_name
 from tfdist.cluster.task import Task
-from tfdist.cli import require_finite, run_main
+from tfdist.cli import only_flags, require_finite, run_main
 from tfdist.errors import DONE_EXIT_CODE, USAGE_EXIT_CODE, UserError, check_directory
 
 FLAGS = flags.FLAGS
@@ -167,8 +167,7 @@ def gather(task: Task) -> int:
 
 def main(argv: list[str]) -> int:
     """Probe or meet the cluster of the flags (or TF_CONFIG); see the module docstring."""
-    if len(argv) > 1:
-        raise UserError(f"Unexpected arguments. Received: {' '.join(argv[1:])!r}. Expected flags only.")
+    only_flags(argv)
     if FLAGS.strategy is not None:
         strategies.traits(FLAGS.strategy)  # an unknown name is one line on stderr, before any probe
     if FLAGS.cluster and FLAGS.cluster not in ENVIRONMENT_CLUSTERS and not FLAGS.task:

@@ -17,7 +17,7 @@ def _reads_whole(path: str) -> bool:
         reader = tf.train.load_checkpoint(path)
         for name in reader.get_variable_to_shape_map():
             reader.get_tensor(name)
-    except (tf.errors.OpError, ValueError):
+    except (tf.errors.OpError, ValueError, IndexError):  # IndexError: "Read less bytes than requested"
         return False
     return True
 
@@ -80,7 +80,7 @@ class Checkpoints:
         if path:
             try:
                 self.checkpoint.restore(path).assert_existing_objects_matched()
-            except (tf.errors.OpError, ValueError, AssertionError) as e:
+            except (tf.errors.OpError, ValueError, AssertionError, IndexError) as e:  # IndexError: a cut data file
                 raise self._unrestorable(path, e) from None
         self._add_window()
         return path

@@ -18,7 +18,7 @@ from tfdist.engine.controller import Schedule
 from tfdist.engine.task import Task
 from tfdist.errors import Preempted, preempted_exit, UserError, check_keras_backend, short
 from tfdist.fitting import patch
-from tfdist.fitting.args import check_fit_args, check_run_args
+from tfdist.fitting.args import check_fit_args, check_run_args, python_int
 from tfdist.rundir import RunDir
 from tfdist.runtime import driver, who
 
@@ -91,14 +91,17 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy=
     """
     check_keras_backend()
     strategy = _strategy_name(strategy)
+    batch_size, epochs, initial_epoch, steps_per_epoch, validation_steps, seed, cpu_devices = map(
+        python_int, (batch_size, epochs, initial_epoch, steps_per_epoch, validation_steps, seed, cpu_devices))
     source, validation = check_fit_args(
         model_fn, x, y, batch_size=batch_size, epochs=epochs, initial_epoch=initial_epoch,
         steps_per_epoch=steps_per_epoch, validation_data=validation_data, validation_steps=validation_steps,
         sample_weight=sample_weight, class_weight=class_weight, validation_split=validation_split,
         validation_freq=validation_freq)
-    runtime = check_run_args(strategy=strategy or strategies.AUTO, cpu_devices=cpu_devices, cluster=cluster,
-                             task=task, connect_timeout=connect_timeout, progress_timeout=progress_timeout, seed=seed,
-                             model_dir=model_dir, shuffle=shuffle, verbose=verbose, callbacks=callbacks)
+    runtime = check_run_args(strategy=strategies.AUTO if strategy is None else strategy, cpu_devices=cpu_devices,
+                             cluster=cluster, task=task, connect_timeout=connect_timeout,
+                             progress_timeout=progress_timeout, seed=seed, model_dir=model_dir, shuffle=shuffle,
+                             verbose=verbose, callbacks=callbacks, cluster_resolver=cluster_resolver)
     if model_dir is not None:
         RunDir(model_dir).check_fit_resume({"batch_size": batch_size})
     temporary = model_dir is None

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 import numbers
 
-from tfdist.config import check_total_steps
-from tfdist.errors import UserError, short
+from tfdist.config import MAX_STEPS, check_total_steps
+from tfdist.errors import UserError, article, short
 
 
 def _flat(value) -> list:
@@ -29,13 +29,20 @@ def _rows(name: str, value) -> set[int]:
     return counts
 
 
+def python_int(value):
+    """A NumPy integer as Python's ``int``, as Keras' ``fit`` takes either; anything else as it is, for the checks
+    to judge (a bool stays a bool)."""
+    return int(value) if isinstance(value, numbers.Integral) and not isinstance(value, bool) else value
+
+
 def check_positive_int(name: str, value, *, optional: bool = True) -> None:
-    """Refuse anything but a positive int (or None when ``optional``)."""
+    """Refuse anything but a positive int that TensorFlow's int64 holds (or None when ``optional``)."""
     if value is None and optional:
         return
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 1 <= value <= MAX_STEPS:
+        bound = " below 2**63" if isinstance(value, numbers.Integral) and value > MAX_STEPS else ""
         raise UserError(f"Invalid value for `{name}`. Received: {name}={value!r}. Expected "
-                        f"{'None or ' if optional else ''}a positive integer.")
+                        f"{'None or ' if optional else ''}a positive integer{bound}.")
 
 
 def _validation_source(validation_data):
@@ -63,6 +70,8 @@ def _validation_source(validation_data):
             raise UserError(f"Invalid `validation_data`: its arrays' numbers of rows differ. Received: "
                             f"{sorted(counts)}. Expected (x_val, y_val[, sample_weight_val]) with one row of "
                             "each per example.")
+        _check_some_rows("validation_data", counts)
+        _check_weights("validation_data", sample_weight, y_val)
         return source
     received = f"a {type(validation_data).__name__}" + (
         f" of {len(validation_data)}" if isinstance(validation_data, (tuple, list)) else
@@ -81,12 +90,16 @@ def _is_layer(value) -> bool:
 def _check_dataset_elements(name: str, dataset) -> None:
     """A Dataset must yield ``(x, y)`` or ``(x, y, sample_weight)`` batches, as Keras' ``fit`` reads them.
 
-    A scalar part is a single example's (a batch has a dimension of examples): the Dataset was not batched.
+    A scalar part is a single example's (a batch has a dimension of examples): the Dataset was not batched. An
+    empty Dataset (known to be) has no batch to train or validate on.
     """
     spec = dataset.element_spec
     if not (isinstance(spec, tuple) and len(spec) in (2, 3)):
         raise UserError(f"Invalid `{name}`: a tf.data.Dataset of {type(spec).__name__} elements. Expected a "
                         "Dataset of (x, y) or (x, y, sample_weight) batches.")
+    if int(dataset.cardinality()) == 0:
+        raise UserError(f"Invalid `{name}`: an empty tf.data.Dataset. Received: a Dataset of 0 elements. Expected "
+                        "a Dataset of (x, y) batches with at least one batch.")
     scalars = [part for part in _flat(spec) if part.shape.rank == 0]
     if scalars:
         raise UserError(f"Invalid `{name}`: a tf.data.Dataset of single examples (a part of its elements is a "
@@ -95,7 +108,7 @@ def _check_dataset_elements(name: str, dataset) -> None:
 
 
 def check_run_args(*, strategy, cpu_devices, cluster, task, connect_timeout, progress_timeout, seed, model_dir,
-                   shuffle, verbose, callbacks):
+                   shuffle, verbose, callbacks, cluster_resolver=None):
     """Refuse a bad run argument of ``tfdist.fit`` (one line naming it); returns the checked ``RuntimeConfig``
     (its strategy as given: ``auto`` is resolved by ``fit``, which knows whether the process is set up).
 
@@ -111,7 +124,7 @@ def check_run_args(*, strategy, cpu_devices, cluster, task, connect_timeout, pro
         task="" if task is None else task, connect_timeout=connect_timeout, progress_timeout=progress_timeout)
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
         raise UserError(f"Invalid value for `seed`. Received: seed={seed!r}. Expected None or an integer.")
-    if model_dir is not None and (not isinstance(model_dir, (str, os.PathLike)) or not os.fspath(model_dir)):
+    if model_dir is not None and (not isinstance(model_dir, (str, os.PathLike)) or not os.fspath(model_dir).strip()):
         raise UserError(f"Invalid value for `model_dir`. Received: model_dir={model_dir!r}. Expected None (a "
                         "temporary directory) or a directory path.")
     config_lib.check_runtime(runtime)
@@ -123,6 +136,11 @@ def check_run_args(*, strategy, cpu_devices, cluster, task, connect_timeout, pro
     if verbose != "auto" and not isinstance(verbose, numbers.Integral):
         raise UserError(f"Invalid value for `verbose`. Received: verbose={verbose!r}. Expected 0, 1, 2 or 'auto'.")
     _check_callbacks(callbacks)
+    if cluster_resolver is not None and not callable(getattr(cluster_resolver, "cluster_spec", None)):
+        raise UserError(f"Invalid `cluster_resolver`. Received: {short(cluster_resolver, 60)} "
+                        f"({type(cluster_resolver).__name__}). Expected None (TF_CONFIG, or `cluster`) or a "
+                        "tf.distribute.cluster_resolver.ClusterResolver, e.g. tfdist.deploy.in_process."
+                        "in_process_cluster(...).")
     return runtime
 
 
@@ -149,6 +167,7 @@ def check_fit_args(model_fn, x, y, *, batch_size, epochs, initial_epoch, steps_p
     if not callable(model_fn) or _is_layer(model_fn):
         raise UserError(f"Invalid `model_fn`. Received: a {type(model_fn).__name__} ({model_fn!r:.60}). Expected "
                         "a function that builds and compiles a keras.Model, called inside the strategy's scope.")
+    _check_no_arguments(model_fn)
     if not (isinstance(epochs, int) and not isinstance(epochs, bool) and isinstance(initial_epoch, int)
             and not isinstance(initial_epoch, bool) and epochs >= 1 and 0 <= initial_epoch < epochs):
         raise UserError(f"Invalid `epochs`/`initial_epoch`. Received: epochs={epochs!r}, "
@@ -169,9 +188,56 @@ def check_fit_args(model_fn, x, y, *, batch_size, epochs, initial_epoch, steps_p
         raise UserError("Missing `steps_per_epoch`. Received: an input of unknown length (a dataset_fn, or a "
                         "Dataset that repeats or whose length TensorFlow does not know). Expected "
                         "steps_per_epoch=N.")
+    if validation_steps is None and validation is not None and validation.unknown_length():
+        raise UserError("Missing `validation_steps`. Received: validation_data of unknown length (a Dataset that "
+                        "repeats or whose length TensorFlow does not know), which no evaluation would finish. "
+                        "Expected validation_steps=N.")
     if at is not None:
         source, validation = source.split(at)
     return source, validation
+
+
+def _check_no_arguments(model_fn) -> None:
+    """``model_fn`` is called with no argument: refuse one whose signature needs some."""
+    import inspect
+
+    try:
+        signature = inspect.signature(model_fn)
+    except (TypeError, ValueError):  # no signature to read (a builtin): its call says
+        return
+    try:
+        signature.bind()
+    except TypeError as e:
+        raise UserError(f"Invalid `model_fn`: it cannot be called without arguments ({e}). Received: "
+                        f"{getattr(model_fn, '__name__', type(model_fn).__name__)}{signature}. Expected a function "
+                        "of no arguments that builds and compiles a keras.Model.") from None
+
+
+def _check_weights(name: str, weights, targets) -> None:
+    """Sample weights as Keras' loss takes them: for one array of targets, one array of finite numbers whose shape
+    is the targets' first dimensions (a weight per example, or per timestep); a structure of them for a structure
+    of targets, of the same kind."""
+    import numpy as np
+
+    if weights is None:
+        return
+    expected = (f"Expected finite numbers, one per example (shape (rows,)) or per timestep, shaped as the first "
+                f"dimensions of {'y_val' if name != 'sample_weight' else 'y'}, as Keras' fit takes them.")
+    if isinstance(weights, dict) != isinstance(targets, dict):
+        raise UserError(f"Invalid `{name}`: {article(type(weights).__name__)} for {article(type(targets).__name__)} "
+                        f"of targets. Received: {short(weights, 60)}. {expected}")
+    if not (hasattr(weights, "shape") and hasattr(targets, "shape")):
+        return  # a structure of weights, or of targets: Keras matches them itself
+    array = np.asarray(weights)
+    if array.dtype.kind not in "biuf":
+        raise UserError(f"Invalid `{name}`: not numbers. Received: an array of dtype {array.dtype}. {expected}")
+    if not np.isfinite(array).all():
+        raise UserError(f"Invalid `{name}`: not finite. Received: {int((~np.isfinite(array)).sum())} NaN or "
+                        f"infinite weights. {expected}")
+    shape, target_shape = tuple(array.shape), tuple(targets.shape)
+    if shape != target_shape[:len(shape)]:
+        raise UserError(f"Invalid `{name}` for its targets. Received: weights of shape {shape} for targets of "
+                        f"shape {target_shape}. {expected}")
 
 
 def training_rows(rows: int, validation_split: float) -> int:
@@ -245,13 +311,21 @@ def _check_inputs(source, batch_size) -> None:
     if len(counts) != 1:
         raise UserError(f"Invalid `x`/`y`{'/`sample_weight`' if sample_weight is not None else ''}: their numbers "
                         f"of rows differ. Received: {sorted(counts)}. Expected one row of each per example.")
+    _check_some_rows("x", counts)
+    _check_weights("sample_weight", sample_weight, y)
+
+
+def _check_some_rows(name: str, counts: set[int]) -> None:
+    """Arrays of one number of rows (``counts``) hold at least one example."""
+    if counts == {0}:
+        raise UserError(f"Invalid `{name}`: no rows. Received: arrays of 0 rows. Expected at least one example.")
 
 
 def _check_class_weight(class_weight, source) -> None:
     """``{class index: weight}``, for one target, without sample weights (as Keras' ``fit`` takes it)."""
     if not isinstance(class_weight, dict) or not class_weight or not all(
-            isinstance(k, numbers.Integral) and k >= 0 and isinstance(v, numbers.Real) and 0 <= v < float("inf")
-            for k, v in class_weight.items()):
+            isinstance(k, numbers.Integral) and not isinstance(k, bool) and k >= 0 and isinstance(v, numbers.Real)
+            and not isinstance(v, bool) and 0 <= v < float("inf") for k, v in class_weight.items()):
         raise UserError(f"Invalid `class_weight`. Received: {class_weight!r:.80}. Expected a dict "
                         "{class index >= 0: finite weight >= 0}, e.g. {0: 1.0, 1: 5.0}.")
     x, y, dataset = source.x, source.y, source.is_dataset

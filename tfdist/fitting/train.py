@@ -94,7 +94,7 @@ def _check_takes(model, sample, name: str, *, batched_by_user: bool):
     try:
         with model.distribute_strategy.scope():
             return model(sample[0], training=False)
-    except (ValueError, TypeError, tf.errors.InvalidArgumentError) as e:
+    except (ValueError, TypeError, tf.errors.InvalidArgumentError, tf.errors.UnimplementedError) as e:
         shapes = [tuple(t.shape) for t in tf.nest.flatten(sample[0])]
         hint = " (a Dataset must yield batches: dataset.batch(n))" if batched_by_user else ""
         raise UserError(f"Invalid `{name}` for this model: the model cannot take its examples{hint}. Received: "

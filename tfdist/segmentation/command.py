@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 from typing import Sequence
 
 from absl import flags
@@ -17,8 +18,8 @@ from absl import flags
 from tfdist import config as config_lib
 from tfdist import strategies
 from tfdist.segmentation import config as experiment_config
-from tfdist.cli import run_main
-from tfdist.errors import UserError, check_directory
+from tfdist.cli import only_flags, run_main
+from tfdist.errors import UserError, check_directory, resolve_dots
 
 _DEFINE = {bool: flags.DEFINE_boolean, int: flags.DEFINE_integer, float: flags.DEFINE_float, str: flags.DEFINE_string}
 
@@ -61,15 +62,19 @@ def main(argv: list[str], *, hooks: Sequence = ()) -> int:
     from absl import logging
 
     logging.set_verbosity(logging.WARNING)  # TensorFlow's Python INFO lines are noise here
-    if len(argv) > 1:
-        raise UserError(f"Unexpected arguments. Received: {' '.join(argv[1:])}. Expected only --flags.")
+    only_flags(argv)
     values = flags.FLAGS
-    if values.dump_weights:
-        check_dump_weights(values.dump_weights)
+    for name in ("model_dir", "dump_weights"):  # given empty (an unset $VAR): not the default it would be
+        if values[name].present and not values[name].value.strip():
+            raise UserError(f"Invalid value for `--{name}`. Received: {name}={values[name].value!r}. Expected a "
+                            "directory path (or the flag left out, for its default).")
+    weights_dir = resolve_dots(values.dump_weights) if values.dump_weights else None
+    if weights_dir is not None:
+        check_dump_weights(weights_dir)
     from tfdist.segmentation.experiment import run
 
     config = experiment_config.build_config(values.config, given_fields(values))
-    summary = run(config, weights_dir=values.dump_weights, hooks=tuple(hooks))
+    summary = run(config, weights_dir=weights_dir, hooks=tuple(hooks))
     if "eval" in summary and not summary.get("is_chief", True):
         print(f"final eval: mean_iou {summary['eval']['mean_iou']:.4f} "
               f"(this worker writes nothing; the chief's outputs are in {summary['model_dir']})", flush=True)
@@ -143,6 +148,8 @@ def _checked_config(experiment: str | None, given: dict) -> experiment_config.Co
         try:
             config_lib.resolve_experiment_path(experiment)
         except UserError:
+            if os.path.lexists(experiment):  # here, but a directory or a FIFO: not a file on the tasks' hosts either
+                raise
             for name, value in given.items():
                 if name not in READ_WITH_OTHERS:
                     experiment_config.validate(config_lib.override(config, {name: value}))

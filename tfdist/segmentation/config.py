@@ -15,7 +15,7 @@ from tfdist import config as config_lib
 from tfdist import strategies
 from tfdist import data as data_lib
 from tfdist.config import RuntimeConfig, check_at_least, check_choice
-from tfdist.errors import UserError
+from tfdist.errors import UserError, special_file
 from tfdist.models.norms import resolve_norm
 
 DATASETS = tuple(data_lib.DATASETS)
@@ -26,6 +26,9 @@ LR_DECAYS = ("cosine", "none")
 
 #: Masks are 8-bit class indices; larger images than this do not fit a host's memory in a batch.
 MAX_NUM_CLASSES, MAX_IMAGE_SIZE = 256, 4096
+#: The most filters of the UNet's widest layer (``base_filters * 2**depth``): one 3x3 convolution of that width
+#: already holds 600 MB of weights.
+MAX_FILTERS = 4096
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,6 +188,11 @@ def _check_data(data: DataConfig, model: ModelConfig) -> DataConfig:
             f"Invalid value for `--image_size`. Received: image_size={data.image_size} with depth={model.depth}. "
             f"Expected a multiple of 2**depth={2**model.depth}."
         )
+    widest = model.base_filters * 2**model.depth if model.encoder == "unet" else model.base_filters
+    if widest > MAX_FILTERS:
+        raise UserError(f"Invalid value for `--base_filters`. Received: base_filters={model.base_filters} with "
+                        f"encoder={model.encoder}, depth={model.depth}: {widest} filters in the widest layer. "
+                        f"Expected at most {MAX_FILTERS} (base_filters * 2**depth for the unet encoder).")
     return dataclasses.replace(data, num_classes=num_classes)
 
 
@@ -198,6 +206,10 @@ def check_encoder_weights(encoder: str, path: str) -> None:
     if encoder != "mobilenetv2":
         raise UserError(f"Unexpected `--encoder_weights` with encoder={encoder!r}. Received: encoder_weights={path!r}. "
                         f"{expected}")
+    special = special_file(path)
+    if special:  # reading a FIFO waits for a writer
+        raise UserError(f"Invalid value for `--encoder_weights`: {path} is {special}, not a regular file. "
+                        f"Received: encoder_weights={path!r}. {expected}")
     try:
         head = Path(path).read_bytes()[:8]  # a directory or a missing file: OSError
     except OSError as e:
