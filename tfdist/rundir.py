@@ -265,9 +265,9 @@ class RunDir:
         """Refuse a damaged run directory, before anything is written or trained over it.
 
         Every file a run leaves must be a file and every folder a folder; ``metrics.jsonl`` (and
-        ``evaluator.jsonl``) one JSON object a line, ``summary.json`` one; ``checkpoints/checkpoint`` a checkpoint state naming a
-        checkpoint that is there. A checkpoint state is written whole (written aside, then renamed), so a damaged
-        one was damaged afterwards: resuming would start again from step 0 over the run's checkpoints.
+        ``evaluator.jsonl``) one JSON object a line, ``summary.json`` one; ``checkpoints/checkpoint`` a checkpoint
+        state naming a checkpoint that is there. A checkpoint state is written whole (written aside, then renamed),
+        so a damaged one was damaged afterwards: resuming would start again from step 0 over the run's checkpoints.
 
         Raises:
             UserError: one line naming the file, what is wrong with it and what to do.
@@ -282,8 +282,8 @@ class RunDir:
                      self.export, self.saved_model, self.heartbeats, self.fit_inputs):
             if os.path.lexists(path) and not path.is_dir():
                 raise UserError(f"Invalid {name} {self.path}: its {path.relative_to(self.path)} is not a "
-                                f"directory. Received: {article(_kind(path))}. Expected the directory a run leaves there: "
-                                f"{fix}.")
+                                f"directory. Received: {article(_kind(path))}. Expected the directory a run leaves "
+                                f"there: {fix}.")
         for path in (self.metrics, self.evaluator_metrics):
             if path.is_file():
                 _check_rows(path, name, self.path)
