@@ -134,8 +134,8 @@ def test_a_signal_to_one_worker_stops_both_at_one_step_saves_it_and_the_same_com
 
 
 #: A Keras script with tfdist's line for parameter_server: the same on every task (ps and workers serve
-#: inside setup); the chief's model.fit is trained by tfdist.fit's coordinator loop, once (the chief's end
-#: ends the serving tasks). What tfdist.fit cannot take is refused before it.
+#: inside setup); the chief's model.fit is trained by tfdist.fit's coordinator loop, once (the serving tasks
+#: end when the chief's script ends, with its status). What tfdist.fit cannot take is refused before it.
 PS_SCRIPT = source() + """
 import json, sys
 import tfdist
