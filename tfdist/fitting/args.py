@@ -214,26 +214,28 @@ def _check_no_arguments(model_fn) -> None:
 
 
 def _check_weights(name: str, weights, targets) -> None:
-    """Sample weights as Keras' loss takes them: for one array of targets, one array of finite numbers whose shape
-    is the targets' first dimensions (a weight per example, or per timestep); a structure of them for a structure
-    of targets, of the same kind."""
+    """Sample weights as Keras' loss takes them: an array of finite numbers, whose shape is the targets' first
+    dimensions (a weight per example, or per timestep) for one array of targets, and which every output takes for
+    a structure of targets; or a structure of them for a structure of targets, of the same kind."""
     import numpy as np
 
     if weights is None:
         return
     expected = (f"Expected finite numbers, one per example (shape (rows,)) or per timestep, shaped as the first "
                 f"dimensions of {'y_val' if name != 'sample_weight' else 'y'}, as Keras' fit takes them.")
-    if isinstance(weights, dict) != isinstance(targets, dict):
+    if isinstance(weights, dict) and not isinstance(targets, dict):
         raise UserError(f"Invalid `{name}`: {article(type(weights).__name__)} for {article(type(targets).__name__)} "
                         f"of targets. Received: {short(weights, 60)}. {expected}")
-    if not (hasattr(weights, "shape") and hasattr(targets, "shape")):
-        return  # a structure of weights, or of targets: Keras matches them itself
+    if not hasattr(weights, "shape"):
+        return  # a structure of weights: Keras matches it to the targets' itself
     array = np.asarray(weights)
     if array.dtype.kind not in "biuf":
         raise UserError(f"Invalid `{name}`: not numbers. Received: an array of dtype {array.dtype}. {expected}")
     if not np.isfinite(array).all():
         raise UserError(f"Invalid `{name}`: not finite. Received: {int((~np.isfinite(array)).sum())} NaN or "
                         f"infinite weights. {expected}")
+    if not hasattr(targets, "shape"):
+        return  # one array of weights that each output of a structure of targets takes
     shape, target_shape = tuple(array.shape), tuple(targets.shape)
     if shape != target_shape[:len(shape)]:
         raise UserError(f"Invalid `{name}` for its targets. Received: weights of shape {shape} for targets of "
