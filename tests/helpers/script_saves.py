@@ -9,11 +9,10 @@ waits was written by another worker. Before them: a save the chief alone makes; 
 "Multi-worker training with Keras" tutorial writes them, a ``Model.save`` and a ``CheckpointManager.save`` that
 name the chief's path on the chief and a path of its own on each other worker, which that worker deletes after
 (its own files are written, as the script says). Then
-``tf.distribute.MultiWorkerMirroredStrategy()`` again (and its deprecated ``experimental`` alias), every other
-strategy that the process must refuse, a save of each worker's own file inside
-``tfdist.saves_on_every_worker()``, and a save that Keras refuses. Last, after the ``RESULTS`` line, every worker
-but the chief saves from a line the chief never reaches: it ends with one ``error:`` line once the chief's script
-has ended.
+``tf.distribute.MultiWorkerMirroredStrategy()`` again, every other strategy that the process must refuse, a save
+of each worker's own file inside ``tfdist.saves_on_every_worker()``, and a save that Keras refuses. Last, after the
+``RESULTS`` line, every worker but the chief saves from a line the chief never reaches: it ends with one
+``error:`` line once the chief's script has ended.
 """
 
 import json
@@ -196,7 +195,6 @@ results["Model.export"] = {"tags": saved_tags(path), "same": same(reloaded.serve
 
 refused = {}
 results["again"] = tf.distribute.MultiWorkerMirroredStrategy() is strategy
-results["again_experimental"] = tf.distribute.experimental.MultiWorkerMirroredStrategy() is strategy
 for name, make in [
         ("MirroredStrategy", lambda: tf.distribute.MirroredStrategy()),
         ("CentralStorageStrategy", lambda: tf.distribute.experimental.CentralStorageStrategy()),

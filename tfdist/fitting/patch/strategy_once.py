@@ -1,6 +1,5 @@
-"""One strategy per process across workers: a second ``MultiWorkerMirroredStrategy`` construction (its deprecated
-``tf.distribute.experimental`` alias too) returns the first, and any other strategy built after one across workers
-is refused with one line (TensorFlow would crash)."""
+"""One strategy per process across workers: a second ``MultiWorkerMirroredStrategy`` construction returns the
+first, and any other strategy built after one across workers is refused with one line (TensorFlow would crash)."""
 
 from __future__ import annotations
 
@@ -13,9 +12,8 @@ _made: dict = {}
 
 
 def install() -> None:
-    """Make ``tf.distribute.MultiWorkerMirroredStrategy`` (and its subclass, the deprecated
-    ``tf.distribute.experimental`` alias, which TensorFlow makes interchangeable with it) return the process' first
-    instance, and every other strategy class refuse to be built in a process across workers; idempotent."""
+    """Make ``tf.distribute.MultiWorkerMirroredStrategy`` return the process' first instance, and every other
+    strategy class refuse to be built in a process across workers; idempotent."""
     import tensorflow as tf
 
     cls = tf.distribute.MultiWorkerMirroredStrategy
@@ -24,7 +22,7 @@ def install() -> None:
     new, init = cls.__new__, cls.__init__
 
     def __new__(klass, *args, **kwargs):
-        made = first() if issubclass(klass, cls) else None
+        made = first() if klass is cls else None
         if made is None:
             return new(klass) if new is object.__new__ else new(klass, *args, **kwargs)
         if _key(args, kwargs) != _made.get("key", _key((), {})):
