@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from helpers.clis import REPO, assert_user_error, run_cli
-from tfdist.check import space, verdict
+from tfdist.check import runs, space, verdict
 from tfdist.check.cli import BEGIN, END, cells, page_block, render, run_command
 
 DRAWS = [space.draw(seed) for seed in space.seeds(600, 0)]
@@ -27,13 +27,15 @@ def test_the_draws_cover_every_choice_of_the_space():
     for case in DRAWS:
         for family, values in case.families().items():
             seen[family] |= set(values)
-    assert seen["model"] == set(space.MODELS)
+    assert seen["model"] == set(space.MODELS) | set(space.UNSUPERVISED)
     assert seen["optimizer"] == set(space.OPTIMIZERS)
     assert seen["clip"] == set(space.CLIPS)
-    assert seen["callback"] == set(space.CALLBACKS)
+    assert seen["callback"] == set(space.CALLBACKS) | set(space.WATCHERS)
     assert seen["metric"] == {name for table in space.METRICS.values() for name, _ in table}
     assert {"divides", "last batch splits evenly", "last batch splits unevenly", "Dataset", "numpy",
-            "sample_weight", "class_weight"} <= seen["input"]
+            "sample_weight", "class_weight", "PyDataset", "generator", "x alone", "shuffle=True", "initial_epoch=1",
+            "resumed by BackupAndRestore"} <= seen["input"]
+    assert set(space.UNSUPERVISED) <= seen["model"]
     assert {"validation_data", "validation_split", "validation_freq=2"} <= seen["validation"]
     assert {"steps_per_execution=2", "jit_compile=True", "mixed_float16"} <= seen["compile"]
     assert {"use_ema=True", "gradient_accumulation_steps=2", "LearningRateSchedule", "LossScaleOptimizer",
@@ -52,6 +54,15 @@ def test_every_draw_is_a_setup_keras_accepts():
                                                           "SetLearningRate"))
         assert not (case.sample_weight and case.class_weight)
         assert case.rows >= 2 * case.batch and (case.validation_freq == 1 or case.validation)
+        if case.source != "numpy" or case.dataset:  # Keras takes these with arrays alone
+            assert not (case.sample_weight or case.validation == "split")
+        if case.source == "generator" or case.dataset:
+            assert not case.shuffle  # Keras shuffles neither (it is drawn where it means something)
+        assert not (case.source == "generator" and case.class_weight)
+        if case.x_alone:
+            assert not (case.metrics or case.sample_weight or case.class_weight or case.validation)
+            assert case.source == "numpy" and not case.mixed_precision and not case.loss_scale
+        assert not case.resumed or (case.watcher == "BackupAndRestore" and not case.initial_epoch)
 
 
 def _result(loss=(1.0, 0.5), weight=1.0, iterations=4, **extra):
@@ -70,6 +81,33 @@ def test_a_result_within_the_tolerance_is_equal_and_one_beyond_it_differs_naming
     assert missing["class"] == "differs" and "loss (missing" in missing["detail"]
     shorter = verdict.verdict(_result(loss=(1.0,)), want, tol=1e-6)
     assert shorter["class"] == "differs"
+
+
+def _written(directory, event_files=1, loss="0.5"):
+    (directory / "tensorboard" / "train").mkdir(parents=True)
+    for i in range(event_files):
+        (directory / "tensorboard" / "train" / f"events.out.tfevents.{i}.host{i}.v2").write_bytes(b"x")
+    (directory / "best.keras").write_bytes(b"zip")
+    (directory / "log.csv").write_text(f"epoch,loss\n0,1.0\n1,{loss}\n")
+    return runs.files(str(directory))
+
+
+def test_the_files_callbacks_wrote_are_equal_only_as_one_device_wrote_them(tmp_path):
+    want = _written(tmp_path / "one")
+    assert want["tensorboard/train/events.out.tfevents.*"] == 1
+    assert want["log.csv"] == {"columns": ["epoch", "loss"], "rows": [[0.0, 1.0], [1.0, 0.5]]}
+    close = verdict.verdict(_result(files=_written(tmp_path / "close", loss="0.5000001")), _result(files=want),
+                            tol=1e-6)
+    assert close["class"] == "equal"
+    twice = verdict.verdict(_result(files=_written(tmp_path / "twice", event_files=2)), _result(files=want),
+                            tol=1e-6)
+    assert twice["class"] == "differs" and twice["detail"].startswith("files") and "2 written vs 1" in twice["detail"]
+    off = verdict.verdict(_result(files=_written(tmp_path / "off", loss="0.6")), _result(files=want), tol=1e-6)
+    assert off["class"] == "differs" and "log.csv" in off["detail"]
+    (tmp_path / "more").mkdir()
+    (tmp_path / "more" / "stray.keras").write_bytes(b"zip")
+    extra = {**_written(tmp_path / "more" / "run"), **runs.files(str(tmp_path / "more"))}
+    assert verdict.verdict(_result(files=extra), _result(files=want), tol=1e-6)["class"] == "differs"
 
 
 def test_refusals_and_crashes_keep_their_line_and_an_asynchronous_mode_needs_only_to_train():

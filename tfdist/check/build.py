@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
 
 import numpy as np
 
@@ -15,6 +17,8 @@ HELD_OUT = 40
 def data(case: Case, rows: int, offset: int = 0):
     """``(x, y)`` of ``rows`` examples for ``case``, fixed by its seed (``offset`` draws other rows)."""
     rng = np.random.default_rng([case.seed, offset])
+    if case.x_alone:
+        return rng.normal(size=(rows, 8)).astype("float32"), None
     if case.model == "embedding":
         x = rng.integers(0, 50, size=(rows, 6)).astype("int32")
         score = (x % 7).mean(axis=1) - 3.0
@@ -97,6 +101,88 @@ def guide_model(inputs, outputs):
     return GuideModel(inputs, outputs)
 
 
+def gan_model():
+    """keras.io's GAN: a discriminator and a generator, each with an optimizer of its own, its own ``compile``
+    and ``train_step`` and no ``call()``. Its noise is drawn from the real examples (each example its own), so
+    that N replicas see one device's noise."""
+    import keras
+    import tensorflow as tf
+
+    ops, layers = keras.ops, keras.layers
+
+    class GAN(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.discriminator = keras.Sequential([keras.Input((8,)), layers.Dense(8, activation="relu"),
+                                                   layers.Dense(1)])
+            self.generator = keras.Sequential([keras.Input((4,)), layers.Dense(8, activation="relu"), layers.Dense(8)])
+            self.d_loss_tracker = keras.metrics.Mean(name="d_loss")
+            self.g_loss_tracker = keras.metrics.Mean(name="g_loss")
+
+        def compile(self, d_optimizer, g_optimizer, loss_fn, **kwargs):
+            super().compile(**kwargs)
+            self.d_optimizer, self.g_optimizer, self.loss_fn = d_optimizer, g_optimizer, loss_fn
+
+        @property
+        def metrics(self):
+            return [self.d_loss_tracker, self.g_loss_tracker]
+
+        def train_step(self, real):
+            noise = ops.tanh(real[:, :4] + real[:, 4:])
+            rows = ops.shape(real)[0]
+            labels = ops.concatenate([ops.ones((rows, 1)), ops.zeros((rows, 1))], axis=0)
+            with tf.GradientTape() as tape:
+                d_loss = self.loss_fn(labels, self.discriminator(ops.concatenate([self.generator(noise), real])))
+            weights = self.discriminator.trainable_weights
+            self.d_optimizer.apply_gradients(zip(tape.gradient(d_loss, weights), weights))
+            with tf.GradientTape() as tape:
+                g_loss = self.loss_fn(ops.zeros((rows, 1)), self.discriminator(self.generator(noise)))
+            weights = self.generator.trainable_weights
+            self.g_optimizer.apply_gradients(zip(tape.gradient(g_loss, weights), weights))
+            self.d_loss_tracker.update_state(d_loss)
+            self.g_loss_tracker.update_state(g_loss)
+            return {"d_loss": self.d_loss_tracker.result(), "g_loss": self.g_loss_tracker.result()}
+
+    return GAN()
+
+
+def autoencoder_model():
+    """An autoencoder shaped as keras.io's VAE: ``fit(x)`` with no targets, its own ``train_step`` and loss
+    trackers, a loss summed over features and averaged over the batch; compiled with ``mse`` for ``evaluate``."""
+    import keras
+    import tensorflow as tf
+
+    ops, layers = keras.ops, keras.layers
+
+    class AutoEncoder(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.encoder, self.decoder = layers.Dense(3, activation="tanh"), layers.Dense(8)
+            self.total_loss_tracker = keras.metrics.Mean(name="total_loss")
+            self.reconstruction_loss_tracker = keras.metrics.Mean(name="reconstruction_loss")
+
+        def call(self, x):
+            return self.decoder(self.encoder(x))
+
+        @property
+        def metrics(self):
+            return [self.total_loss_tracker, self.reconstruction_loss_tracker]
+
+        def train_step(self, x):
+            with tf.GradientTape() as tape:
+                code = self.encoder(x)
+                reconstruction = ops.mean(ops.sum(ops.square(x - self.decoder(code)), axis=1))
+                total = reconstruction + 0.01 * ops.mean(ops.sum(ops.square(code), axis=1))
+            self.optimizer.apply(tape.gradient(total, self.trainable_weights), self.trainable_weights)
+            self.total_loss_tracker.update_state(total)
+            self.reconstruction_loss_tracker.update_state(reconstruction)
+            return {m.name: m.result() for m in self.metrics}
+
+    model = AutoEncoder()
+    model(keras.Input((8,)))
+    return model
+
+
 def model_fn(case: Case):
     """``() -> keras.Model``: the case's model, compiled, with the same initial weights at every call."""
 
@@ -104,6 +190,16 @@ def model_fn(case: Case):
         import keras
 
         keras.utils.set_random_seed(case.seed % 2**31)
+        if case.model == "gan":
+            model = gan_model()
+            model.compile(d_optimizer=_optimizer(case), g_optimizer=_optimizer(case),
+                          loss_fn=keras.losses.BinaryCrossentropy(from_logits=True),
+                          steps_per_execution=case.steps_per_execution)
+            return model
+        if case.model == "autoencoder":
+            model = autoencoder_model()
+            model.compile(optimizer=_optimizer(case), loss="mse", steps_per_execution=case.steps_per_execution)
+            return model
         previous = keras.mixed_precision.global_policy()
         if case.mixed_precision:
             keras.mixed_precision.set_global_policy("mixed_float16")
@@ -154,8 +250,53 @@ def _layers(case: Case):
     return keras.Model(inputs, head(hidden))
 
 
-def callbacks(case: Case) -> list:
-    """Fresh instances of the case's callbacks (a callback keeps state across a run)."""
+class Interrupted(Exception):
+    """What stops the first ``fit`` of a resumed case, as a crash would."""
+
+
+def callbacks(case: Case, directory: str | None = None, *, interrupt: bool = False) -> list:
+    """Fresh instances of the case's callbacks (a callback keeps state across a run); those that write files
+    write under ``directory``; ``interrupt``: the first ``fit`` of a resumed case, stopped after its first epoch."""
+    import keras
+
+    made = _watcher(case, directory) if case.watcher else []
+    if interrupt:
+        class Interrupt(keras.callbacks.Callback):
+            def on_epoch_begin(self, epoch, logs=None):
+                if epoch > case.initial_epoch:
+                    raise Interrupted(f"stopped at the beginning of epoch {epoch}")
+
+        made.append(Interrupt())
+    return _changer(case) + made
+
+
+def _watcher(case: Case, directory: str | None) -> list:
+    """The case's callback of ``WATCHERS``, writing under ``directory``."""
+    import keras
+
+    monitor = {"gan": "d_loss", "autoencoder": "total_loss"}.get(case.model, "loss")
+    path = lambda name: os.path.join(directory, name)  # noqa: E731
+    if case.watcher == "TensorBoard":
+        return [keras.callbacks.TensorBoard(log_dir=path("tensorboard"))]
+    if case.watcher == "ModelCheckpoint":
+        weights_only = case.x_alone  # a subclassed model without get_config saves its weights
+        name = "best.weights.h5" if weights_only else "best.keras"
+        return [keras.callbacks.ModelCheckpoint(path(name), monitor=monitor, mode="min", save_best_only=True,
+                                                save_weights_only=weights_only)]
+    if case.watcher == "CSVLogger":
+        return [keras.callbacks.CSVLogger(path("log.csv"))]
+    if case.watcher == "BackupAndRestore":
+        return [keras.callbacks.BackupAndRestore(path("backup"))]
+    if case.watcher == "TerminateOnNaN":
+        return [keras.callbacks.TerminateOnNaN()]
+    if case.watcher == "LambdaCallback":
+        return [keras.callbacks.LambdaCallback(on_epoch_end=lambda epoch, logs: None,
+                                               on_train_batch_end=lambda batch, logs: None)]
+    return [keras.callbacks.ProgbarLogger()]
+
+
+def _changer(case: Case) -> list:
+    """The case's callback of ``CALLBACKS``: one that changes what trains."""
     import keras
 
     if case.callback is None:
@@ -175,16 +316,51 @@ def callbacks(case: Case) -> list:
     return [SetRate()]
 
 
-def fit_arguments(case: Case) -> tuple[object, object, dict]:
-    """``(x, y, keyword arguments)`` of ``fit`` for ``case``, as Keras' ``model.fit`` and ``tfdist.fit`` take them."""
+def _batches(case: Case, x, y):
+    """``x`` and ``y`` as the case's input kind takes them: ``(x, y, fit's batch arguments)``."""
+    import keras
+    import tensorflow as tf
+
+    if case.dataset:
+        return tf.data.Dataset.from_tensor_slices(x if y is None else (x, y)).batch(case.batch), None, {}
+    if case.source == "numpy":
+        return x, y, {"batch_size": case.batch}
+    rows = len(y) if not isinstance(y, dict) else len(next(iter(y.values())))
+    steps = math.ceil(rows / case.batch)
+
+    def batch(i):
+        cut = slice(i * case.batch, (i + 1) * case.batch)
+        return tf.nest.map_structure(lambda a: a[cut], x), tf.nest.map_structure(lambda a: a[cut], y)
+
+    if case.source == "generator":
+        def batches():
+            while True:
+                yield from (batch(i) for i in range(steps))
+
+        return batches(), None, {"steps_per_epoch": steps}
+
+    class Batches(keras.utils.PyDataset):
+        def __len__(self):
+            return steps
+
+        def __getitem__(self, i):
+            return batch(i)
+
+    return Batches(workers=1 + case.seed % 2, use_multiprocessing=False), None, {}
+
+
+def fit_arguments(case: Case, directory: str | None = None, *, interrupt: bool = False) -> tuple[object, object, dict]:
+    """``(x, y, keyword arguments)`` of ``fit`` for ``case``, as Keras' ``model.fit`` and ``tfdist.fit`` take them;
+    callbacks that write files write under ``directory``; ``interrupt``: the first ``fit`` of a resumed case."""
     import tensorflow as tf
 
     x, y = data(case, case.rows)
-    kwargs = {"epochs": case.epochs, "shuffle": False, "verbose": 0, "callbacks": callbacks(case)}
-    if case.dataset:
-        x, y = tf.data.Dataset.from_tensor_slices((x, y)).batch(case.batch), None
-    else:
-        kwargs["batch_size"] = case.batch
+    kwargs = {"epochs": case.epochs, "shuffle": case.shuffle, "verbose": 0,
+              "callbacks": callbacks(case, directory, interrupt=interrupt)}
+    if case.initial_epoch:
+        kwargs["initial_epoch"] = case.initial_epoch
+    x, y, batching = _batches(case, x, y)
+    kwargs.update(batching)
     if case.sample_weight:
         kwargs["sample_weight"] = np.linspace(0.5, 1.5, case.rows).astype("float32")
     if case.class_weight:
@@ -193,6 +369,8 @@ def fit_arguments(case: Case) -> tuple[object, object, dict]:
         kwargs["validation_data"] = data(case, 24, offset=1)
         if case.dataset:
             kwargs["validation_data"] = tf.data.Dataset.from_tensor_slices(kwargs["validation_data"]).batch(case.batch)
+        elif case.source == "pydataset":
+            kwargs["validation_data"] = _batches(case, *kwargs["validation_data"])[0]
     elif case.validation == "split":
         kwargs["validation_split"] = 0.25
     if case.validation:
@@ -206,14 +384,32 @@ class Drawn:
 
     case: Case
 
+    @property
+    def attempts(self) -> int:
+        """The ``fit`` calls of a run: two for a resumed case (the first stopped by ``Interrupted``)."""
+        return 2 if self.case.resumed else 1
+
     def model_fn(self):
         return model_fn(self.case)
 
-    def fit_arguments(self):
-        return fit_arguments(self.case)
+    def fit_arguments(self, directory: str | None = None, attempt: int = 0):
+        return fit_arguments(self.case, directory, interrupt=attempt + 1 < self.attempts)
 
     def held_out(self):
-        return (*data(self.case, HELD_OUT, offset=2), self.case.batch)
+        x, y = data(self.case, HELD_OUT, offset=2)
+        return x, (x if self.case.model == "autoencoder" else y), self.case.batch
+
+    def after_training(self, model) -> dict | None:
+        """What a model without ``call()`` gives after training (each net's outputs), else None: the runs'
+        ``evaluate`` and ``predict``."""
+        if self.case.model != "gan":
+            return None
+        import keras
+
+        x, _ = data(self.case, HELD_OUT, offset=2)
+        noise = keras.ops.tanh(x[:, :4] + x[:, 4:])
+        return {"evaluate": {}, "predict": [np.asarray(model.generator.predict(noise, verbose=0)),
+                                            np.asarray(model.discriminator.predict(x, verbose=0))]}
 
     def describe(self) -> str:
         return self.case.describe()

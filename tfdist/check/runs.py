@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import re
+import tempfile
 
 import numpy as np
 
@@ -41,6 +43,29 @@ def _float(value) -> float:
     return float(np.asarray(value, dtype=np.float64))
 
 
+def files(directory: str | None) -> dict:
+    """What a run's callbacks wrote under ``directory``: ``{path: count}`` (TensorBoard's event files, named after
+    their host and time, counted under one name), a CSV file as its rows of numbers."""
+    found = {}
+    if directory is None or not os.path.isdir(directory):
+        return found
+    for folder, _, names in os.walk(directory):
+        for name in names:
+            path = os.path.join(folder, name)
+            relative = os.path.relpath(path, directory)
+            if name.startswith("events.out.tfevents."):
+                key = os.path.join(os.path.dirname(relative), "events.out.tfevents.*")
+                found[key] = found.get(key, 0) + 1
+            elif name.endswith(".csv"):
+                with open(path, encoding="utf-8") as f:
+                    rows = [line.strip().split(",") for line in f if line.strip()]
+                found[relative] = {"columns": rows[0] if rows else [],
+                                   "rows": [[float(v) for v in row] for row in rows[1:]]}
+            else:
+                found[relative] = 1
+    return found
+
+
 def outcome(model, history) -> dict:
     """What the check compares of a trained model and its History (numbers only, JSON-ready but the arrays)."""
     import keras
@@ -65,7 +90,12 @@ def outcome(model, history) -> dict:
 
 
 def after_training(setup, model) -> dict:
-    """``evaluate`` (every metric) and ``predict`` of the trained model on the setup's held-out rows."""
+    """``evaluate`` (every metric) and ``predict`` of the trained model on the setup's held-out rows (a setup's
+    own ``after_training`` for a model without ``call()``)."""
+    own = getattr(setup, "after_training", None)
+    made = own(model) if own is not None else None
+    if made is not None:
+        return made
     x, y, batch = setup.held_out()
     evaluated = model.evaluate(x, y, batch_size=batch, verbose=0, return_dict=True)
     predicted = model.predict(x, batch_size=batch, verbose=0)
@@ -74,16 +104,45 @@ def after_training(setup, model) -> dict:
                         (predicted.values() if isinstance(predicted, dict) else [predicted])]}
 
 
-def reference(setup) -> dict:
+def _fits(setup, directory: str | None, fit) -> tuple:
+    """``(model, History)`` of a setup's last ``fit`` (``fit(x, y, kwargs) -> (model, History)``), after each
+    earlier attempt of a resumed setup (``setup.attempts``) stopped by the exception it plants."""
+    from tfdist.check.build import Interrupted
+
+    drawn = hasattr(setup, "attempts")  # a user's setup takes no directory and fits once
+    attempts = setup.attempts if drawn else 1
+    for attempt in range(attempts):
+        x, y, kwargs = setup.fit_arguments(directory, attempt) if drawn else setup.fit_arguments()
+        if attempt + 1 == attempts:
+            return fit(x, y, kwargs)
+        try:
+            fit(x, y, kwargs)
+        except Interrupted:
+            continue
+        raise RuntimeError("the first fit of a resumed case was not stopped by its interruption")
+    raise RuntimeError("a setup with no fit")
+
+
+def directory_for(root: str | None, seed: int, run: str) -> str | None:
+    """Where run ``run`` (a mode, or ``reference-<task>``) of case ``seed`` writes its callbacks' files: under
+    ``root``, which every worker of a cluster shares (None: a new temporary folder of this process)."""
+    directory = os.path.join(root or tempfile.mkdtemp(prefix="tfdist-check-"), str(seed), run)
+    os.makedirs(directory, exist_ok=True)
+    return directory
+
+
+def reference(setup, *, directory: str | None = None) -> dict:
     """Keras' own ``model.fit`` of a setup without a strategy: one device with the global batch.
 
     A setup (``build.Drawn``, ``user.UserSetup``) gives ``model_fn()``, ``fit_arguments() -> (x, y, kwargs)``
-    and ``held_out() -> (x, y, batch)``.
+    and ``held_out() -> (x, y, batch)``; a drawn one also ``attempts`` and ``fit_arguments(directory, attempt)``.
     """
-    model = setup.model_fn()()
-    x, y, kwargs = setup.fit_arguments()
-    history = model.fit(x, y, **kwargs)
-    return {**outcome(model, history), **after_training(setup, model)}
+    def fit(x, y, kwargs):
+        model = setup.model_fn()()
+        return model, model.fit(x, y, **kwargs)
+
+    model, history = _fits(setup, directory, fit)
+    return {**outcome(model, history), **after_training(setup, model), "files": files(directory)}
 
 
 @functools.cache
@@ -99,24 +158,27 @@ def _keras_strategy(mode: Mode):
     return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 
 
-def train(setup, mode: str, *, cluster_resolver=None) -> dict:
-    """A setup trained in ``mode``: its outcome, ``{"refused": line}`` or ``{"crashed": what}``."""
+def train(setup, mode: str, *, cluster_resolver=None, directory: str | None = None) -> dict:
+    """A setup trained in ``mode``: its outcome, ``{"refused": line}`` or ``{"crashed": what}``; its callbacks
+    write under ``directory`` (every worker the same one)."""
     import tfdist
     from tfdist.errors import UserError
 
     how = MODES[mode]
-    x, y, kwargs = setup.fit_arguments()
-    try:
+
+    def fit(x, y, kwargs):
         if how.how == "tfdist":
             extra = {"cluster_resolver": cluster_resolver} if cluster_resolver is not None else {}
             named = None if how.group == "workers" else how.strategy  # across workers: the set-up's own
             history = tfdist.fit(setup.model_fn(), x, y, strategy=named, **kwargs, **extra)
-            model = history.model
-        else:
-            with _keras_strategy(how).scope():
-                model = setup.model_fn()()
-            history = model.fit(x, y, **kwargs)
-        return {**outcome(model, history), **after_training(setup, model)}
+            return history.model, history
+        with _keras_strategy(how).scope():
+            model = setup.model_fn()()
+        return model, model.fit(x, y, **kwargs)
+
+    try:
+        model, history = _fits(setup, directory, fit)
+        return {**outcome(model, history), **after_training(setup, model), "files": files(directory)}
     except UserError as error:
         return {"refused": str(error)}
     except Exception as error:  # noqa: BLE001 - a crash is a verdict of the check, with its type and cause

@@ -11,6 +11,11 @@ import random
 #: The models of the space, each with the targets it trains on.
 MODELS = ("dense", "conv", "embedding", "two_outputs", "dict_inputs", "synchronized_bn", "own_train_step")
 
+#: Models that train on ``x`` alone, with their own ``train_step``: a GAN of two nets and two optimizers with
+#: no ``call()`` (keras.io's), an autoencoder (keras.io's VAE's shape). Drawn after every other choice, so that a
+#: seed drawn before they were in the space still draws its case.
+UNSUPERVISED = ("gan", "autoencoder")
+
 #: Every optimizer of ``keras.optimizers`` that trains a model alone, with a learning rate that trains these
 #: models in a few steps, and the options each draws from (``name: (learning rate, {option: choices})``).
 OPTIMIZERS = {
@@ -40,6 +45,15 @@ CLIP_RANGE = (1e-3, 10.0)
 
 #: Callbacks that change what trains.
 CALLBACKS = ("ReduceLROnPlateau", "LearningRateScheduler", "EarlyStopping", "SetLearningRate")
+
+#: The other ``keras.callbacks`` classes a ``fit`` takes: those that write files (checked on every worker: what
+#: one device writes, the chief's alone) and those that only watch. ``RemoteMonitor`` (a server to post to) and
+#: ``SwapEMAWeights`` (``use_ema`` only) are left out.
+WATCHERS = ("TensorBoard", "ModelCheckpoint", "CSVLogger", "BackupAndRestore", "TerminateOnNaN", "LambdaCallback",
+            "ProgbarLogger")
+
+#: The kinds of input Keras' data adapters take beside numpy arrays and a ``tf.data.Dataset`` (``dataset``).
+SOURCES = ("numpy", "pydataset", "generator")
 
 #: The Keras metrics each kind of target draws from (names of ``keras.metrics`` classes, with arguments).
 METRICS = {
@@ -84,6 +98,16 @@ class Case:
     steps_per_execution: int
     jit_compile: bool
     mixed_precision: bool
+    source: str = "numpy"  # for inputs that are not a Dataset: numpy, pydataset or generator
+    shuffle: bool = False  # Keras' shuffle (numpy rows, a PyDataset's batches)
+    initial_epoch: int = 0
+    watcher: str | None = None  # one of WATCHERS
+    resumed: bool = False  # the first fit stopped by an exception after epoch 1, then fit again (BackupAndRestore)
+
+    @property
+    def x_alone(self) -> bool:
+        """Whether ``fit`` takes ``x`` alone (no targets)."""
+        return self.model in UNSUPERVISED
 
     def families(self) -> dict[str, list[str]]:
         """``{family: [value, ...]}``: the rows of the generated matrix this case counts in."""
@@ -94,12 +118,16 @@ class Case:
         split = self.rows % self.batch
         last = ("divides" if not split else "last batch splits evenly" if split % 2 == 0
                 else "last batch splits unevenly")
-        inputs = [("Dataset" if self.dataset else "numpy"), last]
+        kind = "Dataset" if self.dataset else {"numpy": "numpy", "pydataset": "PyDataset",
+                                                 "generator": "generator"}[self.source]
+        inputs = [kind, last] + ["x alone"] * self.x_alone
         inputs += ["sample_weight"] * self.sample_weight + ["class_weight"] * self.class_weight
+        inputs += ["shuffle=True"] * self.shuffle + [f"initial_epoch={self.initial_epoch}"] * bool(self.initial_epoch)
+        inputs += ["resumed by BackupAndRestore"] * self.resumed
         return {
             "model": [self.model], "optimizer": [self.optimizer], "option": options,
             "clip": [self.clip[0]] if self.clip else [], "input": inputs,
-            "callback": [self.callback] if self.callback else [], "metric": list(self.metrics),
+            "callback": [c for c in (self.callback, self.watcher) if c], "metric": list(self.metrics),
             "validation": ([f"validation_{self.validation}"] if self.validation else [])
                           + [f"validation_freq={self.validation_freq}"] * (self.validation_freq > 1),
             "compile": compiled,
@@ -148,7 +176,7 @@ def draw(seed: int) -> Case:
     metric_labels = "sparse" if model == "two_outputs" else labels
     metrics = tuple(sorted({rng.choice(METRICS[metric_labels])[0] for _ in range(rng.choice((0, 1, 2)))}))
     validation = rng.choice((None, None, "data", "split")) if not dataset else rng.choice((None, "data"))
-    return Case(
+    case = Case(
         seed=seed, model=model, labels=labels, optimizer=optimizer, options=tuple(options), schedule=schedule,
         loss_scale=on["loss_scale"], clip=clip, rows=batch * steps + rest, batch=batch,
         epochs=rng.choice((2, 3)), dataset=dataset, sample_weight=sample_weight, class_weight=class_weight,
@@ -157,6 +185,30 @@ def draw(seed: int) -> Case:
         steps_per_execution=rng.choice((1, 1, 1, 2)), jit_compile=rng.random() < 0.08,
         mixed_precision=model in ("dense", "conv") and rng.random() < 0.08,
     )
+    return _widened(case, rng)
+
+
+def _widened(case: Case, rng: random.Random) -> Case:
+    """``case`` with the choices drawn after the first ones: the unsupervised models, the other input kinds,
+    Keras' shuffle, ``initial_epoch``, a watching callback and a resumed fit."""
+    changes = {}
+    if rng.random() < 0.2:
+        changes = dict(model=rng.choice(UNSUPERVISED), labels="none", metrics=(), sample_weight=False,
+                       class_weight=False, validation=None, validation_freq=1, mixed_precision=False,
+                       loss_scale=False, jit_compile=False)
+        if case.callback in ("EarlyStopping", "ReduceLROnPlateau"):
+            changes["callback"] = None  # they watch a loss the unsupervised models name otherwise
+    model = changes.get("model", case.model)
+    arrays_only = case.sample_weight or case.validation == "split"  # Keras takes them with arrays alone
+    if not case.dataset and model not in UNSUPERVISED and not arrays_only and rng.random() < 0.4:
+        changes["source"] = rng.choice(SOURCES[1:] if not case.class_weight else ("pydataset",))
+    source = changes.get("source", case.source)
+    changes["shuffle"] = not case.dataset and source != "generator" and rng.random() < 0.5
+    changes["initial_epoch"] = 1 if rng.random() < 0.15 else 0
+    watcher = rng.choice(WATCHERS) if rng.random() < 0.35 else None
+    changes["watcher"] = watcher
+    changes["resumed"] = watcher == "BackupAndRestore" and rng.random() < 0.6 and not changes["initial_epoch"]
+    return dataclasses.replace(case, **changes)
 
 
 def seeds(cases: int, seed: int) -> list[int]:

@@ -50,9 +50,28 @@ def _series(got: dict, want: dict) -> tuple[float, str]:
     return worst, where
 
 
+def _files(got: dict, want: dict) -> tuple[float, str]:
+    """How far the files a run's callbacks wrote lie from one device's: inf for another set of files or another
+    count of event files, else the largest relative difference of their CSV numbers."""
+    if set(got) != set(want):
+        return math.inf, f"files {sorted(got)} vs {sorted(want)}"
+    worst, where = 0.0, ""
+    for path, written in want.items():
+        if isinstance(written, dict):
+            other = got[path]
+            if not isinstance(other, dict) or other["columns"] != written["columns"]:
+                return math.inf, f"{path}: columns {other!r} vs {written['columns']}"
+            found = _arrays([np.asarray(other["rows"])], [np.asarray(written["rows"])])
+            worst, where = max((worst, where), (found, path))
+        elif got[path] != written:
+            return math.inf, f"{path}: {got[path]} written vs {written}"
+    return worst, where
+
+
 def differences(got: dict, want: dict) -> dict[str, tuple[float, str]]:
     """``{part: (largest relative difference, where)}`` of a trained case against one device's."""
     return {
+        "files": _files(got.get("files", {}), want.get("files", {})),
         "history": _series(got["history"], want["history"]),
         "weights": (_arrays(got["weights"], want["weights"]), ""),
         "optimizer": (max(_relative(got["learning_rate"], want["learning_rate"]),

@@ -78,13 +78,14 @@ def main(spec: dict) -> int:
               "mixed_float16": {"noise_floor": floors[True], "tolerance": tolerances[True]}, "records": records}
     for seed, setup in _setups(spec):
         print(f"{task}: {setup.describe()}", file=sys.stderr, flush=True)
+        files = str(Path(spec["output"]) / "files")
         try:
-            want = runs.reference(setup)
+            want = runs.reference(setup, directory=runs.directory_for(files, seed, f"reference-{task}"))
         except Exception as error:  # noqa: BLE001 - a case Keras itself cannot train is out of the space
             records.append({"seed": seed, "mode": "reference", "class": "invalid", "detail": runs.crash_line(error)})
             continue
         for mode in modes:
-            got = runs.train(setup, mode, cluster_resolver=resolver)
+            got = runs.train(setup, mode, cluster_resolver=resolver, directory=runs.directory_for(files, seed, mode))
             tol = tolerances[bool(getattr(getattr(setup, "case", None), "mixed_precision", False))]
             found = verdict.verdict(got, want, tol=tol, asynchronous=runs.MODES[mode].asynchronous)
             records.append({"seed": seed, "mode": mode, **found})
