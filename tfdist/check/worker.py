@@ -65,8 +65,8 @@ def main(spec: dict) -> int:
     """Train the spec's ``work``, its ``[seed, mode]`` pairs in order, writing the report after each.
 
     The report says which pair runs (``running``) until its verdict is written. After a verdict that crashed,
-    the process ends at once (status 1; ``tfdist.launch`` then stops the other workers): a crash can leave the
-    collectives of the process aborted, so the check runs the pairs after it in fresh processes.
+    the process ends at once: a crash can leave the collectives of the process aborted, so the check runs the
+    pairs after it in fresh processes (``groups``).
     """
     group = spec["group"]
     modes = list(dict.fromkeys(mode for _, mode in spec["work"]))
@@ -108,7 +108,9 @@ def main(spec: dict) -> int:
         report["running"] = None
         if found["class"] == "crashed":
             write(stopped="crashed")
-            end_process(1)  # no teardown: TensorFlow's would wait on the collectives of the crashed peers
+            # At once, without the teardown, which would wait on the collectives of the crashed peers; and with
+            # status 0, after which tfdist.launch lets the other workers end their own verdict of the pair.
+            end_process(0)
         write()
     write(done=True)
     return 0
