@@ -192,8 +192,8 @@ def collective_keys_at_trace_time() -> Iterator[None]:
     A key taken when traced serves every execution of its op, and TensorFlow holds an instance to
     the shape it first ran with: a collective whose shape is known only when it runs (the padded
     gather of an ``IndexedSlices`` gradient, whose rows follow the batch) takes a key per execution
-    instead, ``_KEYS_PER_EXECUTION`` on from a counter of its launcher's that every worker's copy of
-    the launcher advances in the same order.
+    instead, ``_KEYS_PER_EXECUTION`` on from a counter of its group's on its device, which every worker
+    advances in the same order.
     """
     from tensorflow.python.distribute.cross_device_utils import CollectiveReplicaLauncher
 
@@ -212,6 +212,8 @@ def collective_keys_at_trace_time() -> Iterator[None]:
 
 #: The first instance key of a collective keyed per execution: above the keys TensorFlow's counters hand out.
 _KEYS_PER_EXECUTION = 2**30
+#: The counter of executions of each collective group on each device (launchers of one group share it).
+_EXECUTIONS: dict = {}
 
 
 def _key_per_execution_unless_shaped(method):
@@ -224,13 +226,13 @@ def _key_per_execution_unless_shaped(method):
 
         if tf.executing_eagerly() or tf.convert_to_tensor(input_tensor).shape.is_fully_defined():
             return method(self, input_tensor, *args, **kwargs)
-        counter = self.__dict__.get("_tfdist_executions")
+        counter = _EXECUTIONS.get((self._group_key, self._device))
         if counter is None:
             from tensorflow.python.ops import resource_variable_ops
 
             with tf.init_scope(), tf.device("CPU:0"):  # this process' own: outside any strategy's variables
                 counter = resource_variable_ops.ResourceVariable(0, dtype=tf.int32, trainable=False)
-            self._tfdist_executions = counter
+            _EXECUTIONS[(self._group_key, self._device)] = counter
         with tf.device("CPU:0"):
             key = _KEYS_PER_EXECUTION + counter.assign_add(1, read_value=True)
         self._next_instance_key = lambda: key
