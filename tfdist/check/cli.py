@@ -209,7 +209,7 @@ def main(argv: list[str]) -> int:
         Path(FLAGS.matrix).write_text(json.dumps(report, indent=0) + "\n")
     if FLAGS.page:
         write_page(Path(FLAGS.page), report)
-    verdicts = "every one equal, trained or refused" if not failing else f"{failing} differ or crashed"
+    verdicts = "every one equal, trained or refused" if not failing else f"{failing} differ, crashed or timed out"
     print(f"{len(seeds)} case{'s' * (len(seeds) != 1)}, {len(records)} verdicts: {verdicts}")
     return 1 if failing else 0
 
