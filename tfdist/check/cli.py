@@ -52,7 +52,7 @@ def _seeds() -> list[int]:
     if bad:
         raise UserError(f"Invalid value for `--case`. Received: {','.join(FLAGS.case)}. Expected case seeds, "
                         "non-negative integers as a report prints them.")
-    return [int(c) for c in FLAGS.case]
+    return list(dict.fromkeys(int(c) for c in FLAGS.case))
 
 
 def _modes() -> list[str]:

@@ -1,6 +1,5 @@
-"""One process of a check: it sets itself up for its group of modes, then trains every case in each mode and
-beside Keras' own one-device ``fit``, writing each verdict as it comes (``python -m tfdist.check.worker SPEC``).
-"""
+"""One process of a check: it sets itself up for its group of modes, then trains its ``[seed, mode]`` pairs, each
+beside Keras' own one-device ``fit``, writing each verdict as it comes (``python -m tfdist.check.worker SPEC``)."""
 
 from __future__ import annotations
 
