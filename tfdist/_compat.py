@@ -189,15 +189,59 @@ def collective_keys_at_trace_time() -> Iterator[None]:
     TensorFlow feeds a call-time key (``CollectiveReplicaLauncher._prefer_unique_instance_key``)
     through a placeholder that never reaches a collective inside a ``tf.function`` called from a
     ``tf.cond`` in a ``tf.while_loop``, as Keras' ``steps_per_execution`` loop calls its step.
+    A key taken when traced serves every execution of its op, and TensorFlow holds an instance to
+    the shape it first ran with: a collective whose shape is known only when it runs (the padded
+    gather of an ``IndexedSlices`` gradient, whose rows follow the batch) takes a key per execution
+    instead, ``_KEYS_PER_EXECUTION`` on from a counter of its group's on its device, which every worker
+    advances in the same order.
     """
     from tensorflow.python.distribute.cross_device_utils import CollectiveReplicaLauncher
 
     before = CollectiveReplicaLauncher._prefer_unique_instance_key
+    methods = {name: getattr(CollectiveReplicaLauncher, name) for name in ("_all_gather", "all_reduce")}
     CollectiveReplicaLauncher._prefer_unique_instance_key = False
+    for name, method in methods.items():
+        setattr(CollectiveReplicaLauncher, name, _key_per_execution_unless_shaped(method))
     try:
         yield
     finally:
         CollectiveReplicaLauncher._prefer_unique_instance_key = before
+        for name, method in methods.items():
+            setattr(CollectiveReplicaLauncher, name, method)
+
+
+#: The first instance key of a collective keyed per execution: above the keys TensorFlow's counters hand out.
+_KEYS_PER_EXECUTION = 2**30
+#: The counter of executions of each collective group on each device (launchers of one group share it).
+_EXECUTIONS: dict = {}
+
+
+def _key_per_execution_unless_shaped(method):
+    """``method(launcher, tensor, ...)`` that keys a collective on a tensor of an unknown shape per execution."""
+    import functools
+
+    @functools.wraps(method)
+    def keyed(self, input_tensor, *args, **kwargs):
+        import tensorflow as tf
+
+        if tf.executing_eagerly() or tf.convert_to_tensor(input_tensor).shape.is_fully_defined():
+            return method(self, input_tensor, *args, **kwargs)
+        counter = _EXECUTIONS.get((self._group_key, self._device))
+        if counter is None:
+            from tensorflow.python.ops import resource_variable_ops
+
+            with tf.init_scope(), tf.device("CPU:0"):  # this process' own: outside any strategy's variables
+                counter = resource_variable_ops.ResourceVariable(0, dtype=tf.int32, trainable=False)
+            _EXECUTIONS[(self._group_key, self._device)] = counter
+        with tf.device("CPU:0"):
+            key = _KEYS_PER_EXECUTION + counter.assign_add(1, read_value=True)
+        self._next_instance_key = lambda: key
+        try:
+            return method(self, input_tensor, *args, **kwargs)
+        finally:
+            del self._next_instance_key
+
+    return keyed
 
 
 @contextlib.contextmanager

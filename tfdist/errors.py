@@ -68,6 +68,55 @@ class PeerLost(RunFailed):
     exit_code = PEER_LOST_EXIT_CODE
 
 
+class CollectiveFailed(RunFailed):
+    """A collective across workers failed (``collective_failure``): which one and on which worker, in one line."""
+
+
+#: What a collective's op type does, for its line.
+COLLECTIVE_KINDS = {"CollectiveReduce": "all-reduce", "CollectiveGather": "all-gather", "CollectiveBcast": "broadcast",
+                    "CollectiveAllToAll": "all-to-all", "CollectiveAssignGroup": "group assignment",
+                    "CollectiveInitializeCommunicator": "communicator set-up"}
+
+
+def collective_failure(error: BaseException, task: str, workers: int, what: str) -> CollectiveFailed | None:
+    """The line of a TensorFlow error raised by a collective across workers, or None for another error.
+
+    TensorFlow's own text ends with "Restart your program to reset" and names neither the collective nor
+    the worker in words; the line names the collective (its kind, op and function), the worker whose op
+    failed (this ``task`` where the text does not say), the cause, and what to do.
+
+    Args:
+        error: the exception ``what`` raised.
+        task: this process's task (``worker:1``).
+        workers: the workers of the cluster.
+        what: what ran the collective ("Keras' fit", "training").
+    """
+    import re
+
+    text = str(getattr(error, "message", None) or error)
+    if not type(error).__module__.startswith("tensorflow") or "ollective" not in text:
+        return None
+    nodes = re.findall(r"\{\{node ([^}]+)\}\}", text) + re.findall(r"Detected at node (\S+)", text)
+    node = next((n for n in nodes if "Collective" in n), nodes[0] if nodes else "")
+    op = re.sub(r"_\d+$", "", node.rsplit("/", 1)[-1])
+    kind = next((k for prefix, k in COLLECTIVE_KINDS.items() if op.startswith(prefix)), "collective")
+    function = re.search(r"__inference_(\w+?)_\d+", text)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    cause = next((line.split("aborted by:", 1)[1].strip() for line in lines if "aborted by:" in line), None) or \
+        next((line for line in lines if "ollective" in line and not line.startswith(("[[", "Detected at"))), "")
+    cause = re.sub(r"^\{\{function_node [^}]*\}\}\s*", "", cause)
+    cause = re.sub(r"\s*This is likely due to .*$", "", cause)
+    device = re.search(r"/job:(\w+)/replica:\d+/task:(\d+)", cause)
+    failed_on = f"{device.group(1)}:{device.group(2)}" if device else task
+    cause = re.sub(r"\.? Op at device /job:(\w+)/replica:\d+/task:(\d+)/device:\S+", r": the op on \1:\2", cause)
+    named = f"the {kind} {node}" + (f" in {function.group(1)}" if function else "") if node else f"a {kind}"
+    return CollectiveFailed(
+        f"A collective failed in {what} across {workers} workers, on {failed_on} (this is {task}): {named}: "
+        f"{cause.rstrip('.')[:400] or type(error).__name__}. Received: {type(error).__name__} from TensorFlow. "
+        "Expected every worker to run the same collectives on tensors of the same shapes; TensorFlow aborts "
+        "every later collective of these processes: start every worker again.")
+
+
 class Preempted(RunFailed):
     """The run was asked to stop (SIGTERM) and saved the step it reached; run it again to resume (exit 42)."""
 

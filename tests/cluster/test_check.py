@@ -4,7 +4,10 @@ worker's History, weights, optimizer state, ``evaluate`` and ``predict`` equal t
 
 The sample: synchronized batch norm with ``F1Score``, ``validation_split`` and ``validation_freq``; Lion on a
 last batch that splits evenly; a dict of two inputs with Ftrl, weight decay, a ``clipnorm`` that clips every
-step, ``sample_weight`` and ``steps_per_execution``.
+step, ``sample_weight`` and ``steps_per_execution``; an ``Embedding`` (a sparse gradient) with
+``steps_per_execution=2`` on a last batch that splits unevenly (2 rows and 1).
+
+A verdict that crashes the collectives of its processes is followed by one in fresh processes.
 """
 
 from __future__ import annotations
@@ -13,10 +16,10 @@ import json
 
 import pytest
 
-from helpers.clis import run_cli
+from helpers.clis import HELPERS, run_cli
 from tfdist.check import runs
 
-SAMPLE = ("288545019", "1222356006", "1722851097")
+SAMPLE = ("288545019", "1222356006", "1722851097", "838732814")
 MODES = ("one_device", "mirrored", "keras_mirrored", "multi_worker_mirrored", "keras_multi_worker_mirrored")
 
 
@@ -35,3 +38,28 @@ def test_a_fixed_sample_equals_one_device_in_every_mode_on_every_worker(tmp_path
     assert {r["class"] for r in records} <= {"equal", "refused"}
     assert sum(r["class"] == "equal" for r in records) >= len(records) - 2, records
     assert "| model | synchronized_bn |" in (tmp_path / "check.md").read_text()
+
+
+@pytest.mark.slow
+def test_after_a_verdict_that_crashes_the_cluster_the_next_runs_in_a_fresh_one_and_is_equal(tmp_path):
+    # The setup's callback plants, once per worker, an all-reduce of another shape on each worker: TensorFlow
+    # then aborts every later collective of those processes; in fresh ones the callback does nothing.
+    output, modes = tmp_path / "check.json", "keras_multi_worker_mirrored,multi_worker_mirrored"
+    proc = run_cli("tfdist.check", "--model", f"{HELPERS / 'check_crash_once.py'}:setup", "--modes", modes,
+                   "--output", str(output), "--timeout", "600", timeout=900, env={"CHECK_CRASH_DIR": str(tmp_path)},
+                   cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout[-4000:] + proc.stderr[-3000:]
+    records = {(r["mode"], r["task"]): r for r in json.loads(output.read_text())["records"]}
+    assert sorted(records) == sorted((m, t) for m in modes.split(",") for t in ("worker-0", "worker-1"))
+    crash = {"seed": 0, "mode": "keras_multi_worker_mirrored"}
+    for task in ("worker-0", "worker-1"):
+        assert records[("keras_multi_worker_mirrored", task)]["class"] == "crashed"
+        assert "after_crash" not in records[("keras_multi_worker_mirrored", task)]
+        assert records[("multi_worker_mirrored", task)]["class"] == "equal", records
+        assert records[("multi_worker_mirrored", task)]["after_crash"] == crash
+    # The worker whose all-reduce TensorFlow refused names it, and itself, in one line.
+    details = [records[("keras_multi_worker_mirrored", t)]["detail"] for t in ("worker-0", "worker-1")]
+    assert any(d.startswith("CollectiveFailed: A collective failed in Keras' fit across 2 workers, on worker:")
+               and "the all-reduce" in d and "in mismatched: Shape mismatch" in d for d in details), details
+    assert ("restarted after case 0 crashed in keras_multi_worker_mirrored: 2 verdicts of its processes ran in "
+            "fresh ones (case 0 in multi_worker_mirrored)") in proc.stdout

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from helpers.clis import REPO, assert_user_error, run_cli
-from tfdist.check import runs, space, verdict
-from tfdist.check.cli import BEGIN, END, cells, page_block, render, run_command
+from tfdist.check import groups, runs, space, verdict
+from tfdist.check.cli import BEGIN, END, cells, fresh_lines, page_block, render, run_command
 
 DRAWS = [space.draw(seed) for seed in space.seeds(600, 0)]
 
@@ -171,3 +171,69 @@ def test_docs_fit_shows_the_matrix_of_the_committed_run_by_its_command():
 def test_a_matrix_records_the_command_that_repeats_its_run_without_where_results_went():
     argv = ["--cases", "40", "--seed=11", "--output", "/tmp/a.json", "--matrix=docs/m.json", "--page", "docs/fit.md"]
     assert run_command(argv) == "python -m tfdist.check --cases 40 --seed=11"
+
+
+def _report(directory, task, records, running=None, **extra):
+    report = {"task": task, "group": "workers", "noise_floor": 0.0, "tolerance": 1e-6, "after_crash": None,
+              "mixed_float16": {"noise_floor": 0.0, "tolerance": 1e-6}, "records": records, "running": running,
+              **extra}
+    (directory / f"workers-0-{task}.json").write_text(json.dumps(report))
+
+
+def _record(seed, mode, kind="equal", detail=""):
+    return {"seed": seed, "mode": mode, "class": kind, "detail": detail}
+
+
+def test_after_a_crash_a_group_restarts_with_the_pairs_after_it_and_a_peer_killed_there_crashed_with_it(tmp_path):
+    # worker-1 crashed on the second pair; worker-0 had its verdict of the first and was stopped in the second.
+    work = [(1, "a"), (1, "b"), (2, "a"), (2, "b")]
+    (tmp_path / "workers-0.log").write_text("[worker:0] last words\n")
+    _report(tmp_path, "worker-0", [_record(1, "a")], running=[1, "b"])
+    _report(tmp_path, "worker-1", [_record(1, "a"), _record(1, "b", "crashed", "CollectiveFailed: x")],
+            stopped="crashed")
+    found, left, after = groups.collect(groups.Group("workers", work), tmp_path, None)
+    assert left == work[2:] and after == {"seed": 1, "mode": "b"}
+    by_task = {r["task"]: r["records"] for r in found}
+    assert by_task["worker-0"][-1] == {**_record(1, "b", "crashed"),
+                                       "detail": "ended with its cluster when worker-1 crashed: CollectiveFailed: x"}
+    assert [r["class"] for r in by_task["worker-1"]] == ["equal", "crashed"]
+
+
+def test_a_verdict_a_peer_gave_past_the_crash_is_dropped_and_a_group_that_ran_nothing_is_unfinished(tmp_path):
+    work = [(1, "a"), (2, "a"), (3, "a")]
+    (tmp_path / "workers-0.log").write_text("")
+    _report(tmp_path, "worker-0", [_record(1, "a", "crashed", "E: y")], stopped="crashed")
+    _report(tmp_path, "worker-1", [_record(1, "a"), _record(2, "a")], running=[3, "a"])
+    found, left, after = groups.collect(groups.Group("workers", work), tmp_path, None)
+    assert left == work[1:] and after == {"seed": 1, "mode": "a"}
+    assert [r["seed"] for r in found[1]["records"]] == [1]  # its verdict of case 2 runs again in fresh processes
+    for path in tmp_path.glob("workers-0-*.json"):
+        path.unlink()
+    (tmp_path / "workers-0.log").write_text("Traceback\nImportError: no\n")
+    found, left, after = groups.collect(groups.Group("workers", work), tmp_path, None)
+    assert (left, after) == ([], None) and "ImportError" in found[-1]["unfinished"]
+
+
+def test_a_group_stopped_at_the_timeout_reports_a_timeout_and_the_verdicts_it_did_not_run(tmp_path):
+    work = [(1, "a"), (2, "a"), (3, "a")]
+    (tmp_path / "workers-0.log").write_text("")
+    _report(tmp_path, "worker-0", [_record(1, "a")], running=[2, "a"])
+    _report(tmp_path, "worker-1", [_record(1, "a")], running=[2, "a"])
+    found, left, after = groups.collect(groups.Group("workers", work, after_crash={"seed": 0, "mode": "a"}),
+                                        tmp_path, 30.0)
+    assert after is None and left == [(3, "a")]
+    timeouts = [r for report in found for r in report["records"] if r["class"] == "timeout"]
+    assert len(timeouts) == 2 and "--timeout 30 s" in timeouts[0]["detail"]
+    assert timeouts[0]["after_crash"] == {"seed": 0, "mode": "a"}
+    assert found[-1]["not_run"] == [(3, "a")]
+    assert verdict.verdict({"crashed": "E: y"}, _result(), tol=1e-6)["class"] in verdict.FAILING
+    assert "timeout" in verdict.FAILING and "timeout" in verdict.CLASSES
+
+
+def test_the_report_names_the_verdicts_that_ran_in_fresh_processes_after_each_crash():
+    crash = {"seed": 5, "mode": "keras_mirrored"}
+    records = [{**_record(5, "keras_mirrored", "crashed"), "task": "local"},
+               {**_record(6, "mirrored"), "task": "local", "after_crash": crash},
+               {**_record(6, "keras_mirrored"), "task": "local", "after_crash": crash}]
+    assert fresh_lines(records) == ["restarted after case 5 crashed in keras_mirrored: 2 verdicts of its processes "
+                                    "ran in fresh ones (case 6 in mirrored, case 6 in keras_mirrored)"]

@@ -6,17 +6,15 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 import signal
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from absl import flags
 
 from tfdist.check import runs, space, verdict
+from tfdist.check.groups import run_groups
 from tfdist.check.user import check_name
 from tfdist.cli import only_flags, require_finite, run_main
 from tfdist.errors import UserError, special_file, unwritable_file
@@ -54,7 +52,7 @@ def _seeds() -> list[int]:
     if bad:
         raise UserError(f"Invalid value for `--case`. Received: {','.join(FLAGS.case)}. Expected case seeds, "
                         "non-negative integers as a report prints them.")
-    return [int(c) for c in FLAGS.case]
+    return list(dict.fromkeys(int(c) for c in FLAGS.case))
 
 
 def _modes() -> list[str]:
@@ -65,51 +63,19 @@ def _modes() -> list[str]:
     return list(dict.fromkeys(FLAGS.modes))
 
 
-def _command(group: str, spec: dict, directory: Path) -> list[str]:
-    """The command of one group of processes: one process, or a 2-worker cluster under ``tfdist.launch``."""
-    worker = [sys.executable, "-m", "tfdist.check.worker", json.dumps(spec)]
-    if group != "workers":
-        return worker
-    cluster = directory / "cluster.yaml"
-    cluster.write_text("worker: [127.0.0.1:1, 127.0.0.1:2]\n")  # tfdist.launch --local picks free ports
-    return [sys.executable, "-m", "tfdist.launch", "--local", "--cluster", str(cluster), "--", *worker]
-
-
-def run_groups(seeds: list[int], modes: list[str], directory: Path, timeout: float,
-               model: str | None = None) -> list[dict]:
-    """Run every group of processes the modes need, side by side; returns each process's report."""
-    groups = collections.defaultdict(list)
-    for mode in modes:
-        groups[runs.MODES[mode].group].append(mode)
-    started = {}
-    for group, members in groups.items():
-        spec = {"group": group, "modes": members, "seeds": seeds, "output": str(directory), "model": model}
-        log = open(directory / f"{group}.log", "w")  # noqa: SIM115 - closed below, after the process ends
-        started[group] = (subprocess.Popen(_command(group, spec, directory), stdout=log, stderr=subprocess.STDOUT,
-                                           start_new_session=True), log)
-    deadline = time.monotonic() + timeout  # one for every group: they run side by side
-    try:
-        for process, _ in started.values():
-            try:
-                process.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
-    finally:  # a group past its time, or this process stopped: no process of a group outlives it
-        for process, log in started.values():
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-            log.close()
-    reports = []
-    for group, members in groups.items():
-        found = sorted(directory.glob(f"{group}-*.json"))
-        expected = 2 if group == "workers" else 1
-        for path in found:
-            reports.append(json.loads(path.read_text()))
-        if len(found) < expected or not all(r.get("done") for r in reports if r["group"] == group):
-            tail = (directory / f"{group}.log").read_text()[-2000:]
-            reports.append({"group": group, "task": group, "unfinished": tail, "records": []})
-    return reports
+def fresh_lines(records: list[dict]) -> list[str]:
+    """One line for each crash after which a group's processes were restarted: the verdicts of the fresh ones."""
+    after = collections.defaultdict(list)
+    for record in records:
+        if record.get("after_crash"):
+            crash = record["after_crash"]
+            after[(crash["seed"], crash["mode"])].append(record)
+    lines = []
+    for (seed, mode), found in after.items():
+        ran = dict.fromkeys(f"{r['seed']} in {r['mode']}" for r in found)
+        lines.append(f"restarted after case {seed} crashed in {mode}: {len(found)} verdicts of its processes ran in "
+                     f"fresh ones (case {', case '.join(ran)})")
+    return lines
 
 
 def cells(cases: dict[int, space.Case], records: list[dict]) -> list[list]:
@@ -208,9 +174,16 @@ def main(argv: list[str]) -> int:
             print(f"crashed  {report['group']}: the processes ended before every case ran; their last lines:\n"
                   f"{report['unfinished']}")
             continue
-        mixed = report["mixed_float16"]
+        if "not_run" in report:
+            failing += 1
+            pairs = report["not_run"]
+            print(f"timeout  {report['group']}: --timeout {FLAGS.timeout:g} s passed; {len(pairs)} verdicts not run"
+                  + (f": cases {', '.join(str(s) for s in dict.fromkeys(s for s, _ in pairs))}" if pairs else ""))
+            continue
+        mixed, after = report["mixed_float16"], report.get("after_crash")
+        restarted = f", restarted after case {after['seed']} crashed in {after['mode']}" if after else ""
         print(f"{report['task']}: noise floor {report['noise_floor']:.2g}, tolerance {report['tolerance']:.2g} "
-              f"(mixed_float16: {mixed['noise_floor']:.2g}, {mixed['tolerance']:.2g})")
+              f"(mixed_float16: {mixed['noise_floor']:.2g}, {mixed['tolerance']:.2g}){restarted}")
         for record in report["records"]:
             records.append({**record, "task": report["task"]})
             if record["class"] in verdict.FAILING or record["class"] == "invalid":
@@ -220,6 +193,8 @@ def main(argv: list[str]) -> int:
                 print(f"{record['class']:8} {record['mode']} on {report['task']}: {what}\n"
                       f"         {record['detail']}\n"
                       f"         alone: python -m tfdist.check {alone} --modes {record['mode']}")
+    for line in fresh_lines(records):
+        print(line)
     counts = collections.Counter((r["mode"], r["class"]) for r in records)
     for mode in modes:
         print(f"{mode}: " + ", ".join(f"{counts[(mode, c)]} {c}" for c in verdict.CLASSES if counts[(mode, c)]))
@@ -234,7 +209,7 @@ def main(argv: list[str]) -> int:
         Path(FLAGS.matrix).write_text(json.dumps(report, indent=0) + "\n")
     if FLAGS.page:
         write_page(Path(FLAGS.page), report)
-    verdicts = "every one equal, trained or refused" if not failing else f"{failing} differ or crashed"
+    verdicts = "every one equal, trained or refused" if not failing else f"{failing} differ, crashed or timed out"
     print(f"{len(seeds)} case{'s' * (len(seeds) != 1)}, {len(records)} verdicts: {verdicts}")
     return 1 if failing else 0
 

@@ -1,5 +1,6 @@
 """A trained case against one device: how far each part of it lies, and its class (equal, refused, differs,
-crashed; ``trained`` for an asynchronous mode), with the tolerance derived from the noise floor.
+crashed; ``trained`` for an asynchronous mode; ``timeout`` for one stopped by ``--timeout``), with the tolerance
+derived from the noise floor.
 """
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ import math
 import numpy as np
 
 #: The classes of a verdict, and those that fail a run of the check.
-CLASSES = ("equal", "trained", "refused", "differs", "crashed")
-FAILING = ("differs", "crashed")
+CLASSES = ("equal", "trained", "refused", "differs", "crashed", "timeout")
+FAILING = ("differs", "crashed", "timeout")
 
 #: A difference counts as equal up to ``FLOOR_FACTOR`` times the float32 noise floor of this process's
 #: replicas (the control case's largest difference from one device), and never below ``MINIMUM``.

@@ -1,6 +1,5 @@
-"""One process of a check: it sets itself up for its group of modes, then trains every case in each mode and
-beside Keras' own one-device ``fit``, writing each verdict as it comes (``python -m tfdist.check.worker SPEC``).
-"""
+"""One process of a check: it sets itself up for its group of modes, then trains its ``[seed, mode]`` pairs, each
+beside Keras' own one-device ``fit``, writing each verdict as it comes (``python -m tfdist.check.worker SPEC``)."""
 
 from __future__ import annotations
 
@@ -11,6 +10,7 @@ from pathlib import Path
 
 from tfdist.check import build, runs, space, verdict
 from tfdist.check.user import UserSetup
+from tfdist.errors import end_process
 
 #: The control case: a dense model and plain SGD on batches that split evenly, whose difference from one device
 #: is the noise floor of this process's replicas, in float32 and in mixed_float16 (a drawn case's own).
@@ -55,42 +55,64 @@ def _noise_floor(mode: str | None, mixed_precision: bool, resolver) -> float:
     return verdict.noise_floor(measured, runs.reference(control)) if "history" in measured else 0.0
 
 
-def _setups(spec: dict):
-    """``(seed, setup)`` of every case of the spec: drawn from the space, or the user's own (seed 0)."""
-    if spec.get("model"):
-        yield 0, UserSetup(spec["model"])
-        return
-    for seed in spec["seeds"]:
-        yield seed, build.Drawn(space.draw(seed))
+def _setup(spec: dict, seed: int):
+    """The setup of a case of the spec: drawn from the space, or the user's own (seed 0)."""
+    return UserSetup(spec["model"]) if spec.get("model") else build.Drawn(space.draw(seed))
 
 
 def main(spec: dict) -> int:
-    group, modes = spec["group"], spec["modes"]
+    """Train the spec's ``work``, its ``[seed, mode]`` pairs in order, writing the report after each.
+
+    The report says which pair runs (``running``) until its verdict is written. After a verdict that crashed,
+    the process ends at once: a crash can leave the collectives of the process aborted, so the check runs the
+    pairs after it in fresh processes (``groups``).
+    """
+    group = spec["group"]
+    modes = list(dict.fromkeys(mode for _, mode in spec["work"]))
     resolver = _set_up(group)
     task = _task()
-    output = Path(spec["output"]) / f"{group}-{task}.json"
+    output = Path(spec["output"]) / f"{group}-{spec.get('attempt', 0)}-{task}.json"
     replicated = [m for m in modes if runs.MODES[m].replicated and not runs.MODES[m].asynchronous]
     floors = {precision: _noise_floor(replicated[0] if replicated else None, precision, resolver)
               for precision in (False, True)}
     tolerances = {precision: verdict.tolerance(floor) for precision, floor in floors.items()}
     records = []
     report = {"task": task, "group": group, "noise_floor": floors[False], "tolerance": tolerances[False],
-              "mixed_float16": {"noise_floor": floors[True], "tolerance": tolerances[True]}, "records": records}
-    for seed, setup in _setups(spec):
-        print(f"{task}: {setup.describe()}", file=sys.stderr, flush=True)
-        files = str(Path(spec["output"]) / "files")
-        try:
-            want = runs.reference(setup, directory=runs.directory_for(files, seed, f"reference-{task}"))
-        except Exception as error:  # noqa: BLE001 - a case Keras itself cannot train is out of the space
-            records.append({"seed": seed, "mode": "reference", "class": "invalid", "detail": runs.crash_line(error)})
+              "mixed_float16": {"noise_floor": floors[True], "tolerance": tolerances[True]},
+              "after_crash": spec.get("after_crash"), "records": records, "running": None}
+    fresh = {"after_crash": spec["after_crash"]} if spec.get("after_crash") else {}
+    setups, references = {}, {}
+    files = str(Path(spec["output"]) / "files")  # the callbacks' files of every run, each worker's the same
+
+    def write(**extra):
+        output.write_text(json.dumps({**report, **extra}, default=float))
+
+    for seed, mode in spec["work"]:
+        if seed not in setups:
+            setups[seed] = setup = _setup(spec, seed)
+            print(f"{task}: {setup.describe()}", file=sys.stderr, flush=True)
+            try:
+                references[seed] = runs.reference(setup, directory=runs.directory_for(files, seed, f"reference-{task}"))
+            except Exception as error:  # noqa: BLE001 - a case Keras itself cannot train is out of the space
+                records.append({"seed": seed, "mode": "reference", "class": "invalid",
+                                "detail": runs.crash_line(error), **fresh})
+        if seed not in references:
             continue
-        for mode in modes:
-            got = runs.train(setup, mode, cluster_resolver=resolver, directory=runs.directory_for(files, seed, mode))
-            tol = tolerances[bool(getattr(getattr(setup, "case", None), "mixed_precision", False))]
-            found = verdict.verdict(got, want, tol=tol, asynchronous=runs.MODES[mode].asynchronous)
-            records.append({"seed": seed, "mode": mode, **found})
-        output.write_text(json.dumps(report, default=float))
-    output.write_text(json.dumps({**report, "done": True}, default=float))
+        setup = setups[seed]
+        report["running"] = [seed, mode]
+        write()
+        got = runs.train(setup, mode, cluster_resolver=resolver, directory=runs.directory_for(files, seed, mode))
+        tol = tolerances[bool(getattr(getattr(setup, "case", None), "mixed_precision", False))]
+        found = verdict.verdict(got, references[seed], tol=tol, asynchronous=runs.MODES[mode].asynchronous)
+        records.append({"seed": seed, "mode": mode, **found, **fresh})
+        report["running"] = None
+        if found["class"] == "crashed":
+            write(stopped="crashed")
+            # At once, without the teardown, which would wait on the collectives of the crashed peers; and with
+            # status 0, after which tfdist.launch lets the other workers end their own verdict of the pair.
+            end_process(0)
+        write()
+    write(done=True)
     return 0
 
 

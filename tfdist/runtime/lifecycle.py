@@ -17,7 +17,7 @@ from typing import Any, Iterator
 from tfdist import _compat
 from tfdist.cluster.network import answers
 from tfdist.cluster.task import Task
-from tfdist.errors import DONE_EXIT_CODE, USAGE_EXIT_CODE, PeerLost, RunFailed, UserError
+from tfdist.errors import DONE_EXIT_CODE, USAGE_EXIT_CODE, PeerLost, RunFailed, UserError, collective_failure
 from tfdist.rundir import RunDir
 from tfdist.runtime import who
 from tfdist.runtime.placement import Placement
@@ -130,7 +130,8 @@ def _silent(task: Task) -> list[str]:
 @contextlib.contextmanager
 def among_peers(placement: Placement, run_dir: RunDir, *, timeout: float):
     """Run the ``with`` block among the cluster's peers, then finish together with them (``finish_together``,
-    bounded by ``timeout``); TensorFlow's errors about a lost peer become one ``PeerLost`` line (exit status 4).
+    bounded by ``timeout``); TensorFlow's errors about a lost peer become one ``PeerLost`` line (exit status 4),
+    another error of a collective one ``CollectiveFailed`` line that names it and the worker (``collective_failure``).
 
     Under ``multi_worker_mirrored`` every collective needs every worker: when
     one is lost, TensorFlow's coordination service (heartbeats) or the gRPC
@@ -144,6 +145,10 @@ def among_peers(placement: Placement, run_dir: RunDir, *, timeout: float):
         finish_together(placement, timeout)
     except Exception as e:
         task = placement.task
+        failed = collective_failure(e, task.name, placement.num_workers, "training") \
+            if task.spec.num_tasks > 1 and type(e).__name__ not in PEER_ERRORS else None
+        if failed is not None:
+            raise failed from None
         if task.spec.num_tasks < 2 or type(e).__name__ not in PEER_ERRORS:
             raise
         import tensorflow as tf
