@@ -165,6 +165,14 @@ class Source:
         dataset = self.x if self.is_dataset else self.x(tf.distribute.InputContext())
         return dataset.element_spec
 
+    def first_rows(self):
+        """The first two rows of numpy ``x`` and ``y`` (``y`` None without), to check the model and its loss on
+        values (a dtype or shape only a call refuses); None for a dataset, which is not read before training."""
+        if not self.is_arrays:
+            return None
+        first = lambda a: None if a is None else np.asarray(a)[:2]  # noqa: E731
+        return tf.nest.map_structure(first, self.x), tf.nest.map_structure(first, self.y)
+
     def dataset_fns(self, *, batch_size, shuffle: bool, seed: int, training: bool, start_step: int = 0,
                     class_weight: dict | None = None, own_order_per_worker: bool = False, stage_dir=None,
                     total_steps: int | None = None):

@@ -13,6 +13,7 @@ from tfdist import _compat
 from tfdist.errors import UserError
 from tfdist.fitting.custom_steps import KerasModelSteps, overrides_steps, refuse_under_coordinator
 from tfdist.fitting.steps import KerasSteps
+from tfdist.fitting.symbolic import has_call, keras_tensors
 from tfdist.global_gradients import refuse_accumulation_under_coordinator
 
 
@@ -55,21 +56,22 @@ def keras_steps(model, optimizer, spec, *, source, validation):
     own_steps = bool(overrides_steps(model))
     inputs = [("x", source, spec)] + ([] if validation is None else
                                       [("validation_data", validation, validation.spec())])
-    if own_steps:
-        return KerasModelSteps(model=model, spec=spec, takes_tuples={
-            "train_step": isinstance(spec, tuple),
-            "test_step": isinstance(inputs[-1][2], tuple)})
-    checked = []
     for name, input_source, input_spec in inputs:
         x, y, _ = _unpack(input_spec)
-        if y is None:
+        if own_steps and not has_call(model):
+            continue  # its train_step calls its parts: it was built from it (build_model)
+        if y is None and not own_steps:
             _refuse_no_targets(name, input_source)
+        rows = input_source.first_rows()  # numpy rows: checked on values; a dataset: on its type
+        if rows is not None:
+            x, y = rows
         predicted = _check_takes(model, x, name, batched_by_user=input_source.is_dataset)
-        checked.append(("y" if name == "x" and source.y is not None else name, y, predicted))
-    steps = KerasSteps(model=model, optimizer=optimizer, spec=spec)
-    for name, targets, predicted in checked:
-        _check_loss(model, targets, predicted, name)
-    return steps
+        if not own_steps:
+            _check_loss(model, y, predicted, "y" if name == "x" and source.y is not None else name)
+    if own_steps:
+        return KerasModelSteps(model=model, spec=spec, takes_tuples={"train_step": isinstance(spec, tuple),
+                                                                     "test_step": isinstance(inputs[-1][2], tuple)})
+    return KerasSteps(model=model, optimizer=optimizer, spec=spec)
 
 
 def _unpack(spec) -> tuple:
@@ -115,44 +117,60 @@ def _first_line(error: Exception) -> str:
 
 
 def _check_takes(model, x, name: str, *, batched_by_user: bool):
-    """The model's outputs (``keras.KerasTensor``s) on inputs of type ``x``; refuses an input the model cannot be
-    called on (e.g. another width), before anything is written.
+    """The model's outputs on ``x``: numpy rows (called on them), or the type of a dataset's inputs (its
+    ``keras.KerasTensor`` outputs, computed symbolically: the dataset is not read); refuses an input the model
+    cannot be called on (e.g. another width), before anything is written.
 
     ``batched_by_user``: the input is a Dataset, whose batches are the user's (the message says so).
 
     Raises:
         UserError: naming ``name`` (``x``, ``validation_data``) with the model's complaint.
     """
-    from tfdist.fitting.symbolic import keras_tensors
-
     try:
         with model.distribute_strategy.scope():
-            return _compat.output_spec(model, keras_tensors(x), training=False)
+            if _typed(x):
+                return _compat.output_spec(model, keras_tensors(x), training=False)
+            return model(x, training=False)
     except (ValueError, TypeError, tf.errors.InvalidArgumentError, tf.errors.UnimplementedError) as e:
-        shapes = [tuple(t.shape) for t in tf.nest.flatten(x)]
         hint = " (a Dataset must yield batches: dataset.batch(n))" if batched_by_user else ""
         raise UserError(f"Invalid `{name}` for this model: the model cannot take its examples{hint}. Received: "
-                        f"inputs of shapes {shapes} (None: any number of rows), and the model says: "
-                        f"{_first_line(e)}. Expected inputs of the shape the model was built for.") from None
+                        f"inputs of shapes {_shapes(x)}, and the model says: {_first_line(e)}. Expected inputs "
+                        "of the shape the model was built for.") from None
 
 
 def _check_loss(model, y, predicted, name: str) -> None:
-    """Refuse targets of type ``y`` that the compiled loss cannot compare with the model's outputs ``predicted``
-    (``keras.KerasTensor``s), before anything is written; symbolically, with nothing assigned.
+    """Refuse targets ``y`` (numpy rows, or a dataset's type) that the compiled loss cannot compare with the
+    model's outputs ``predicted`` on them, before anything is written; with nothing assigned (a
+    ``StatelessScope``, or symbolically), so that the loss trackers keep their state.
 
     Raises:
         UserError: naming ``name`` (``y``, ``validation_data``) with the loss's complaint.
     """
-    from tfdist.fitting.symbolic import keras_tensors
+    import keras
 
+    loss = _compat.compiled_loss(model)
     try:
         with model.distribute_strategy.scope():
-            _compat.output_spec(_compat.compiled_loss(model), keras_tensors(y), predicted)
+            if _typed(y):
+                _compat.output_spec(loss, keras_tensors(y), predicted)
+            else:
+                with keras.StatelessScope():
+                    loss(y, predicted)
     except (ValueError, TypeError, tf.errors.InvalidArgumentError) as e:
-        shapes = [tuple(t.shape) for t in tf.nest.flatten(y)]
         raise UserError(f"Invalid `{name}` for this model's loss: it cannot compare the targets with the model's "
-                        f"outputs. Received: targets of shapes {shapes} (None: any number of rows), and the loss "
-                        f"says: {_first_line(e)}. Expected targets of the shape the compiled loss takes.") from None
+                        f"outputs. Received: targets of shapes {_shapes(y)}, and the loss says: {_first_line(e)}. "
+                        "Expected targets of the shape the compiled loss takes.") from None
+
+
+def _typed(value) -> bool:
+    """Whether ``value`` is the type of a dataset's part (``tf.TensorSpec``s), not numpy rows."""
+    return any(isinstance(part, tf.TypeSpec) for part in tf.nest.flatten(value))
+
+
+def _shapes(value) -> str:
+    """The shapes of numpy rows (``(the first rows)``) or of a dataset's type (``None``: any number of rows)."""
+    shapes = [tuple(t.shape) for t in tf.nest.flatten(value)]
+    return f"{shapes} ({'None: any number of rows' if _typed(value) else 'the first rows'})"
 
 
 def learning_rate(optimizer) -> float:
