@@ -90,9 +90,9 @@ class Source:
     it: what follows asks the Source, never the value again.
 
     ``kind``: ``ARRAYS``, numpy arrays (or nested structures of them) with ``y`` and ``sample_weight`` beside
-    them; ``DATASET``, a ``tf.data.Dataset`` of ``(x, y)`` or ``(x, y, sample_weight)`` global batches;
-    ``DATASET_FN``, a callable ``dataset_fn(InputContext)`` returning a pipeline's per-replica batches. A
-    dataset's ``y`` and ``sample_weight`` are in its elements (None here).
+    them (or none); ``DATASET``, a ``tf.data.Dataset`` of ``(x, y)`` or ``(x, y, sample_weight)`` global
+    batches, or of ``x`` alone; ``DATASET_FN``, a callable ``dataset_fn(InputContext)`` returning a pipeline's
+    per-replica batches. A dataset's ``y`` and ``sample_weight`` are in its elements (None here).
     """
 
     kind: str
