@@ -128,10 +128,31 @@ def flat_losses(compile_loss) -> list:
     return list(getattr(compile_loss, "_flat_losses", None) or [])
 
 
-def symbolic_build(model, sample) -> None:
-    """Build ``model``, its compiled loss and metrics from a data batch, as Keras' ``fit`` does
-    (``model._maybe_symbolic_build``)."""
-    model._maybe_symbolic_build(data_batch=tuple(sample))
+def symbolic_build(model, data_batch) -> None:
+    """Build ``model``, its compiled loss and metrics and its optimizer from a data batch (``keras.KerasTensor``s
+    will do), as Keras' ``fit`` does (``model._symbolic_build``); under the model's strategy."""
+    with model.distribute_strategy.scope():
+        model._symbolic_build(data_batch=data_batch)
+
+
+def output_spec(fn, *args, **kwargs) -> Any:
+    """``fn``'s outputs (``keras.KerasTensor``s) on ``keras.KerasTensor`` arguments, computed in a scratch graph
+    with nothing assigned, as Keras' symbolic build calls a model (``keras.src.backend.compute_output_spec``)."""
+    from keras.src.backend import compute_output_spec
+
+    return compute_output_spec(fn, *args, **kwargs)
+
+
+def epoch_element_spec(epoch_iterator) -> Any:
+    """The element type of the distributed dataset a Keras ``TFEpochIterator`` iterates (``_distributed_dataset``),
+    each per-replica part as its first replica's type (``PerReplicaSpec._value_specs``); read without iterating."""
+    import tensorflow as tf
+
+    def first(spec):
+        values = getattr(spec, "_value_specs", None)
+        return values[0] if values else spec
+
+    return tf.nest.map_structure(first, epoch_iterator._distributed_dataset.element_spec)
 
 
 def sublayers(model) -> list:

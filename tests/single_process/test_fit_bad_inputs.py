@@ -305,7 +305,7 @@ EXPECTED = {
     "model_dir blank": r"Invalid value for `model_dir`. Received: model_dir=' '",  # one line: spaces collapse
     "a Dataset of other examples": r"Invalid `x` for this model: the model cannot take its examples \(a Dataset "
                                    r"must yield batches: dataset.batch\(n\)\). Received: inputs of shapes "
-                                   r"\[\(2, 3\)\]",
+                                   r"\[\(None, 3\)\]",
 }
 
 

@@ -187,12 +187,12 @@ class KerasClient(Client):
         self.placement, self.replicas = placement, strategy.num_replicas_in_sync
         if self.batch_size is not None:
             check_batch(self.batch_size, self.replicas)
-        self.sample = self.source.sample()
+        self.spec = self.source.spec()  # the type of its batches: the input is not read before training
 
     def build(self):
         from tfdist.fitting.train import build_model
 
-        return build_model(self.model_fn, self.placement.strategy, self.placement.coordinator, self.sample)
+        return build_model(self.model_fn, self.placement.strategy, self.placement.coordinator, self.spec)
 
     def task(self, state, strategy, placement, run_dir) -> Task:
         import keras
@@ -208,7 +208,7 @@ class KerasClient(Client):
         settings = {"batch_size": self.batch_size, **train.optimizer_settings(optimizer)}
         run_dir.check_fit_settings(settings)
         warn_unsynchronized_batch_norm(model, self.replicas)
-        steps = train.keras_steps(model, optimizer, self.sample, source=self.source, validation=self.validation)
+        steps = train.keras_steps(model, optimizer, self.spec, source=self.source, validation=self.validation)
         # An input of unknown length without steps_per_epoch is refused before.
         epoch_steps = self.steps_per_epoch or self.source.rows_and_steps(self.batch_size)[1]
         check_total_steps(self.epochs, epoch_steps, epochs_name="epochs", steps_name="steps_per_epoch")

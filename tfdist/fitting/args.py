@@ -88,19 +88,20 @@ def _is_layer(value) -> bool:
 
 
 def _check_dataset_elements(name: str, dataset) -> None:
-    """A Dataset must yield ``(x, y)`` or ``(x, y, sample_weight)`` batches, as Keras' ``fit`` reads them.
+    """A Dataset must yield batches as Keras' ``fit`` reads them: ``(x, y)``, ``(x, y, sample_weight)``, ``(x,)``
+    or ``x`` alone (a tensor or a dict of them, for a model whose own ``train_step`` takes its inputs alone).
 
     A scalar part is a single example's (a batch has a dimension of examples): the Dataset was not batched. An
     empty Dataset (known to be) has no batch to train or validate on.
     """
     spec = dataset.element_spec
-    if not (isinstance(spec, tuple) and len(spec) in (2, 3)):
-        raise UserError(f"Invalid `{name}`: a tf.data.Dataset of {type(spec).__name__} elements. Expected a "
-                        "Dataset of (x, y) or (x, y, sample_weight) batches.")
+    if isinstance(spec, tuple) and len(spec) not in (1, 2, 3):
+        raise UserError(f"Invalid `{name}`: a tf.data.Dataset of {len(spec)}-tuples. Expected a Dataset of (x, y) "
+                        "or (x, y, sample_weight) batches, or of inputs x alone, as Keras' fit reads them.")
     if int(dataset.cardinality()) == 0:
         raise UserError(f"Invalid `{name}`: an empty tf.data.Dataset. Received: a Dataset of 0 elements. Expected "
                         "a Dataset of (x, y) batches with at least one batch.")
-    scalars = [part for part in _flat(spec) if part.shape.rank == 0]
+    scalars = [part for part in _flat(spec) if getattr(part, "shape", None) is not None and part.shape.rank == 0]
     if scalars:
         raise UserError(f"Invalid `{name}`: a tf.data.Dataset of single examples (a part of its elements is a "
                         f"scalar, {scalars[0]}). Expected a Dataset of (x, y) batches, e.g. dataset.batch(64), as "
@@ -307,8 +308,9 @@ def _check_inputs(source, batch_size) -> None:
         if source.is_dataset:
             _check_dataset_elements("x", x)
         return
-    if y is None:
-        raise UserError("Missing `y`. Received: numpy `x` and y=None. Expected the targets, one row per row of x.")
+    if y is None and sample_weight is not None:
+        raise UserError("Invalid `sample_weight` without `y`. Received: numpy x and sample_weight, y=None. Expected "
+                        "the targets the weights weigh (y=...), or no sample_weight.")
     counts = _rows("x", x) | _rows("y", y) | _rows("sample_weight", sample_weight)
     if len(counts) != 1:
         raise UserError(f"Invalid `x`/`y`{'/`sample_weight`' if sample_weight is not None else ''}: their numbers "
@@ -331,7 +333,11 @@ def _check_class_weight(class_weight, source) -> None:
         raise UserError(f"Invalid `class_weight`. Received: {class_weight!r:.80}. Expected a dict "
                         "{class index >= 0: finite weight >= 0}, e.g. {0: 1.0, 1: 5.0}.")
     x, y, dataset = source.x, source.y, source.is_dataset
-    if source.sample_weight is not None or (dataset and len(x.element_spec) == 3):
+    spec = x.element_spec if dataset else None
+    if (y is None and source.is_arrays) or (dataset and not (isinstance(spec, tuple) and len(spec) >= 2)):
+        raise UserError("Invalid `class_weight` without targets. Received: class_weight and inputs alone (no y). "
+                        "Expected y (or a Dataset of (x, y) batches) whose classes the weights weigh.")
+    if source.sample_weight is not None or (dataset and len(spec) == 3):
         raise UserError("Invalid `class_weight` with sample weights. Received: both. Expected one of "
                         "class_weight and sample_weight, as Keras' fit takes them.")
     if (y is not None and len(_flat(y)) != 1) or (dataset and len(_flat(x.element_spec[1])) != 1):

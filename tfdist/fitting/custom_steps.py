@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from tfdist.errors import UserError
 from tfdist.fitting.steps import describe, log_value
+from tfdist.fitting.symbolic import has_call, keras_tensors
 from tfdist.global_gradients import replica_share
 from tfdist import _compat
 
@@ -59,9 +60,13 @@ class KerasModelSteps:
     """The replica functions of a model with its own ``train_step``/``test_step``.
 
     Args:
-      model: a compiled Keras model, built under the strategy's scope.
-      sample: ``(x, y)`` or ``(x, y, sample_weight)`` of a few examples, to build the model, its compiled
+      model: a compiled Keras model, made under the strategy's scope (one without a ``call`` built from its
+        ``train_step``: ``fitting.train``).
+      spec: the type of a global batch (``inputs.Source.spec``), to build a model with a ``call``, its compiled
         loss and metrics outside any step (Keras' symbolic build).
+      takes_tuples: ``{"train_step": bool, "test_step": bool}``: whether the step's data is a tuple ``(x, y[,
+        sample_weight])`` or ``x`` alone (numpy ``x`` without ``y``, a Dataset of single tensors), as Keras
+        hands it.
     """
 
     #: The count in ``metrics``' result (throughput is examples per second).
@@ -69,13 +74,15 @@ class KerasModelSteps:
     #: ``[0, examples]``: the figures are the metrics' own variables.
     stats_size = 2
 
-    def __init__(self, *, model, sample):
+    def __init__(self, *, model, spec, takes_tuples: dict[str, bool]):
         if not getattr(model, "compiled", False):
             raise UserError("Invalid model_fn: it must return a compiled keras.Model. Received: a "
                             f"{type(model).__name__} never compiled. Expected model.compile(optimizer=...) inside "
                             "model_fn.")
         self.model = model
-        _compat.symbolic_build(model, sample)  # as Keras' fit builds it, under the strategy
+        if has_call(model):
+            _compat.symbolic_build(model, keras_tensors(spec))  # as Keras' fit builds it, under the strategy
+        self._tuples = dict(takes_tuples)
         self._returned: dict[str, list[str]] = {}
         self._calls = {name: getattr(model, name) for name in ("train_step", "test_step")}
         if model.jit_compile:  # Keras' own reading of compile(jit_compile=...), "auto" resolved
@@ -87,7 +94,7 @@ class KerasModelSteps:
         *data, p = batch  # p: the step's examples over every replica
         n = tf.cast(tf.shape(tf.nest.flatten(data[0])[0])[0], tf.float32)
         with replica_share(n, total=p):  # one device's loss and gradients, on an uneven split too
-            logs = self._calls[name](tuple(data))
+            logs = self._calls[name](tuple(data) if self._tuples[name] else data[0])
         self._returned[name] = _names(logs) if isinstance(logs, dict) else [f"a {type(logs).__name__}"]
         return tf.stack([tf.constant(0.0), n])
 

@@ -131,11 +131,13 @@ def evaluate_fit(model_fn, source, validation, *, placement: Placement, model_di
 
     run_dir = RunDir(model_dir)
     epoch_steps = steps_per_epoch or source.rows_and_steps(batch_size)[1]
-    sample = validation.sample()
-    model, _ = build_model(model_fn, placement.strategy, False, sample)
+    spec = validation.spec()
+    model, _ = build_model(model_fn, placement.strategy, False, spec)
     own_steps = bool(overrides_steps(model))
-    steps = (KerasModelSteps(model=model, sample=sample) if own_steps
-             else KerasSteps(model=model, optimizer=None, sample=sample))
+    takes_tuples = isinstance(spec, tuple)
+    steps = (KerasModelSteps(model=model, spec=spec, takes_tuples={"train_step": takes_tuples,
+                                                                   "test_step": takes_tuples}) if own_steps
+             else KerasSteps(model=model, optimizer=None, spec=spec))
     # An evaluator's task: no train split, no learning rate.
     task = Task(steps=ValidationSteps(steps), train_dataset_fn=None, learning_rate=lambda step: float("nan"),
                 eval_dataset_fn=validation.eval_dataset_fn(batch_size=batch_size, validation_steps=validation_steps,

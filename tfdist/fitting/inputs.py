@@ -16,7 +16,8 @@ from tfdist.engine.inputs import batches_per_step
 
 
 def _cut(context, batch_size: int):
-    """A flat_map fn: a global batch ``(x, y[, sample_weight])`` -> this pipeline's replicas' slices, ``p`` appended.
+    """A flat_map fn: a global batch ``(x, y[, sample_weight])``, or ``x`` alone -> this pipeline's replicas'
+    slices ``(x, y[, sample_weight], p)`` or ``(x, p)``.
 
     Each replica takes a ``ceil(p / R)`` share of a batch of ``p`` examples, in replica order: a full batch
     splits evenly, and a last, shorter one as Keras splits it (25 examples over 2 replicas: 13 and 12), so no
@@ -89,9 +90,9 @@ class Source:
     it: what follows asks the Source, never the value again.
 
     ``kind``: ``ARRAYS``, numpy arrays (or nested structures of them) with ``y`` and ``sample_weight`` beside
-    them; ``DATASET``, a ``tf.data.Dataset`` of ``(x, y)`` or ``(x, y, sample_weight)`` global batches;
-    ``DATASET_FN``, a callable ``dataset_fn(InputContext)`` returning a pipeline's per-replica batches. A
-    dataset's ``y`` and ``sample_weight`` are in its elements (None here).
+    them (or none); ``DATASET``, a ``tf.data.Dataset`` of ``(x, y)`` or ``(x, y, sample_weight)`` global
+    batches, or of ``x`` alone; ``DATASET_FN``, a callable ``dataset_fn(InputContext)`` returning a pipeline's
+    per-replica batches. A dataset's ``y`` and ``sample_weight`` are in its elements (None here).
     """
 
     kind: str
@@ -147,15 +148,30 @@ class Source:
 
         return cut(0, at), cut(at, rows)
 
-    def sample(self) -> tuple:
-        """A couple of examples ``(x, y)`` to build the model, its loss and metrics with (a dataset_fn is called
-        with a default ``InputContext``)."""
+    def spec(self):
+        """The type of one global batch as the model's steps receive it, read without iterating the input (a
+        Dataset's ``element_spec``; arrays' shapes, rows unknown; a dataset_fn's with a default ``InputContext``):
+        ``(x, y)`` or ``(x, y, sample_weight)``, or ``x`` alone where there are no targets (numpy ``x`` without
+        ``y``, a Dataset of single tensors or dicts), as Keras' ``fit`` hands a step its ``data``."""
         if self.is_arrays:
-            first = lambda a: np.asarray(a)[:2]  # noqa: E731
-            return tf.nest.map_structure(first, self.x), tf.nest.map_structure(first, self.y)
+            def of(array):
+                array = np.asarray(array)
+                dtype = tf.string if array.dtype.kind in "OUS" else tf.as_dtype(array.dtype)
+                return tf.TensorSpec((None, *array.shape[1:]), dtype)
+
+            parts = tuple(part for part in (self.x, self.y, self.sample_weight) if part is not None)
+            specs = tf.nest.map_structure(of, parts)
+            return specs if len(specs) > 1 else specs[0]
         dataset = self.x if self.is_dataset else self.x(tf.distribute.InputContext())
-        xb, yb = tuple(next(iter(dataset.take(1))))[:2]
-        return tf.nest.map_structure(lambda t: t[:2], xb), tf.nest.map_structure(lambda t: t[:2], yb)
+        return dataset.element_spec
+
+    def first_rows(self):
+        """The first two rows of numpy ``x`` and ``y`` (``y`` None without), to check the model and its loss on
+        values (a dtype or shape only a call refuses); None for a dataset, which is not read before training."""
+        if not self.is_arrays:
+            return None
+        first = lambda a: None if a is None else np.asarray(a)[:2]  # noqa: E731
+        return tf.nest.map_structure(first, self.x), tf.nest.map_structure(first, self.y)
 
     def dataset_fns(self, *, batch_size, shuffle: bool, seed: int, training: bool, start_step: int = 0,
                     class_weight: dict | None = None, own_order_per_worker: bool = False, stage_dir=None,
@@ -222,7 +238,9 @@ class Source:
         return lambda context: eval_fn(context).take(validation_steps * batches_per_step(context))
 
     def _rows_dataset(self):
-        """The arrays' rows as a Dataset of ``(x, y[, sample_weight])`` examples."""
+        """The arrays' rows as a Dataset of ``(x, y[, sample_weight])`` examples, or of ``x``'s alone without ``y``."""
+        if self.y is None:
+            return tf.data.Dataset.from_tensor_slices(self.x)
         parts = (self.x, self.y) if self.sample_weight is None else (self.x, self.y, self.sample_weight)
         return tf.data.Dataset.from_tensor_slices(parts)
 
@@ -264,8 +282,12 @@ def _source(dataset, stage_dir, *, rows: int | None, total_steps: int | None):
         sys.stderr.flush()
         dataset = dataset.take(total_steps)
         count = total_steps if infinite else None
-    if count:
-        estimate = staging.element_bytes(next(iter(dataset.take(1)))) * count
+    # Of numpy rows, their first (tfdist's own dataset); of a Dataset, its element_spec: a user's Dataset is not
+    # iterated before training (a Dataset that reshuffles each iteration would show epoch 1 its second order).
+    each = staging.element_bytes(next(iter(dataset.take(1)))) if rows is not None else _spec_bytes(
+        dataset.element_spec)
+    if count and each is not None:
+        estimate = each * count
         if estimate > limit:
             raise staging.refuse(what, f"would take about {staging.size_text(estimate)}", limit, STAGE_INSTEAD)
     staged = dataset if rows is None else dataset.batch(STAGED_ROWS)  # each element staged costs a Python call
@@ -274,6 +296,17 @@ def _source(dataset, stage_dir, *, rows: int | None, total_steps: int | None):
     if rows is None:
         return lambda: tf.data.Dataset.load(path, element_spec=spec)
     return lambda: tf.data.Dataset.load(path, element_spec=spec).unbatch()
+
+
+def _spec_bytes(spec) -> int | None:
+    """The bytes of one element of type ``spec``, or None where its shapes are not all known (or hold strings)."""
+    total = 0
+    for part in tf.nest.flatten(spec, expand_composites=True):
+        shape, dtype = getattr(part, "shape", None), getattr(part, "dtype", None)
+        if shape is None or dtype is None or not shape.is_fully_defined() or dtype == tf.string:
+            return None
+        total += shape.num_elements() * dtype.size
+    return total
 
 
 def _cardinality(dataset) -> int | None:

@@ -6,6 +6,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfdist.errors import UserError
+from tfdist.fitting.symbolic import keras_tensors
 from tfdist.strategies import traits_of
 from tfdist import _compat
 
@@ -16,14 +17,14 @@ class KerasSteps:
     Args:
       model: a Keras model compiled with a loss (and optionally metrics), built under the strategy's scope.
       optimizer: its optimizer (``model.optimizer``).
-      sample: ``(x, y)`` or ``(x, y, sample_weight)`` of a few examples, to build the compiled loss and
-        metrics outside any step.
+      spec: the type of a global batch ``(x, y[, sample_weight])`` (``inputs.Source.spec``), to build the
+        compiled loss and metrics outside any step, symbolically (a user's Dataset is not read before training).
     """
 
     #: The count in ``metrics``' result (throughput is examples per second).
     count_key = "examples"
 
-    def __init__(self, *, model, optimizer, sample):
+    def __init__(self, *, model, optimizer, spec):
         if _compat.compiled_loss(model) is None:
             raise UserError(
                 "Missing loss: model_fn must return a model compiled with a loss. Received: a model without "
@@ -31,20 +32,11 @@ class KerasSteps:
             )
         self.model = model
         self.optimizer = optimizer
-        x, y = sample[:2]
         compile_loss, compiled = _compat.compiled_loss(model), _compat.compiled_metrics(model)
-        # Built here, not inside a step, and under the model's strategy as Keras' fit builds them: the loss
-        # trackers and metrics are the strategy's variables, which Keras' own evaluate of the model updates.
-        with model.distribute_strategy.scope():
-            y_pred = model(x, training=False)
-            if not compile_loss.built:
-                compile_loss.build(y, y_pred)
-            if compiled is not None and not compiled.built:
-                compiled.build(y, y_pred)
-            if compiled is not None:
-                # A metric that creates its variables at its first update (F1Score, FBetaScore: from y_true's
-                # shape) makes them here, before they are read; reset below.
-                compiled.update_state(y, y_pred)
+        # Built here, not inside a step, and under the model's strategy as Keras' fit builds them (its symbolic
+        # build, which also makes the variables a metric creates at its first update: F1Score, FBetaScore): the
+        # loss trackers and metrics are the strategy's variables, which Keras' own evaluate of the model updates.
+        _compat.symbolic_build(model, keras_tensors(spec))
         _check_reductions(compile_loss)
         self._compiled = compiled
         variables = list(compiled.variables) if compiled is not None else []

@@ -13,16 +13,20 @@ from tfdist import _compat
 from tfdist.errors import UserError
 from tfdist.fitting.custom_steps import KerasModelSteps, overrides_steps, refuse_under_coordinator
 from tfdist.fitting.steps import KerasSteps
+from tfdist.fitting.symbolic import has_call, keras_tensors
 from tfdist.global_gradients import refuse_accumulation_under_coordinator
 
 
-def build_model(model_fn, strategy_name: str, coordinator: bool, sample: tuple):
+def build_model(model_fn, strategy_name: str, coordinator: bool, spec):
     """``(model, its optimizer or None)`` from ``model_fn``, checked and built; called under the strategy's scope.
 
-    A model made without its input's shape (``Sequential([Dense(10)])``) is built on ``sample``'s ``x``, as
-    Keras' fit builds it from its first batch: the optimizer is built next, with the model's variables.
+    A model made without its input's shape (``Sequential([Dense(10)])``) is built from ``spec``, the type of
+    its data (``inputs.Source.spec``), as Keras' symbolic build builds it; one without a ``call`` (its own
+    ``train_step`` calls its parts) from what its ``train_step`` creates (``symbolic.build``).
     """
     import keras
+
+    from tfdist.fitting import symbolic
 
     model = model_fn()
     own_steps = isinstance(model, keras.Model) and overrides_steps(model)
@@ -30,36 +34,66 @@ def build_model(model_fn, strategy_name: str, coordinator: bool, sample: tuple):
         raise UserError(f"Invalid model_fn: it must return a compiled keras.Model. Received: a "
                         f"{type(model).__name__} without an optimizer. Expected model.compile(optimizer=..., "
                         "loss=...) inside model_fn.")
-    if not model.built:
-        model(sample[0], training=False)
+    if not symbolic.has_call(model):
+        symbolic.trace_train_step(model, spec)  # its variables exist before a checkpoint is restored into them
+    elif not model.built:
+        _compat.output_spec(model, symbolic.keras_tensors(keras.utils.unpack_x_y_sample_weight(spec)[0]),
+                            training=False)
     if coordinator:
         refuse_under_coordinator(model, strategy_name)
         refuse_accumulation_under_coordinator(model.optimizer, strategy_name)
     return model, model.optimizer
 
 
-def keras_steps(model, optimizer, sample, *, source, validation):
+def keras_steps(model, optimizer, spec, *, source, validation):
     """The model's ``Steps`` (``KerasModelSteps`` for a model's own steps, else ``KerasSteps``), once the model
-    is checked to take the ``Source``s ``source`` (``sample``: its first rows) and ``validation`` (None: none)
-    and, for compiled steps, its loss to take their targets.
+    is checked to take the ``Source``s ``source`` (``spec``: the type of its batches) and ``validation`` (None:
+    none) and, for compiled steps, its loss to take their targets; symbolically, from the inputs' types.
 
     Raises:
         UserError: naming the input the model or its loss cannot take.
     """
     own_steps = bool(overrides_steps(model))
-    # (what the targets are called, the first rows' targets, the model's outputs on their inputs)
-    checked = [("y" if source.y is not None else "x", sample[1],
-                _check_takes(model, sample, "x", batched_by_user=source.is_dataset))]
-    if validation is not None:
-        val_sample = validation.sample()
-        checked.append(("validation_data", val_sample[1],
-                        _check_takes(model, val_sample, "validation_data", batched_by_user=validation.is_dataset)))
-    steps = (KerasModelSteps(model=model, sample=sample) if own_steps
-             else KerasSteps(model=model, optimizer=optimizer, sample=sample))
-    if not own_steps:
-        for name, targets, predicted in checked:
-            _check_loss(model, targets, predicted, name)
-    return steps
+    inputs = [("x", source, spec)] + ([] if validation is None else
+                                      [("validation_data", validation, validation.spec())])
+    for name, input_source, input_spec in inputs:
+        x, y, _ = _unpack(input_spec)
+        if own_steps and not has_call(model):
+            continue  # its train_step calls its parts: it was built from it (build_model)
+        if y is None and not own_steps:
+            _refuse_no_targets(name, input_source)
+        rows = input_source.first_rows()  # numpy rows: checked on values; a dataset: on its type
+        if rows is not None:
+            x, y = rows
+        predicted = _check_takes(model, x, name, batched_by_user=input_source.is_dataset)
+        if not own_steps:
+            _check_loss(model, y, predicted, "y" if name == "x" and source.y is not None else name)
+    if own_steps:
+        return KerasModelSteps(model=model, spec=spec, takes_tuples={"train_step": isinstance(spec, tuple),
+                                                                     "test_step": isinstance(inputs[-1][2], tuple)})
+    return KerasSteps(model=model, optimizer=optimizer, spec=spec)
+
+
+def _unpack(spec) -> tuple:
+    """``(x, y, sample_weight)`` of a batch's type as Keras unpacks a batch (None where absent)."""
+    import keras
+
+    return keras.utils.unpack_x_y_sample_weight(spec)
+
+
+def _refuse_no_targets(name: str, source) -> None:
+    """Refuse an input without targets for a compiled loss, which compares targets with the model's outputs (Keras'
+    ``fit`` fails on it too).
+
+    Raises:
+        UserError: naming ``name`` and the input's kind.
+    """
+    kind = ("numpy x without y" if source.is_arrays else
+            "a tf.data.Dataset of inputs alone (no (x, y) tuples)" if source.is_dataset else
+            "a dataset_fn whose Dataset yields inputs alone (no (x, y) tuples)")
+    raise UserError(f"Missing `y` for this model's compiled loss: it compares targets with the model's outputs. "
+                    f"Received: `{name}` as {kind}. Expected the targets (y=..., or a Dataset of (x, y) batches), "
+                    "or a model whose own train_step takes its inputs alone.")
 
 
 def optimizer_settings(optimizer) -> dict:
@@ -82,9 +116,10 @@ def _first_line(error: Exception) -> str:
     return " ".join((lines or [type(error).__name__])[0].split())[:200].rstrip(".")
 
 
-def _check_takes(model, sample, name: str, *, batched_by_user: bool):
-    """The model's outputs on ``sample``'s inputs; refuses an input the model cannot be called on (e.g. another
-    width), before anything is written.
+def _check_takes(model, x, name: str, *, batched_by_user: bool):
+    """The model's outputs on ``x``: numpy rows (called on them), or the type of a dataset's inputs (its
+    ``keras.KerasTensor`` outputs, computed symbolically: the dataset is not read); refuses an input the model
+    cannot be called on (e.g. another width), before anything is written.
 
     ``batched_by_user``: the input is a Dataset, whose batches are the user's (the message says so).
 
@@ -93,32 +128,49 @@ def _check_takes(model, sample, name: str, *, batched_by_user: bool):
     """
     try:
         with model.distribute_strategy.scope():
-            return model(sample[0], training=False)
+            if _typed(x):
+                return _compat.output_spec(model, keras_tensors(x), training=False)
+            return model(x, training=False)
     except (ValueError, TypeError, tf.errors.InvalidArgumentError, tf.errors.UnimplementedError) as e:
-        shapes = [tuple(t.shape) for t in tf.nest.flatten(sample[0])]
         hint = " (a Dataset must yield batches: dataset.batch(n))" if batched_by_user else ""
         raise UserError(f"Invalid `{name}` for this model: the model cannot take its examples{hint}. Received: "
-                        f"inputs of shapes {shapes} (the first rows), and the model says: {_first_line(e)}. "
-                        "Expected inputs of the shape the model was built for.") from None
+                        f"inputs of shapes {_shapes(x)}, and the model says: {_first_line(e)}. Expected inputs "
+                        "of the shape the model was built for.") from None
 
 
 def _check_loss(model, y, predicted, name: str) -> None:
-    """Refuse targets ``y`` that the compiled loss cannot compare with the model's outputs ``predicted`` on the
-    same rows, before anything is written; under a ``StatelessScope``, so that the loss trackers keep their state.
+    """Refuse targets ``y`` (numpy rows, or a dataset's type) that the compiled loss cannot compare with the
+    model's outputs ``predicted`` on them, before anything is written; with nothing assigned (a
+    ``StatelessScope``, or symbolically), so that the loss trackers keep their state.
 
     Raises:
         UserError: naming ``name`` (``y``, ``validation_data``) with the loss's complaint.
     """
     import keras
 
+    loss = _compat.compiled_loss(model)
     try:
-        with model.distribute_strategy.scope(), keras.StatelessScope():
-            _compat.compiled_loss(model)(y, predicted)
+        with model.distribute_strategy.scope():
+            if _typed(y):
+                _compat.output_spec(loss, keras_tensors(y), predicted)
+            else:
+                with keras.StatelessScope():
+                    loss(y, predicted)
     except (ValueError, TypeError, tf.errors.InvalidArgumentError) as e:
-        shapes = [tuple(t.shape) for t in tf.nest.flatten(y)]
         raise UserError(f"Invalid `{name}` for this model's loss: it cannot compare the targets with the model's "
-                        f"outputs. Received: targets of shapes {shapes} (the first rows), and the loss says: "
-                        f"{_first_line(e)}. Expected targets of the shape the compiled loss takes.") from None
+                        f"outputs. Received: targets of shapes {_shapes(y)}, and the loss says: {_first_line(e)}. "
+                        "Expected targets of the shape the compiled loss takes.") from None
+
+
+def _typed(value) -> bool:
+    """Whether ``value`` is the type of a dataset's part (``tf.TensorSpec``s), not numpy rows."""
+    return any(isinstance(part, tf.TypeSpec) for part in tf.nest.flatten(value))
+
+
+def _shapes(value) -> str:
+    """The shapes of numpy rows (``(the first rows)``) or of a dataset's type (``None``: any number of rows)."""
+    shapes = [tuple(t.shape) for t in tf.nest.flatten(value)]
+    return f"{shapes} ({'None: any number of rows' if _typed(value) else 'the first rows'})"
 
 
 def learning_rate(optimizer) -> float:

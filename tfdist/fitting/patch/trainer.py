@@ -97,34 +97,27 @@ def _fixed_reduce(original, multi_worker):
 
 
 def _fixed_build(original, multi_worker):
-    """``_maybe_symbolic_build`` that builds from this worker's first replica's slice over several replicas.
+    """``_maybe_symbolic_build`` that builds from the type of the data, without reading a batch of it.
 
-    Keras reduces the first batch's replica slices into one, which fails across workers and, in one process,
-    on a batch that splits unevenly (its slices differ in shape); a slice builds the same model.
+    Keras reads the first batch (which starts an iteration: a Dataset that reshuffles each iteration shows the
+    first epoch its second order) and reduces its replica slices into one, which fails across workers and, in
+    one process, on a batch that splits unevenly. Here the model is built from one replica's ``element_spec``
+    (``fitting.symbolic.build``): symbolically, as Keras builds it, or, for a model without a ``call`` (a GAN
+    whose ``train_step`` calls its parts), from what its ``train_step`` creates, as Keras' ``fit`` builds it on
+    one device.
     """
 
     @functools.wraps(original)
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):
-        import tensorflow as tf
-        from keras import tree
+        from tfdist.fitting import symbolic
 
         strategy = self._distribute_strategy
-        if strategy is None or iterator is None or strategy.num_replicas_in_sync < 2:
+        if strategy is None or iterator is None:
             return original(self, iterator=iterator, data_batch=data_batch)
-
-        def local(value):
-            if isinstance(value, tf.distribute.DistributedValues):
-                return strategy.experimental_local_results(value)[0]
-            return value
-
-        for _, _, batches in iterator:
-            data_batch = tree.map_structure(local, next(batches))
-            break
         across_workers = multi_worker(strategy)
         for compiled in [c for c in _compiled(self) if _outside(c, strategy)] if across_workers else []:
             _compat.unbuild_compiled(compiled)
-        with strategy.scope():
-            self._symbolic_build(data_batch=data_batch)
+        symbolic.build(self, _compat.epoch_element_spec(iterator))
         if across_workers:
             _refuse_metrics_outside(self, strategy)
 

@@ -1,0 +1,71 @@
+"""A Keras model built from the type of its data (a Dataset's ``element_spec``), never from a batch of it.
+
+Reading a batch of the user's input before training starts an iteration of it: a Dataset that reshuffles each
+iteration would show the first epoch its second order, and a stateful one would start early. A model with its
+own ``call`` is built as Keras' symbolic build builds it (``keras.KerasTensor``s); one without (a GAN, a VAE
+whose ``train_step`` calls its parts) from what its ``train_step`` creates, as Keras' ``fit`` builds it on one
+device: tracing the step, under the model's strategy, with nothing run.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from tfdist import _compat
+
+#: The rows a traced ``train_step`` sees where the data's type leaves them open (any number builds the same).
+TRACE_ROWS = 2
+
+
+def keras_tensors(spec):
+    """``spec`` (a structure of ``tf.TensorSpec``) as ``keras.KerasTensor``s, for Keras' symbolic calls."""
+    import keras
+
+    return tf.nest.map_structure(lambda s: keras.KerasTensor(tuple(s.shape), s.dtype.name), spec)
+
+
+def has_call(model) -> bool:
+    """Whether ``model`` defines ``call`` (Keras' ``Model.call`` only raises)."""
+    import keras
+
+    return type(model).call is not keras.Model.call
+
+
+def build(model, spec) -> None:
+    """Build ``model``, its compiled loss and metrics and its optimizer(s) from data of type ``spec`` (one
+    global batch as ``fit`` hands it to a step: ``(x, y[, sample_weight])`` or ``x`` alone): symbolically where
+    the model has a ``call``, else by tracing its ``train_step``."""
+    if has_call(model):
+        _compat.symbolic_build(model, keras_tensors(spec))
+    else:
+        trace_train_step(model, spec)
+
+
+def trace_train_step(model, spec) -> None:
+    """Create every variable ``model.train_step`` creates (its parts', its optimizers', its metrics') by tracing
+    it on one replica's data of type ``spec``, under the model's strategy; nothing of the step runs.
+
+    Keras creates them while it traces its train function on one device. Under a strategy a variable is made
+    in the replica context of the trace, where a mirrored variable cannot initialize its copies from the
+    first; so each is made outside the trace (``tf.init_scope``), in the strategy's cross-replica context, as
+    a variable made under ``strategy.scope()``.
+    """
+    strategy = model.distribute_strategy
+
+    def shaped(s):
+        shape = s.shape
+        if shape.rank and shape[0] is None:
+            shape = tf.TensorShape([TRACE_ROWS]).concatenate(shape[1:])
+        return tf.TensorSpec(shape, s.dtype)
+
+    def outside(next_creator, **kwargs):
+        with tf.init_scope():
+            return next_creator(**kwargs)
+
+    def step(data):
+        with tf.variable_creator_scope(outside):
+            return model.train_step(data)
+
+    with strategy.scope():
+        tf.function(lambda data: strategy.run(step, (data,))).get_concrete_function(
+            tf.nest.map_structure(shaped, spec))
