@@ -109,6 +109,8 @@ def test_tensorflow_tutorials_on_saving_run_on_two_workers_with_one_line(tmp_pat
     for task in TASKS:
         result = tagged(per_task(text, task), "RESULTS")
         assert result and all(result.values()), (task, result)
+        if tutorial == "tutorial_save_and_load.py":  # to the tutorial's end, under the strategies it builds
+            assert {"fit under OneDeviceStrategy", "tf.saved_model.load under MirroredStrategy"} <= set(result), result
 
 
 #: One worker's cluster, set up across workers by ``tfdist.setup``, then a MirroredStrategy over its devices, and
