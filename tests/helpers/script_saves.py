@@ -197,7 +197,9 @@ results["Model.export"] = {"tags": saved_tags(path), "same": same(reloaded.serve
 
 def summed(made):
     """The sum over ``made``'s replicas of each replica's index + 1: its collectives at work."""
-    replica = lambda: tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group + 1, tf.float32)
+    def replica():
+        return tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group + 1, tf.float32)
+
     return float(made.reduce("SUM", made.run(replica), axis=None))
 
 

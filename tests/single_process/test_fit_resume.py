@@ -4,7 +4,8 @@ otherwise refused with one ``UserError`` naming ``model_dir``, the directory unc
 A ``BackupAndRestore`` run stopped by an exception and run again resumes at the epoch its backup holds (the
 epoch's first batch with the weights saved within it, for an int ``save_freq``), as Keras' own ``fit`` on one
 device does in the same process: the epochs run and the final weights agree, under ``one_device`` and
-``mirrored`` (2 logical CPUs), with and without tfdist's own ``model_dir`` checkpoints beside the backup.
+``mirrored`` (2 logical CPUs), with and without tfdist's own ``model_dir`` checkpoints beside the backup; where
+tfdist's checkpoint holds a later step than the backup, the run resumes from it.
 
 A 5-class model on a 3-class run, a truncated latest checkpoint, another ``batch_size`` on a finished run and
 a ``tfdist.train`` directory are each refused in one line, never a raw TensorFlow error or an empty History. Every case runs in one process (a TensorFlow start costs seconds), on copies of one fitted run.
@@ -134,9 +135,16 @@ class Stop(keras.callbacks.Callback):  # an interruption at the start of an epoc
             raise Interrupted(batch)
 
 
+class StopAtEnd(keras.callbacks.Callback):  # an interruption at the end of epoch 1, before a backup's save
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch == 1:
+            raise Interrupted(epoch)
+
+
 def resumed(train, directory, save_freq, stop):
+    backup = keras.callbacks.BackupAndRestore(str(directory), save_freq=save_freq)
     try:
-        train([keras.callbacks.BackupAndRestore(str(directory), save_freq=save_freq), stop])
+        train([stop, backup] if isinstance(stop, StopAtEnd) else [backup, stop])
     except Interrupted:
         pass
     else:
@@ -169,6 +177,10 @@ for case, save_freq, stop in (("epoch", "epoch", (2,)), ("batch", 3, (2, 5))):
         out[f"{strategy}_{case}"]["left"] = directory.exists()
     out[f"model_dir_{case}"] = record(*resumed(tfdist_fit("one_device", str(root / f"run-{case}")),
                                                root / f"with-run-{case}", save_freq, Stop(*stop)))
+# tfdist's checkpoint of epoch 2's start is saved before the callbacks' epoch end, the backup's of epoch 1 not: the
+# later of the two resumes.
+out["model_dir_older_backup"] = record(*resumed(tfdist_fit("one_device", str(root / "run-older")), root / "older",
+                                                "epoch", StopAtEnd()))
 print("RESULTS " + json.dumps(out), flush=True)
 """
 
@@ -196,5 +208,9 @@ def test_fit_resumes_from_a_backup_as_keras_fit_does(python, tmp_path):
                 theirs = np.asarray(theirs)
                 assert np.abs(np.asarray(mine) - theirs).max() <= 1e-6 * np.abs(theirs).max(), (run, case)
             assert not got.get("left"), (run, case)  # the backup removed at the end, as Keras removes it
+    older = out["model_dir_older_backup"]
+    assert older["loss"] == pytest.approx(whole["loss"][2:], rel=1e-6)
+    for mine, theirs in zip(older["weights"], whole["weights"]):
+        assert np.abs(np.asarray(mine) - np.asarray(theirs)).max() <= 1e-6 * np.abs(np.asarray(theirs)).max()
     # Resuming within an epoch retrains that epoch's first batches on the weights saved: another model.
     assert out["keras_batch"]["loss"] != pytest.approx(keras_epoch["loss"], rel=1e-4)

@@ -217,8 +217,8 @@ class KerasClient(Client):
         # A BackupAndRestore's backup sets the epoch to start at, as in Keras' fit (over initial_epoch), unless
         # tfdist's own checkpoint holds a later one.
         with strategy.scope():
-            backup_epoch = restore_backups(self.callbacks or [], model, resumed_epoch=int(
-                state.step.numpy()) // epoch_steps if state.restored else None)
+            backup_epoch = restore_backups(self.callbacks or [], model, epoch_steps=epoch_steps,
+                                           resumed_step=int(state.step.numpy()) if state.restored else None)
         if backup_epoch:
             state.step.assign(backup_epoch * epoch_steps)
         elif not state.restored and self.initial_epoch:

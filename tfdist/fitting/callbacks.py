@@ -129,10 +129,11 @@ def _redirect(callback, directory: str, *, restored: bool) -> list[tuple[object,
     return changed
 
 
-def restore_backups(callbacks, model, *, resumed_epoch: int | None) -> int | None:
+def restore_backups(callbacks, model, *, resumed_step: int | None, epoch_steps: int) -> int | None:
     """Restore the backup of each ``keras.callbacks.BackupAndRestore`` of ``callbacks`` into ``model``, as Keras'
     ``fit`` does at its start (the callback's ``on_train_begin``, from the backup's real path on every worker),
-    unless tfdist restored a later epoch from its own checkpoint (``resumed_epoch``, None for a fresh start).
+    unless tfdist restored a later step from its own checkpoint (``resumed_step``, None for a fresh start; a
+    backup holds the weights of its epoch's start, or of a later batch of it).
 
     Returns the epoch Keras' ``fit`` starts at after the restore (the backup's, at its start: Keras resumes a
     backup saved within an epoch at that epoch's first batch, with the weights saved), or None (no backup).
@@ -145,7 +146,7 @@ def restore_backups(callbacks, model, *, resumed_epoch: int | None) -> int | Non
         if not isinstance(callback, keras.callbacks.BackupAndRestore):
             continue
         saved = _compat.backup_epoch(callback)
-        if resumed_epoch is not None and (saved is None or saved < resumed_epoch):
+        if resumed_step is not None and (saved is None or saved * epoch_steps < resumed_step):
             continue
         callback.set_model(model)
         callback.on_train_begin()
