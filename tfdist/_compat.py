@@ -164,6 +164,42 @@ def sublayers(model) -> list:
 BACKUP_PATHS = ("_weights_path", "_training_metadata_path", "_prev_weights_path", "_prev_training_metadata_path")
 
 
+def backup_epoch(backup) -> int | None:
+    """The epoch a ``keras.callbacks.BackupAndRestore``'s backup resumes at (its training metadata's ``epoch``,
+    ``_training_metadata_path``), or None where it has none."""
+    import json
+
+    import tensorflow as tf
+
+    path = backup._training_metadata_path
+    if not tf.io.gfile.exists(path):
+        return None
+    with tf.io.gfile.GFile(path, "r") as f:
+        return int(json.loads(f.read())["epoch"])
+
+
+def fit_initial_epoch(model) -> int | None:
+    """The epoch Keras' ``fit`` starts at in place of its ``initial_epoch`` (``model._initial_epoch``, which
+    ``BackupAndRestore`` sets when it restores), or None."""
+    return getattr(model, "_initial_epoch", None)
+
+
+def this_task_device(name: str) -> str:
+    """``name`` (``/device:CPU:0``) as this process' full device name, its job and task included
+    (``device_util.resolve``)."""
+    from tensorflow.python.distribute import device_util
+
+    return device_util.resolve(name)
+
+
+def set_collective_key_base(strategy, base: int) -> None:
+    """Make ``strategy``, a strategy object not yet initialised, number its collective groups from ``base + 1``
+    (``_collective_key_base``, which ``MirroredStrategy`` reads as it initialises; TensorFlow's own tests raise it
+    for each strategy of a process); nothing for a strategy class without collective keys."""
+    if hasattr(type(strategy), "_collective_key_base"):
+        strategy._collective_key_base = base
+
+
 def save_backup(backup) -> None:
     """Save a ``keras.callbacks.BackupAndRestore`` now, as it does at an epoch's end (``_save_model``)."""
     backup._save_model()

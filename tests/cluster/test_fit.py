@@ -187,17 +187,19 @@ class Decay(keras.callbacks.Callback):  # a user's callback: the learning rate a
         self.model.optimizer.learning_rate = float(np.asarray(self.model.optimizer.learning_rate)) * 0.99
 
 class Paths(keras.callbacks.Callback):  # where the file-writing callbacks write while fit runs
-    def __init__(self, checkpoint, csv):
+    def __init__(self, checkpoint, csv, board, backup):
         super().__init__()
-        self.checkpoint, self.csv, self.seen = checkpoint, csv, None
+        self.checkpoint, self.csv, self.board, self.backup, self.seen = checkpoint, csv, board, backup, None
     def on_epoch_end(self, epoch, logs=None):
-        self.seen = [self.checkpoint.filepath, self.csv.filename]
+        self.seen = [self.checkpoint.filepath, self.csv.filename, self.board.log_dir, self.backup.backup_dir]
 
 def callbacks(directory):
     os.makedirs(directory, exist_ok=True)
     checkpoint = keras.callbacks.ModelCheckpoint(os.path.join(directory, "model-{epoch}.weights.h5"),
                                                  save_weights_only=True)
     csv = keras.callbacks.CSVLogger(os.path.join(directory, "log.csv"), append=True)
+    board = keras.callbacks.TensorBoard(os.path.join(directory, "tb"))
+    backup = keras.callbacks.BackupAndRestore(os.path.join(directory, "backup"), delete_checkpoint=False)
     # ReduceLROnPlateau: no epoch gains 10, so it halves the rate after every epoch but the first; EarlyStopping
     # counts from epoch 3 and stops after epoch 4, restoring epoch 3's weights.
     return [keras.callbacks.LearningRateScheduler(lambda epoch, lr: lr if epoch < 1 else lr * 0.7),
@@ -205,16 +207,17 @@ def callbacks(directory):
             Decay(),
             keras.callbacks.EarlyStopping(monitor="loss", min_delta=10.0, patience=1, start_from_epoch=2,
                                           restore_best_weights=True),
-            checkpoint, csv, Paths(checkpoint, csv)]
+            checkpoint, csv, board, backup, Paths(checkpoint, csv, board, backup)]
 
 def learning_rate(model):
     return float(np.asarray(model.optimizer.learning_rate))
 
 reference = model_fn()
-reference_history = reference.fit(x, y, batch_size=32, epochs=6, shuffle=False, verbose=0,
+reference_history = reference.fit(x, y, batch_size=32, epochs=6, shuffle=False, verbose=0, validation_data=(x, y),
                                   callbacks=callbacks(os.path.join(out, f"reference-{task['index']}"))).history
 given = callbacks(files)
-history = tfdist.fit(model_fn, x, y, batch_size=32, epochs=6, shuffle=False, verbose=0, callbacks=given)
+history = tfdist.fit(model_fn, x, y, batch_size=32, epochs=6, shuffle=False, verbose=0, validation_data=(x, y),
+                     callbacks=given)
 np.savez(os.path.join(out, f"weights-{task['index']}.npz"), *history.model.get_weights())
 np.savez(os.path.join(out, f"reference-weights-{task['index']}.npz"), *reference.get_weights())
 with open(os.path.join(out, f"results-{task['index']}.json"), "w") as f:
@@ -249,8 +252,14 @@ def test_callbacks_run_on_every_worker_and_only_the_chief_writes_their_files(tmp
         reference = npz_weights(out / f"reference-weights-{index}.npz")
         assert max_difference(weights, reference) <= 1e-6 * max(float(abs(r).max()) for r in reference), index
     # The chief writes the real files; worker 1 wrote into a private directory, removed at its end.
-    assert results[0]["paths"] == [str(files / "model-{epoch}.weights.h5"), str(files / "log.csv")]
+    assert results[0]["paths"] == [str(files / "model-{epoch}.weights.h5"), str(files / "log.csv"), str(files / "tb"),
+                                   str(files / "backup")]
     assert all(not path.startswith(str(files)) for path in results[1]["paths"]), results[1]["paths"]
     assert not any(os.path.exists(os.path.dirname(path)) for path in results[1]["paths"])
-    assert sorted(p.name for p in files.iterdir()) == ["log.csv"] + [f"model-{e}.weights.h5" for e in range(1, 5)]
+    assert sorted(p.name for p in files.iterdir()) == (["backup", "log.csv"]
+                                                       + [f"model-{e}.weights.h5" for e in range(1, 5)] + ["tb"])
     assert len((files / "log.csv").read_text().splitlines()) == 1 + 4  # a header and an epoch a row: one writer
+    # TensorBoard: one event file in each of its directories, the chief's (as Keras' fit on one device writes).
+    for part in ("train", "validation"):
+        assert len(list((files / "tb" / part).glob("events.out.tfevents.*"))) == 1, part
+    assert sorted(p.name for p in (files / "backup").iterdir()) == ["latest.weights.h5", "training_metadata.json"]

@@ -9,7 +9,9 @@ waits was written by another worker. Before them: a save the chief alone makes; 
 "Multi-worker training with Keras" tutorial writes them, a ``Model.save`` and a ``CheckpointManager.save`` that
 name the chief's path on the chief and a path of its own on each other worker, which that worker deletes after
 (its own files are written, as the script says). Then
-``tf.distribute.MultiWorkerMirroredStrategy()`` again, every other strategy that the process must refuse, a save
+``tf.distribute.MultiWorkerMirroredStrategy()`` again (and its deprecated alias), every other strategy that
+TensorFlow builds beside it (each with a model trained and predicting in its scope, the session's all-reduce
+after it), the ones it refuses, a fit of the first model, a save
 of each worker's own file inside ``tfdist.saves_on_every_worker()``, and a save that Keras refuses. Last, after the
 ``RESULTS`` line, every worker but the chief saves from a line the chief never reaches: it ends with one
 ``error:`` line once the chief's script has ended.
@@ -193,12 +195,32 @@ model.export(path)
 reloaded = tf.saved_model.load(path)  # kept: its functions read its variables
 results["Model.export"] = {"tags": saved_tags(path), "same": same(reloaded.serve(x))}
 
-refused = {}
+def summed(made):
+    """The sum over ``made``'s replicas of each replica's index + 1: its collectives at work."""
+    def replica():
+        return tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group + 1, tf.float32)
+
+    return float(made.reduce("SUM", made.run(replica), axis=None))
+
+
 results["again"] = tf.distribute.MultiWorkerMirroredStrategy() is strategy
-for name, make in [
+results["alias again"] = tf.distribute.experimental.MultiWorkerMirroredStrategy() is strategy
+results["summed"] = summed(strategy)
+beside, refused = {}, {}
+for name, make in [  # every strategy TensorFlow builds in one process beside MultiWorkerMirroredStrategy
         ("MirroredStrategy", lambda: tf.distribute.MirroredStrategy()),
+        ("tf.compat.v1 MirroredStrategy", lambda: tf.compat.v1.distribute.MirroredStrategy()),
         ("CentralStorageStrategy", lambda: tf.distribute.experimental.CentralStorageStrategy()),
         ("OneDeviceStrategy", lambda: tf.distribute.OneDeviceStrategy("/cpu:0")),
+        ("get_strategy", tf.distribute.get_strategy)]:
+    made = make()
+    with made.scope():  # a model of its own, trained and predicting there
+        other = make_model()
+    other.fit(x, y, batch_size=16, epochs=1, verbose=0)
+    beside[name] = {"replicas": made.num_replicas_in_sync, "summed": summed(made),
+                    "predicts": bool(np.isfinite(other.predict(x, verbose=0)).all()),
+                    "session summed": summed(strategy)}  # the session's collectives still work after it
+for name, make in [
         ("ParameterServerStrategy", lambda: tf.distribute.experimental.ParameterServerStrategy(
             tf.distribute.cluster_resolver.TFConfigClusterResolver())),
         ("MultiWorkerMirroredStrategy(other)", lambda: tf.distribute.MultiWorkerMirroredStrategy(
@@ -206,9 +228,12 @@ for name, make in [
     try:
         make()
         refused[name] = None
-    except tfdist.errors.UserError as e:
-        refused[name] = str(e)
-results["refused"] = refused
+    except (tfdist.errors.UserError, ValueError) as e:
+        refused[name] = f"{type(e).__name__}: {e}"
+results["beside"], results["refused"] = beside, refused
+with strategy.scope():  # the session's strategy trains on after them all, the same loss on every worker
+    again = make_model()
+results["fit after"] = again.fit(x, y, batch_size=16, epochs=1, verbose=0, shuffle=False).history["loss"]
 results["foreign"] = foreign
 
 for (owner, name), original in zip(SLOWED, ORIGINALS):

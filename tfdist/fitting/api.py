@@ -201,7 +201,7 @@ class KerasClient(Client):
         from tfdist.fitting import train
         from tfdist.fitting.args import evaluates_after
         from tfdist.fitting.batch_norm import warn_unsynchronized_batch_norm
-        from tfdist.fitting.callbacks import KerasCallbacks, implements_batch_hooks
+        from tfdist.fitting.callbacks import KerasCallbacks, implements_batch_hooks, restore_backups
         from tfdist.fitting.custom_steps import overrides_steps
 
         model, optimizer, is_chief = state.model, state.optimizer, placement.is_chief
@@ -214,7 +214,14 @@ class KerasClient(Client):
         check_total_steps(self.epochs, epoch_steps, epochs_name="epochs", steps_name="steps_per_epoch")
         eval_fn = None if self.validation is None else self.validation.eval_dataset_fn(
             batch_size=self.batch_size, validation_steps=self.validation_steps, seed=self._seed)
-        if not state.restored and self.initial_epoch:
+        # A BackupAndRestore's backup sets the epoch to start at, as in Keras' fit (over initial_epoch), unless
+        # tfdist's own checkpoint holds a later one.
+        with strategy.scope():
+            backup_epoch = restore_backups(self.callbacks or [], model, epoch_steps=epoch_steps,
+                                           resumed_step=int(state.step.numpy()) if state.restored else None)
+        if backup_epoch:
+            state.step.assign(backup_epoch * epoch_steps)
+        elif not state.restored and self.initial_epoch:
             state.step.assign(self.initial_epoch * epoch_steps)
         self.start_step, total_steps = int(state.step.numpy()), self.epochs * epoch_steps
         # Every check is done: the run directory's first write.
@@ -225,19 +232,16 @@ class KerasClient(Client):
             class_weight=self.class_weight, batch_size=self.batch_size, shuffle=self.shuffle, seed=self._seed,
             training=True, start_step=self.start_step, own_order_per_worker=coordinator,
             stage_dir=run_dir.fit_inputs if coordinator else None, total_steps=total_steps)
-        # Every task that runs this loop runs the callbacks, with the same global logs, so that what they change
-        # (the learning rate, the weights, stop_training) changes alike on every worker; their files are the
-        # chief's. The History comes last, as in Keras' fit: it records what the callbacks add to the logs.
-        self.history = keras.callbacks.History()
-        self.callback_list = keras.callbacks.CallbackList(
-            [*(self.callbacks or []), self.history], add_history=False, add_progbar=False, model=model,
-            verbose=self.verbose, epochs=self.epochs, steps=epoch_steps)
+        # Every task that runs this loop runs the callbacks (their list is made in ``running``), with the same
+        # global logs, so that what they change (the learning rate, the weights, stop_training) changes alike
+        # on every worker; their files are the chief's.
+        self.model, self.history, self.total_steps = model, keras.callbacks.History(), total_steps
         own_steps = bool(overrides_steps(model))
         reset = steps.reset if own_steps else (lambda: None)  # a model's own metrics: reset as Keras' fit does
         reset()
         per_execution = max(1, int(getattr(model, "steps_per_execution", 1) or 1))
-        keras_callbacks = KerasCallbacks(
-            model=model, callbacks=self.callback_list, reset=reset, epoch_steps=epoch_steps,
+        self.keras_callbacks = keras_callbacks = KerasCallbacks(
+            model=model, callbacks=None, reset=reset, epoch_steps=epoch_steps,
             total_steps=total_steps, per_execution=per_execution, eval_reset=own_steps,
             batch_hooks=any(implements_batch_hooks(c) for c in self.callbacks or []))  # only when one has them
         self._schedule = Schedule(
@@ -257,11 +261,20 @@ class KerasClient(Client):
 
     @contextlib.contextmanager
     def running(self, placement):
+        import keras
+
         from tfdist.fitting.callbacks import chief_only_files
 
-        with chief_only_files(self.callbacks or [], placement):
+        epoch_steps = self._schedule.steps_per_epoch
+        # The list gives the callbacks their model inside chief_only_files (TensorBoard fixes its paths then);
+        # the History comes last, as in Keras' fit: it records what the callbacks add to the logs.
+        with chief_only_files(self.callbacks or [], placement, restored=True):
+            self.callback_list = self.keras_callbacks.callbacks = keras.callbacks.CallbackList(
+                [*(self.callbacks or []), self.history], add_history=False, add_progbar=False, model=self.model,
+                verbose=self.verbose, epochs=self.epochs, steps=epoch_steps)
             self.callback_list.on_train_begin()
-            self.callback_list.on_epoch_begin(self.start_step // self._schedule.steps_per_epoch)
+            if self.start_step < self.total_steps:
+                self.callback_list.on_epoch_begin(self.start_step // epoch_steps)
             yield
 
     def finish(self, state, result, placement, outputs):

@@ -42,7 +42,7 @@ class KerasCallbacks(Hook):
       model: the model (its ``stop_training`` stops the run on every task).
       callbacks: a ``keras.callbacks.CallbackList`` of the user's callbacks and this task's ``History`` (last),
         run on every task that runs the loop, with the same global logs (their files are the chief's:
-        ``chief_only_files``).
+        ``chief_only_files``); set once the loop is about to run, inside ``chief_only_files``.
       reset: resets the model's own metrics (a no-op for a compiled model's steps), before each epoch.
       epoch_steps, total_steps: the steps of an epoch and of the run.
       per_execution: the model's ``steps_per_execution``: the steps of a chunk, as Keras numbers batches.
@@ -90,8 +90,12 @@ def inside(directory: str, path: str) -> str:
     return os.path.join(directory, os.path.basename(os.path.normpath(str(path))) or "files")
 
 
-def _redirect(callback, directory: str) -> list[tuple[object, str, object]]:
-    """Point ``callback``'s outputs into ``directory``; returns ``(object, attribute, old value)`` to restore."""
+def _redirect(callback, directory: str, *, restored: bool) -> list[tuple[object, str, object]]:
+    """Point ``callback``'s outputs into ``directory``; returns ``(object, attribute, old value)`` to restore.
+
+    ``restored``: a ``BackupAndRestore`` restored its backup already (``restore_backups``), so its paths move now;
+    else it restores from the real backup in its ``on_train_begin`` (every worker resumes from the same state),
+    and they move after."""
     import keras
 
     changed = []
@@ -100,25 +104,55 @@ def _redirect(callback, directory: str) -> list[tuple[object, str, object]]:
         changed.append((obj, attribute, getattr(obj, attribute)))
         setattr(obj, attribute, value)
 
+    def move_backup():
+        private = inside(directory, callback.backup_dir)
+        move(callback, "backup_dir", private)
+        for attribute in _compat.BACKUP_PATHS:
+            move(callback, attribute, inside(private, getattr(callback, attribute)))
+
     if isinstance(callback, keras.callbacks.ModelCheckpoint):
         move(callback, "filepath", inside(directory, callback.filepath))
     elif isinstance(callback, keras.callbacks.TensorBoard):
         move(callback, "log_dir", inside(directory, callback.log_dir))
     elif isinstance(callback, keras.callbacks.CSVLogger):
         move(callback, "filename", inside(directory, callback.filename))
+    elif isinstance(callback, keras.callbacks.BackupAndRestore) and restored:
+        move_backup()
     elif isinstance(callback, keras.callbacks.BackupAndRestore):
-        # Restore from the real backup (every worker resumes from the same state), then write a private one.
         restore = callback.on_train_begin
-        private = inside(directory, callback.backup_dir)
 
         def on_train_begin(logs=None):
             restore(logs)
-            move(callback, "backup_dir", private)
-            for attribute in _compat.BACKUP_PATHS:
-                move(callback, attribute, inside(private, getattr(callback, attribute)))
+            move_backup()
 
         move(callback, "on_train_begin", on_train_begin)
     return changed
+
+
+def restore_backups(callbacks, model, *, resumed_step: int | None, epoch_steps: int) -> int | None:
+    """Restore the backup of each ``keras.callbacks.BackupAndRestore`` of ``callbacks`` into ``model``, as Keras'
+    ``fit`` does at its start (the callback's ``on_train_begin``, from the backup's real path on every worker),
+    unless tfdist restored a later step from its own checkpoint (``resumed_step``, None for a fresh start; a
+    backup holds the weights of its epoch's start, or of a later batch of it).
+
+    Returns the epoch Keras' ``fit`` starts at after the restore (the backup's, at its start: Keras resumes a
+    backup saved within an epoch at that epoch's first batch, with the weights saved), or None (no backup).
+    Call ``chief_only_files`` with ``restored=True`` afterwards: the callbacks do not restore again.
+    """
+    import keras
+
+    epoch = None
+    for callback in callbacks:
+        if not isinstance(callback, keras.callbacks.BackupAndRestore):
+            continue
+        saved = _compat.backup_epoch(callback)
+        if resumed_step is not None and (saved is None or saved * epoch_steps < resumed_step):
+            continue
+        callback.set_model(model)
+        callback.on_train_begin()
+        if saved is not None:
+            epoch = _compat.fit_initial_epoch(model)
+    return epoch
 
 
 def around(model, arguments, placement):
@@ -128,22 +162,38 @@ def around(model, arguments, placement):
     return chief_only_files(list(arguments.get("callbacks") or []), placement)
 
 
+def _nothing(logs=None) -> None:
+    """A ``BackupAndRestore``'s ``on_train_begin`` once ``restore_backups`` has restored it."""
+
+
 @contextlib.contextmanager
-def chief_only_files(callbacks, placement: Placement):
-    """While ``fit`` runs: on a worker that is not the chief, the callbacks write into a temporary directory."""
-    if placement.is_chief:
-        yield
-        return
-    directory = tempfile.mkdtemp(prefix=f"tfdist-{placement.task.slug}-")
-    changed = []
+def chief_only_files(callbacks, placement: Placement, *, restored: bool = False):
+    """While ``fit`` runs: on a worker that is not the chief, the callbacks write into a temporary directory
+    (removed after). Enter it before the callbacks get their model: ``TensorBoard`` fixes its writers' paths (and
+    writes the model's graph) in ``set_model``.
+
+    ``restored``: ``restore_backups`` restored the ``BackupAndRestore`` callbacks' backups (``tfdist.fit``), so
+    their ``on_train_begin`` restores nothing again, on every worker; else it restores from the chief's backup, as
+    Keras' ``fit`` calls it.
+    """
+    import keras
+
+    changed: list[tuple[object, str, object]] = []
+    directory = None if placement.is_chief else tempfile.mkdtemp(prefix=f"tfdist-{placement.task.slug}-")
     try:
         for callback in callbacks:
-            changed += _redirect(callback, directory)
+            if restored and isinstance(callback, keras.callbacks.BackupAndRestore):
+                changed.append((callback, "on_train_begin", None))
+                callback.on_train_begin = _nothing
+            if directory is not None:
+                changed += _redirect(callback, directory, restored=restored)
         yield
     finally:
         for obj, attribute, value in reversed(changed):
             if attribute == "on_train_begin":
-                delattr(obj, attribute)  # the instance's own wrapper; the class' method shows again
+                if "on_train_begin" in vars(obj):
+                    delattr(obj, attribute)  # the instance's own; the class' method shows again
             else:
                 setattr(obj, attribute, value)
-        shutil.rmtree(directory, ignore_errors=True)
+        if directory is not None:
+            shutil.rmtree(directory, ignore_errors=True)

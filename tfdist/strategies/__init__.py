@@ -25,6 +25,7 @@ from tfdist.strategies.registry import (
     strategy_classes,
     traits,
     traits_of,
+    traits_of_class,
 )
 
 __all__ = [
@@ -34,6 +35,6 @@ __all__ = [
     "has_gpu",
     "local_compute_devices", "make_strategy", "replicas_in_sync", "set_grpc_fail_fast", "setup_host", "setup_keras",
     "strategy_classes",
-    "traits", "traits_of",
+    "traits", "traits_of", "traits_of_class",
     "visible_gpus",
 ]

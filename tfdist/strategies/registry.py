@@ -166,13 +166,19 @@ def traits(name: str) -> Traits:
 def traits_of(strategy) -> Traits | None:
     """The traits of a ``tf.distribute`` strategy object, read from its class; None for a strategy that is none
     of tfdist's (a ``TPUStrategy``, TensorFlow's default strategy)."""
+    return traits_of_class(type(strategy))
+
+
+def traits_of_class(klass: type) -> Traits | None:
+    """The traits of the strategies ``klass`` builds (a subclass, such as a deprecated alias, builds its base's);
+    None for a class that builds none of tfdist's strategies (``tf.compat.v1``'s classes among them)."""
     import tensorflow as tf
 
     for row in _TRAITS.values():
         cls = tf.distribute
         for part in row.tf_class.split("."):
             cls = getattr(cls, part)
-        if isinstance(strategy, cls):
+        if issubclass(klass, cls):
             return row
     return None
 

@@ -1,19 +1,35 @@
-"""One strategy per process across workers: a second ``MultiWorkerMirroredStrategy`` construction returns the
-first, and any other strategy built after one across workers is refused with one line (TensorFlow would crash)."""
+"""One ``MultiWorkerMirroredStrategy`` per process: a second construction returns the first; every other strategy
+built beside one across workers is built as TensorFlow builds it, over this process' own devices and with
+collective keys of its own.
+
+TensorFlow sets the collectives up once per process (a second ``MultiWorkerMirroredStrategy`` aborts the first
+one's), and a ``MirroredStrategy()`` left to its default devices takes every task's logical devices once the
+process is in a cluster, and crashes it (a segmentation fault); over this process' devices it works beside the
+first, as ``OneDeviceStrategy`` and ``CentralStorageStrategy`` do.
+"""
 
 from __future__ import annotations
 
 import functools
+import inspect
+import itertools
 
 from tfdist.errors import UserError
-from tfdist.strategies import strategy_classes, traits_of
+from tfdist.strategies import strategy_classes, traits_of, traits_of_class
 
 _made: dict = {}
 
+#: The collective keys of each strategy built beside one across workers start this far apart (TensorFlow's own
+#: tests raise ``MirroredStrategy``'s key base by as much for each strategy of a process).
+KEY_SPACING = 100_000
+
+_key_bases = itertools.count(KEY_SPACING, KEY_SPACING)
+
 
 def install() -> None:
-    """Make ``tf.distribute.MultiWorkerMirroredStrategy`` return the process' first instance, and every other
-    strategy class refuse to be built in a process across workers; idempotent."""
+    """Make ``tf.distribute.MultiWorkerMirroredStrategy`` (and its subclass, the deprecated
+    ``tf.distribute.experimental`` alias) return the process' first instance, and every other strategy class, built
+    in a process across workers, take this process' devices and collective keys of its own; idempotent."""
     import tensorflow as tf
 
     cls = tf.distribute.MultiWorkerMirroredStrategy
@@ -22,7 +38,7 @@ def install() -> None:
     new, init = cls.__new__, cls.__init__
 
     def __new__(klass, *args, **kwargs):
-        made = first() if klass is cls else None
+        made = first() if _across_workers_class(klass) else None
         if made is None:
             return new(klass) if new is object.__new__ else new(klass, *args, **kwargs)
         if _key(args, kwargs) != _made.get("key", _key((), {})):
@@ -43,40 +59,69 @@ def install() -> None:
     __init__.tfdist_once = True
     cls.__new__ = staticmethod(__new__)
     cls.__init__ = __init__
-    for other, name in strategy_classes(but=cls).items():
+    for other in strategy_classes(but=cls):
         if not getattr(other.__init__, "tfdist_once", False):
-            other.__init__ = _refused_after_one_across_workers(name, other.__init__)
+            other.__init__ = _beside_one_across_workers(other.__init__)
 
 
-def _refused_after_one_across_workers(name: str, init):
+def _across_workers_class(klass: type) -> bool:
+    """Whether ``klass`` builds a strategy across workers with collectives (``MultiWorkerMirroredStrategy``)."""
+    known = traits_of_class(klass)
+    return known is not None and known.multi_process and not known.coordinator
+
+
+def _beside_one_across_workers(init):
+    """``init`` of a strategy class, made to build beside a strategy across workers: a ``devices`` argument left
+    out is this process' own devices, and the strategy's collective keys are its own."""
+    signature = inspect.signature(init)
+
     @functools.wraps(init)
     def __init__(self, *args, **kwargs):
-        across = _across_workers()
-        if across is not None:
-            raise UserError(
-                f"Invalid {name}(...) in this process: it already has a strategy across workers ({across}), "
-                "and TensorFlow cannot build a second strategy beside it (a MirroredStrategy built after one "
-                f"crashes the process). Received: {name.rsplit('.', 1)[-1]}{_describe(args, kwargs)} after it. "
-                "Expected one strategy per process: the one built at the top of the script, reused everywhere.")
+        if _across_workers():
+            from tfdist import _compat
+
+            _compat.set_collective_key_base(self, next(_key_bases))
+            try:
+                bound = signature.bind(self, *args, **kwargs)
+            except TypeError:
+                bound = None  # TensorFlow's own error follows
+            if bound is not None and "devices" in signature.parameters and bound.arguments.get("devices") is None:
+                bound.arguments["devices"] = own_devices()
+                args, kwargs = bound.args[1:], bound.kwargs
         init(self, *args, **kwargs)
 
     __init__.tfdist_once = True
     return __init__
 
 
-def _across_workers() -> str | None:
-    """What makes this process one task of several, in words (``tfdist.setup``'s cluster, or the script's first
-    ``MultiWorkerMirroredStrategy`` across workers), or None."""
+def own_devices() -> list[str]:
+    """This process' logical GPUs, else its logical CPUs (what ``MirroredStrategy()`` takes on one machine), by
+    their full names: once a process is in a cluster, TensorFlow lists every task's devices."""
+    import tensorflow as tf
+
+    from tfdist import _compat
+
+    here = tf.DeviceSpec.from_string(_compat.this_task_device("/device:CPU:0"))
+
+    def own(device) -> bool:
+        spec = tf.DeviceSpec.from_string(device.name)
+        return (spec.job, spec.replica, spec.task) == (here.job, here.replica, here.task)
+
+    return ([d.name for d in tf.config.list_logical_devices("GPU") if own(d)]
+            or [d.name for d in tf.config.list_logical_devices("CPU") if own(d)])
+
+
+def _across_workers() -> bool:
+    """Whether this process is one task of several (``tfdist.setup``'s cluster, or the script's first
+    ``MultiWorkerMirroredStrategy`` across workers)."""
     from tfdist import _compat
     from tfdist.runtime import who
 
     current = who.current()
     if current is not None and not current.placement.task.is_local:
-        return f"tfdist.setup's {current.runtime.strategy} as {current.placement.name}"
+        return True
     made = _made.get("strategy")
-    if made is not None and _compat.is_multi_worker(made):
-        return "the script's first tf.distribute.MultiWorkerMirroredStrategy"
-    return None
+    return made is not None and _compat.is_multi_worker(made)
 
 
 def first():
