@@ -16,6 +16,7 @@ from typing import Any, Mapping
 import yaml
 
 from tfdist.cluster.task import slug_of
+from tfdist.config import RETIRED
 from tfdist.errors import UserError, article, check_directory, resolve_dots
 
 #: Settings that must not change between a run and its resumption.
@@ -192,10 +193,39 @@ class RunDir:
         self._check_written_by("tfdist.train", model_dir, "--model_dir")
         self.check_intact("--model_dir")
         old = self._old_params()
+        self._check_params_whole(old, params)
         for section, keys in RESUME_KEYS.items():
             for key in keys:
                 refuse_changed(f"{section}.{key}", (old.get(section) or {}).get(key), params[section][key],
                                name="--model_dir", path=model_dir)
+
+    def _check_params_whole(self, old: Mapping[str, Any], params: Mapping[str, Mapping[str, Any]]) -> None:
+        """Refuse a ``params.yaml`` that is not one a run writes: a run writes every setting of its config, each of
+        its type, so a setting missing (a file cut short), unknown or of another type (a value cut, an edit) is
+        damage: resumed over, the missing settings would be taken at their defaults.
+
+        Raises:
+            UserError: one line naming the first such setting and how many more there are.
+        """
+        if not old:
+            return
+        recorded = {section: old.get(section) or {} for section in params}
+        missing = [f"{section}.{key}" for section, keys in params.items() for key in keys
+                   if key not in recorded[section]]
+        unknown = [section for section in old if section not in params] + [
+            f"{section}.{key}" for section, keys in recorded.items() for key in keys
+            if key not in params[section] and not (section == "runtime" and key in RETIRED)]
+        mistyped = [f"{section}.{key}={recorded[section][key]!r}" for section, keys in params.items()
+                    for key, value in keys.items()
+                    if key in recorded[section] and not _same_type(recorded[section][key], value)]
+        for found, what in ((missing, "lacks the setting"), (unknown, "has an unknown setting"),
+                            (mistyped, "holds a value of another type:")):
+            if found:
+                more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+                raise UserError(f"Invalid --model_dir {self.path}: its params.yaml {what} {found[0]}{more}, so it is "
+                                "not the file a run writes (cut short or edited). Received: that params.yaml. "
+                                "Expected the params.yaml the run wrote, with every setting: restore it, or remove "
+                                "the run directory or use a new --model_dir.")
 
     def _check_written_by(self, client: str, received, name: str) -> None:
         """Refuse a run directory that the other client wrote: ``tfdist.fit``'s (``fit.yaml``, or checkpoints with
@@ -310,6 +340,16 @@ class RunDir:
                  "is empty" if state_file.stat().st_size == 0 else "is not a checkpoint state")
         raise UserError(f"Invalid {name} {self.path}: its checkpoints/checkpoint {wrong}; {then}. Expected a "
                         f"checkpoint state naming a checkpoint of the run, or a new {name}.")
+
+
+def _same_type(old: Any, new: Any) -> bool:
+    """Whether a recorded setting ``old`` has the type of the setting ``new`` (an int where a float is, as YAML
+    writes ``1.0``)."""
+    if isinstance(new, bool) or isinstance(old, bool):
+        return isinstance(new, bool) and isinstance(old, bool)
+    if isinstance(new, float):
+        return isinstance(old, (int, float))
+    return type(old) is type(new)
 
 
 def _kind(path: Path) -> str:
