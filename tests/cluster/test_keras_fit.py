@@ -241,9 +241,9 @@ def test_jit_compile_on_cpu_across_workers_is_one_line_and_status_2_before_train
 
 def test_keras_evaluate_predict_and_fit_on_the_model_tfdist_fit_returns_without_setup_equal_one_device(tmp_path):
     # The script calls tfdist.fit alone (no tfdist.setup, no patch_keras): tfdist.fit installs Keras' patch for
-    # the model it returns. Its loop builds the compiled metrics outside the strategy's scope; Keras' evaluate
-    # and fit's validation on its model must still sum every worker's examples, also where the last batch splits
-    # unevenly, and predict must gather every example.
+    # the model it returns. Keras' evaluate and fit's validation on its model must sum every worker's examples,
+    # also where the last batch splits unevenly, and on a model whose compiled metrics were built outside the
+    # strategy's scope; predict must gather every example.
     script = HELPERS / "keras_evaluate_worker.py"
     out = tmp_path / "out"
     out.mkdir()
@@ -258,9 +258,12 @@ def test_keras_evaluate_predict_and_fit_on_the_model_tfdist_fit_returns_without_
         one_device = json.loads((out / f"reference-{task}.json").read_text())
         assert len(got["evaluate_600"]) == 2, got
         assert sorted(got["evaluate_601"]) == ["accuracy", "loss"], got
-        assert sorted(got) == sorted(one_device) == ["evaluate_600", "evaluate_601", "predict", "val"], got
-        for key in ("evaluate_600", "evaluate_601", "val"):
+        assert sorted(one_device) == ["evaluate_600", "evaluate_601", "predict", "val"], one_device
+        assert sorted(got) == sorted([*one_device, "evaluate_601_metrics_built_outside"]), got
+        for key, reference in (("evaluate_600", "evaluate_600"), ("evaluate_601", "evaluate_601"), ("val", "val"),
+                               ("evaluate_601_metrics_built_outside", "evaluate_601")):
             # One device sums the batches in another order: within 1e-7 relative here.
-            assert got[key] == pytest.approx(one_device[key], rel=1e-6), (task, key, got[key], one_device[key])
+            assert got[key] == pytest.approx(one_device[reference], rel=1e-6), (task, key, got[key],
+                                                                               one_device[reference])
         assert np.shape(got["predict"]) == (601, 2)  # every example, gathered from both workers
         np.testing.assert_allclose(got["predict"], one_device["predict"], rtol=1e-6)

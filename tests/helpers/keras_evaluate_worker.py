@@ -4,8 +4,9 @@ Run once per task under ``tfdist.launch`` (``--out``): ``tfdist.fit`` of a
 small classifier, with neither ``tfdist.setup`` nor ``tfdist.patch_keras``;
 on the model it returns, Keras' ``evaluate`` (600 rows; 601 rows, whose last
 batch does not split evenly over the workers, with ``return_dict=True``) and
-``predict`` (601 rows), then Keras' own ``fit`` with ``validation_data`` of
-601 rows. Writes ``evaluate-<task>.json`` (the figures) and
+``predict`` (601 rows); Keras' ``evaluate`` (601 rows) of a model of the same
+weights whose compiled metrics were built outside the strategy's scope; then
+Keras' own ``fit`` with ``validation_data`` of 601 rows. Writes ``evaluate-<task>.json`` (the figures) and
 ``weights-<task>-<when>.npz`` (the weights they were computed with).
 
 ``--reference DIR``: one process, one device: for each ``evaluate-*.json`` in
@@ -88,6 +89,13 @@ else:
     name = f"{task['type']}{task['index']}"
     save(model, f"{name}-fit")
     found = figures(model, x, y)
+    # The same weights in a model whose compiled metrics an eager compute_metrics built outside the strategy's
+    # scope: Keras' evaluate across workers builds them again under it, so they sum every worker's examples.
+    with model.distribute_strategy.scope():
+        outside = model_fn()
+    outside.set_weights(model.get_weights())
+    outside.compute_metrics(x[:8], y[:8], outside(x[:8]))
+    found["evaluate_601_metrics_built_outside"] = outside.evaluate(x, y, return_dict=True, verbose=0)
     keras_history = model.fit(x[:600], y[:600], batch_size=64, epochs=1, shuffle=False, validation_data=(x, y),
                               verbose=0)
     save(model, f"{name}-keras_fit")

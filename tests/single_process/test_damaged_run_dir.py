@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
 from helpers.clis import assert_user_error, run_cli
 
@@ -68,6 +69,19 @@ def cut_latest(run: Path):
         item.write_bytes(item.read_bytes()[:10])
 
 
+def cut_params_in_half(run: Path):
+    lines = (run / "params.yaml").read_text().splitlines(keepends=True)
+    (run / "params.yaml").write_text("".join(lines[:len(lines) // 2]))  # still YAML, with fewer settings
+
+
+def edit_params(edit):
+    def change(run: Path):
+        params = yaml.safe_load((run / "params.yaml").read_text())
+        edit(params)
+        (run / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    return change
+
+
 def into_link(name: str, target: str):
     def change(run: Path):
         (run / name).unlink()
@@ -79,6 +93,11 @@ def into_link(name: str, target: str):
 DAMAGED = [
     ("params_empty", write("params.yaml", b""), "its params.yaml is empty"),
     ("params_a_dir", into_dir("params.yaml"), "Invalid value for `--model_dir`: its params.yaml is not a file"),
+    ("params_cut_in_half", cut_params_in_half, "its params.yaml lacks the setting "),
+    ("params_unknown_key_in_a_section", edit_params(lambda p: p["train"].update(epochz=3)),
+     "its params.yaml has an unknown setting train.epochz"),
+    ("params_value_cut", edit_params(lambda p: p["train"].update(export="tr")),
+     "its params.yaml holds a value of another type: train.export='tr'"),
     ("metrics_garbage", write("metrics.jsonl", b'{"step": 1, "loss": 2.0}\nnot json\n'),
      "line 2 of its metrics.jsonl is not a JSON object. Received: b'not json\\n'"),
     ("metrics_a_dir", into_dir("metrics.jsonl"), "its metrics.jsonl is not a file. Received: a directory"),

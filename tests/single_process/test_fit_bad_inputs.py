@@ -4,8 +4,8 @@ with nothing written.
 One fresh process (2 logical CPUs, and an in-process cluster of 2 workers and a ps for ``parameter_server``)
 trains a small run to resume, then calls ``tfdist.fit`` once a case: a bad argument, a model or input that
 does not fit, a damaged copy of the run directory, a resumption with another optimizer setting. Each must
-raise ``UserError``; a new ``model_dir`` must not exist afterwards, and an existing one must hold the same
-paths, kinds and bytes as before. The same process pins two accepted inputs: a ``model_dir`` holding ``..``
+raise ``UserError``; a new ``model_dir`` must not exist afterwards, and an existing one (an empty one too) must
+hold the same paths, kinds and bytes as before. The same process pins two accepted inputs: a ``model_dir`` holding ``..``
 trains where the kernel would resolve it (and makes no directory a ``..`` steps out of), and a model's own
 ``train_step`` on a last batch that splits 2/1 over the replicas trains as Keras' own ``fit`` on one device.
 """
@@ -72,6 +72,17 @@ def own_step(layers):
     for layer in layers[1:]:
         outputs = layer(outputs)
     return guide_model(layers[0], outputs)
+
+
+def misnamed_logs(layers):
+    """Keras' guide's model (``own_step``) whose train_step returns a log that is not one of its metrics."""
+    guide = own_step(layers)
+
+    class MisnamedLogs(type(guide)):
+        def train_step(self, data):
+            return {"batch_loss": super().train_step(data)["loss"]}
+
+    return MisnamedLogs(guide.inputs, guide.outputs)
 
 
 def uncompiled():
@@ -148,6 +159,7 @@ CASES = {
         lambda: keras.layers.BatchNormalization(synchronized=True)])), None),
     "accumulation under ps": (dict(model_fn=regression(ema_sgd(accumulation=2)), **ps), None),
     "own train_step under ps": (dict(model_fn=regression(cls=own_step), **ps), None),
+    "own train_step's logs not its metrics": (dict(model_fn=regression(cls=misnamed_logs)), lambda p: p.mkdir()),
     "uncompiled": (dict(model_fn=uncompiled), None),
     "a layer": (dict(model_fn=lambda: keras.layers.Dense(1)), None),
     "batch over replicas": (dict(model_fn=fresh, batch_size=15), None),
@@ -249,6 +261,8 @@ EXPECTED = {
     "accumulation under ps": r"Invalid optimizer for strategy='parameter_server': gradient_accumulation_steps=2",
     "own train_step under ps": r"Invalid model for tfdist.fit under strategy='parameter_server': GuideModel overrides",
     "uncompiled": r"Invalid model_fn: it must return a compiled keras.Model",
+    "own train_step's logs not its metrics": r"Invalid train_step for tfdist.fit: it returns \['batch_loss'\], and "
+                                             r"model.metrics are named \['loss'\]",
     "a layer": r"Invalid model_fn: it must return a compiled keras.Model. Received: a Dense",
     "batch over replicas": r"Invalid value for `batch_size`. Received: batch_size=15 with 2 replicas",
     "dataset_fn without steps": r"Missing `steps_per_epoch`. Received: an input of unknown length",

@@ -4,10 +4,11 @@ One fresh process of 2 logical CPUs (``tfdist.setup("mirrored")``) trains each m
 device, then with ``tfdist.fit`` and with Keras' own ``fit`` under the set-up's strategy: an ``Embedding`` under
 Adam (whose update of ``IndexedSlices`` differs from that of the same gradient made dense) and under a
 ``clipnorm`` that clips some steps, a conv net on rows whose last batch splits 13/12 (one device's mean,
-not a mean of the replicas' means) or that a split of the global batch in equal halves would leave one replica
-nothing (8 of 64), synchronized batch norm, whose cross-replica statistics carry gradients from one replica
-to another, and two outputs, whose per-output losses Keras' trackers count once a replica, on a last training
-batch of 21 and a validation batch of 17. The weights and every History entry are compared.
+not a mean of the replicas' means), that a split of the global batch in equal halves would leave one replica
+nothing (8 of 64), a dense net whose last batch leaves one replica nothing whatever the split (1 of 64: that
+replica adds nothing, not 0/0), synchronized batch norm, whose cross-replica statistics carry gradients from one
+replica to another, and two outputs, whose per-output losses Keras' trackers count once a replica, on a last
+training batch of 21 and a validation batch of 17. The weights and every History entry are compared.
 """
 
 from __future__ import annotations
@@ -44,6 +45,18 @@ def conv(rows):
     x = rng.normal(size=(rows, 6, 6, 1)).astype("float32")
     return make, x, (x.mean(axis=(1, 2, 3)) > 0).astype("int64")
 
+def dense(rows):
+    def make():
+        keras.utils.set_random_seed(1)
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(8, activation="relu"),
+                                  keras.layers.Dense(2, activation="softmax")])
+        model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9), loss="sparse_categorical_crossentropy",
+                      metrics=["accuracy"])
+        return model
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(rows, 8)).astype("float32")
+    return make, x, (x.sum(axis=1) > 0).astype("int64")
+
 def synchronized_bn(rows):
     def make():
         keras.utils.set_random_seed(1)
@@ -70,15 +83,17 @@ def two_outputs(rows):
     x = rng.normal(size=(rows, 8)).astype("float32")
     return make, x, {"label": (x.sum(axis=1) > 0).astype("int64"), "value": x[:, :3].sum(axis=1, keepdims=True)}
 
+# np.max, not max: a NaN anywhere is the spread (Python's max drops a NaN that is not first).
 def history_spread(got, want):
-    return max(abs(a - b) / max(abs(b), 1e-3) for key in want for a, b in zip(got[key], want[key]))
+    return float(np.max([abs(a - b) / max(abs(b), 1e-3) for key in want for a, b in zip(got[key], want[key])]))
 
 def spread(a, b):
-    return max(float(np.linalg.norm(u - v) / max(np.linalg.norm(v), 1e-12)) for u, v in zip(a, b))
+    return float(np.max([np.linalg.norm(u - v) / max(np.linalg.norm(v), 1e-12) for u, v in zip(a, b)]))
 
 cases = {"embedding adam": embedding(lambda: keras.optimizers.Adam(0.02)),
          "embedding clipnorm": embedding(lambda: keras.optimizers.SGD(1.0, clipnorm=0.02)),
          "last batch 25 of 64": conv(601), "last batch 8 of 64": conv(584),
+         "dense, last batch 1 of 64": dense(577),
          "synchronized batch norm, last batches 21 of 32 and 17 of 32": synchronized_bn(102),
          "two outputs, last batches 21 of 32 and 17 of 32": two_outputs(102)}
 results = {}

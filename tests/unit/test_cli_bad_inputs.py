@@ -62,6 +62,7 @@ def inputs(tmp_path):
     (tmp_path / "run" / "params.yaml").write_text("train: {epochs: 1}\n")
     (tmp_path / "pods.yaml").write_text("model: {encoder: mobilenetv2, encoder_weights: /on/the/pods.h5}\n")
     (tmp_path / "long_label.yaml").write_text(f"worker: [{'a' * 64}.example.com:2222]\n")
+    (tmp_path / "loopback_twice.yaml").write_text("worker: [localhost:5000, 127.0.0.1:5000]\n")
     (tmp_path / "loop").symlink_to("loop")
     (tmp_path / "config_dir.yaml").mkdir()
     os.mkfifo(tmp_path / "fifo.h5")
@@ -127,6 +128,19 @@ BAD = [
     ("model_dir_twice_the_last_outside_the_volume",
      manifest("--form", "jobset", "--volume", "unet-runs", "--", "--model_dir", "/runs/a", "--model_dir", "/tmp/b"),
      "`--model_dir`.*'/tmp/b'"),
+    ("model_dir_under_the_mount_stepping_out",
+     manifest("--form", "jobset", "--volume", "unet-runs", "--", "--model_dir=/runs/../etc"),
+     r"`--model_dir` with --volume. Received: model_dir='/runs/\.\./etc'"),
+    ("memory_zero", manifest("--memory", "0"), "`--memory`: zero.*Received: memory='0'"),
+    ("cpu_zero_millicores", manifest("--cpu", "0m"), "`--cpu`: zero.*Received: cpu='0m'"),
+    ("dump_weights_in_proc_after_dashes", manifest("--", "--dump_weights", "/proc/x"),
+     "`--dump_weights` after --: it lies in /proc.*Received: dump_weights='/proc/x'"),
+    ("model_dir_in_sys_after_dashes", manifest("--", "--model_dir=/sys/../sys/run"),
+     "`--model_dir` after --: it lies in /sys"),
+    ("dump_weights_given_empty_after_dashes", manifest("--", "--dump_weights="),
+     "`--dump_weights` after --. Received: dump_weights=''"),
+    ("tfconfig_loopback_named_twice", ("tfdist.tfconfig", "--cluster", "{d}/loopback_twice.yaml", "--task", "worker:0"),
+     r"Duplicate address .*'localhost:5000' for `worker\[0\]` and '127.0.0.1:5000' for `worker\[1\]`"),
     ("global_batch_over_two_workers", manifest("--", "--global_batch_size", "3"), "global_batch_size=3 with 2 replicas"),
     ("global_batch_over_two_workers_of_two_gpus", manifest("--gpus", "2", "--", "--global_batch_size", "6"),
      "global_batch_size=6 with 4 replicas"),
@@ -219,6 +233,8 @@ GOOD = [
     ("model_dir_twice_the_last_in_the_volume",
      manifest("--form", "jobset", "--volume", "unet-runs", "--", "--model_dir", "/tmp/b", "--model_dir", "/runs/a")),
     ("config_here_naming_weights_on_the_pods", manifest("--", "--config", "{d}/pods.yaml")),
+    ("resources_a_thousandth", manifest("--cpu", "1m", "--memory", "0.5Gi")),
+    ("dump_weights_named_like_proc_elsewhere", manifest("--", "--dump_weights", "/data/proc/x")),
 ]
 
 

@@ -87,9 +87,21 @@ def split_address(address: str) -> tuple[str, int]:
     return parse_address(address, key="address", where="cluster spec <address>")
 
 
+#: What every loopback address of a host is compared as (``address_identity``).
+LOOPBACK = "localhost"
+
+
 def address_identity(host: str, port: int) -> tuple[str, int]:
-    """A comparable form of an address, so that ``[::1]`` and ``[0::1]`` (or ``Host.`` and ``host``) are the same."""
+    """A comparable form of an address, so that ``[::1]`` and ``[0::1]`` (or ``Host.`` and ``host``) are the same.
+
+    Every loopback address (``localhost``, a name under ``.localhost``, ``127.0.0.0/8``, ``::1``) is this host's
+    one ``LOOPBACK``: TensorFlow's gRPC server binds its port on every interface, so two tasks of one host on one
+    port collide whatever loopback address each names.
+    """
     try:
-        return ipaddress.ip_address(host).compressed, port
+        ip = ipaddress.ip_address(host)
     except ValueError:
-        return host.lower().rstrip("."), port
+        name = host.lower().rstrip(".")
+        return (LOOPBACK if name == LOOPBACK or name.endswith("." + LOOPBACK) else name), port
+    ip = getattr(ip, "ipv4_mapped", None) or ip
+    return (LOOPBACK if ip.is_loopback else ip.compressed), port

@@ -158,7 +158,7 @@ def parse_cluster_spec(obj: Any, *, source: str) -> ClusterSpec:
             f"Expected a mapping of task type ({', '.join(TASK_TYPES)}) -> list of host:port."
         )
     tasks: dict[str, tuple[str, ...]] = {}
-    seen: dict[tuple[str, int], str] = {}
+    seen: dict[tuple[str, int], tuple[str, Any]] = {}
     for task_type, value in obj.items():
         if task_type not in TASK_TYPES:
             raise UserError(
@@ -192,11 +192,14 @@ def parse_cluster_spec(obj: Any, *, source: str) -> ClusterSpec:
         for key, entry in zip(keys, entries):
             identity = address_identity(*parse_address(entry, key=key, where=where))
             if identity in seen:
+                first_key, first = seen[identity]
+                received = (f"{entry!r} for both `{first_key}` and `{key}`" if first == entry else
+                            f"{first!r} for `{first_key}` and {entry!r} for `{key}`, one host's same port")
                 raise UserError(
-                    f"Duplicate address in {where}. Received: {entry!r} for both `{seen[identity]}` and `{key}`. "
-                    f"Expected every task to have its own host:port."
+                    f"Duplicate address in {where}. Received: {received}. Expected every task to have its own "
+                    f"host:port."
                 )
-            seen[identity] = key
+            seen[identity] = key, entry
         tasks[task_type] = tuple(entries)
     if "worker" not in tasks:
         raise UserError(

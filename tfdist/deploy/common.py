@@ -63,7 +63,7 @@ def model_dir_args(train_args: Sequence[str], name: str) -> tuple[tuple[str, ...
             given = arg.partition("=")[2]
     if given is None:
         return (*args, "--model_dir", f"{MODEL_MOUNT}/{name}"), f"{MODEL_MOUNT}/{name}"
-    if not given.startswith(MODEL_MOUNT + "/") or "/.." in given:
+    if not given.startswith(MODEL_MOUNT + "/") or ".." in given.split("/"):
         raise UserError(
             f"Invalid value for `--model_dir` with --volume. Received: model_dir={given!r}. "
             f"Expected a directory under {MODEL_MOUNT}/, where --volume is mounted in every pod, "

@@ -131,11 +131,16 @@ def check_resources(cpu: str, memory: str, gpus: int) -> None:
     """Check ``--cpu``, ``--memory`` (Kubernetes quantities, e.g. 500m, 4Gi) and ``--gpus``.
 
     Raises:
-        UserError: a quantity is malformed, or ``gpus`` is negative or past int64 (a Kubernetes quantity's range).
+        UserError: a quantity is malformed or zero, or ``gpus`` is negative or past int64 (a Kubernetes quantity's
+            range).
     """
     for flag, value, example in (("cpu", cpu, "2 or 500m"), ("memory", memory, "4Gi or 512Mi")):
-        if not _QUANTITY_RE.fullmatch(value or ""):
+        found = _QUANTITY_RE.fullmatch(value or "")
+        if not found:
             raise _label_error(flag, value, "not a Kubernetes quantity", f"a quantity such as {example}")
+        if float(found.group(1)) == 0:
+            raise _label_error(flag, value, "zero, which leaves a task nothing to train with",
+                               f"a quantity above 0, such as {example}")
     if isinstance(gpus, bool) or not isinstance(gpus, int) or not 0 <= gpus < 2**63:
         raise _label_error("gpus", str(gpus), "not a count", "an integer >= 0 and below 2**63")
 

@@ -224,6 +224,8 @@ class KerasClient(Client):
         elif not state.restored and self.initial_epoch:
             state.step.assign(self.initial_epoch * epoch_steps)
         self.start_step, total_steps = int(state.step.numpy()), self.epochs * epoch_steps
+        if overrides_steps(model):
+            _check_own_logs(steps, strategy, self.sample)
         # Every check is done: the run directory's first write.
         if is_chief and self.checkpoints:
             run_dir.write_fit_record(settings)
@@ -289,6 +291,23 @@ class KerasClient(Client):
     def _seed(self) -> int:
         """The shuffle's seed (``seed``, else 0): the same on every worker."""
         return 0 if self.seed is None else self.seed
+
+
+def _check_own_logs(steps, strategy, sample) -> None:
+    """Trace a model's own ``train_step`` once on ``sample`` (the trace runs nowhere) and check the logs it returns
+    against the model's metrics, as ``steps.metrics`` checks them at each epoch's end, so that a step returning
+    other logs is refused before the run directory's first write.
+
+    Raises:
+      UserError: the step returns logs other than the model's metrics (``steps.metrics``).
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    data = tf.nest.map_structure(lambda v: v if v is None else tf.convert_to_tensor(v), tuple(sample))
+    batch = (*data, tf.shape(tf.nest.flatten(data[0])[0])[0])
+    tf.function(lambda: strategy.run(steps.train, args=(batch,))).get_concrete_function()
+    steps.metrics(np.zeros(2))
 
 
 def _patch_keras() -> None:

@@ -9,7 +9,8 @@ from tfdist.runtime import driver, serving, who
 
 def setup(strategy: str = "auto", *, cpu_devices: int = 0, cluster: str | None = None,
           task: str | None = None, connect_timeout: float = 120.0, communication: str = "auto",
-          bytes_per_pack: int = 0, collective_timeout: float = 0.0, verbose: bool = True):
+          bytes_per_pack: int = 0, collective_timeout: float = 0.0, progress_timeout: float = 1800.0,
+          verbose: bool = True):
     """Set this process up for ``strategy`` and return the ``tf.distribute.Strategy``; call it first.
 
     The first line of a script, before any TensorFlow op: logical CPUs, the cluster and task, the
@@ -27,6 +28,8 @@ def setup(strategy: str = "auto", *, cpu_devices: int = 0, cluster: str | None =
         (e.g. under ``tfdist.launch``, Slurm or Kubernetes).
       connect_timeout: seconds to wait for the cluster's peers.
       communication, bytes_per_pack, collective_timeout: ``multi_worker_mirrored``'s all-reduce options.
+      progress_timeout: seconds a worker's save waits for the chief's matching save (0: no bound); a
+        ``tfdist.fit`` in the session takes its own.
       verbose: a serving task (ps, or a worker under ``parameter_server``) prints what it does.
 
     Returns:
@@ -42,7 +45,7 @@ def setup(strategy: str = "auto", *, cpu_devices: int = 0, cluster: str | None =
     runtime = config_lib.runtime_config(
         "tfdist.setup", strategy=strategy, cpu_devices=cpu_devices, cluster=config_lib.path_text(cluster),
         task="" if task is None else task, connect_timeout=connect_timeout, communication=communication,
-        bytes_per_pack=bytes_per_pack, collective_timeout=collective_timeout)
+        bytes_per_pack=bytes_per_pack, collective_timeout=collective_timeout, progress_timeout=progress_timeout)
     if not isinstance(verbose, (bool, int)):
         raise UserError(f"Invalid value for `verbose` of tfdist.setup. Received: verbose={verbose!r}. Expected a bool.")
     result = driver.setup(runtime, verbose=verbose)

@@ -56,6 +56,39 @@ def check_dump_weights(path: str) -> None:
     check_directory(path, "--dump_weights", "Expected a directory for the weights files (existing or new).")
 
 
+#: The flags that name a directory every training task makes.
+DIRECTORY_FLAGS = ("model_dir", "dump_weights")
+
+#: The kernel's own file systems: no directory can be made under them on any host.
+KERNEL_FILESYSTEMS = ("/proc", "/sys")
+
+
+def _check_not_empty(values: flags.FlagValues, where: str = "") -> None:
+    """Refuse a ``DIRECTORY_FLAGS`` flag given empty (an unset ``$VAR``): not the default it would be."""
+    for name in DIRECTORY_FLAGS:
+        if values[name].present and not values[name].value.strip():
+            raise UserError(f"Invalid value for `--{name}`{where}. Received: {name}={values[name].value!r}. "
+                            "Expected a directory path (or the flag left out, for its default).")
+
+
+def _check_task_directories(values: flags.FlagValues, where: str) -> None:
+    """Refuse a ``DIRECTORY_FLAGS`` flag that no task's host can make: empty, or under ``KERNEL_FILESYSTEMS``.
+
+    The path is on the tasks' hosts, so it is read as written (``..`` resolved as a name), not looked up here.
+    """
+    _check_not_empty(values, where)
+    for name in DIRECTORY_FLAGS:
+        path = values[name].value
+        if not values[name].present or not path.startswith("/"):
+            continue
+        plain = os.path.normpath(path)
+        kernel = next((k for k in KERNEL_FILESYSTEMS if plain == k or plain.startswith(k + "/")), None)
+        if kernel is not None:
+            raise UserError(f"Invalid value for `--{name}`{where}: it lies in {kernel}, the kernel's own file system, "
+                            f"where no directory can be made on any host. Received: {name}={path!r}. Expected a "
+                            "directory that every task can make (existing or new).")
+
+
 def main(argv: list[str], *, hooks: Sequence = ()) -> int:
     """``tfdist.train``'s absl main: the config from the flags (defaults -> ``--config`` file -> flags given), the
     run, and its last line. ``hooks``: engine hooks added to the run's task (the benchmark's hold)."""
@@ -64,10 +97,7 @@ def main(argv: list[str], *, hooks: Sequence = ()) -> int:
     logging.set_verbosity(logging.WARNING)  # TensorFlow's Python INFO lines are noise here
     only_flags(argv)
     values = flags.FLAGS
-    for name in ("model_dir", "dump_weights"):  # given empty (an unset $VAR): not the default it would be
-        if values[name].present and not values[name].value.strip():
-            raise UserError(f"Invalid value for `--{name}`. Received: {name}={values[name].value!r}. Expected a "
-                            "directory path (or the flag left out, for its default).")
+    _check_not_empty(values)
     weights_dir = resolve_dots(values.dump_weights) if values.dump_weights else None
     if weights_dir is not None:
         check_dump_weights(weights_dir)
@@ -102,8 +132,8 @@ def check_command(args: Sequence[str], *, strategy: str, where: str, replicas: i
 
     Raises:
       UserError: an unknown flag or a bad value, a positional argument, a placement flag (``PLACEMENT_FLAGS``),
-        a ``--strategy`` other than the deployment's, a config that ``tfdist.train`` refuses, or a global batch
-        that does not split over ``replicas``.
+        a directory no task can make (``_check_task_directories``), a ``--strategy`` other than the deployment's,
+        a config that ``tfdist.train`` refuses, or a global batch that does not split over ``replicas``.
     """
     received = f"Received: -- {' '.join(args)}"
     expected = f"Expected tfdist.train flags (python -m tfdist.train --helpfull) for every task of {where}."
@@ -123,6 +153,7 @@ def check_command(args: Sequence[str], *, strategy: str, where: str, replicas: i
     if strategy and values["strategy"].present and values.strategy != strategy:
         raise UserError(f"Invalid `--strategy` after --: it contradicts the deployment's --strategy={strategy}. "
                         f"{received}. Expected --strategy {strategy} before --, and none after it.")
+    _check_task_directories(values, " after --")
     given = given_fields(values)
     given.pop("encoder_weights", None)  # a file on the task's host
     if strategy:

@@ -14,14 +14,15 @@ import shutil
 import sys
 import tempfile
 import threading
+import time
 from typing import Any, Callable, Iterator
 
 from tfdist import _compat
-from tfdist.errors import UserError
+from tfdist.errors import PeerLost, UserError
 from tfdist.fitting.callbacks import inside
 
-#: How long a worker waits for the chief's matching save, in seconds (a slow upload of a large model).
-WAIT_SECONDS = 3600.0
+#: The longest wait ``get_config_key_value`` takes, in milliseconds: a wait without bound (a progress timeout of 0).
+UNBOUNDED_MS = 2**31 - 1
 
 #: The packages whose own saves are left as they are: Keras' callbacks (``ModelCheckpoint``, ``BackupAndRestore``)
 #: already write the chief's files alone under Keras' own ``fit``, tfdist's loop writes its checkpoints so, and
@@ -184,7 +185,7 @@ def _once(call: Callable[[str], Any], path, objects, caller) -> Any:
         result = _saving(call, path)  # the worker's own path: its own file, as the script says
     else:
         result = _scratch(call, path, strategy.cluster_resolver)
-    told = _compat.cluster_value(f"{key}/done", int(WAIT_SECONDS * 1000))
+    told = _chiefs_value(f"{key}/done", path, caller, "began that save and has not finished it")
     if told != "done":
         raise RuntimeError(f"The chief's save of {path} failed, so this worker has no file to read there: {told}")
     return result
@@ -194,21 +195,61 @@ def _chiefs_path(key: str, path: str, caller) -> str:
     """The path the chief announced for its save ``key``, once it has reached it.
 
     Raises:
-      UserError: the chief's process ended (or an hour passed) without that save: this worker makes a save from a
-        place in the script that the chief never reaches, so no file of the chief's comes.
+      UserError: the chief's process ended without that save: this worker makes a save from a place in the
+        script that the chief never reaches, so no file of the chief's comes.
+      PeerLost: the chief, alive, did not reach that save within the progress timeout (``_chiefs_value``).
     """
     import tensorflow as tf
 
     try:
-        return _compat.cluster_value(f"{key}/path", int(WAIT_SECONDS * 1000))
+        return _chiefs_value(f"{key}/path", path, caller, "has not reached that save")
     except tf.errors.OpError as e:
         told = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise UserError(
-            f"Invalid save of {path} at {os.path.basename(caller.f_code.co_filename)}:{caller.f_lineno} on a worker "
-            f"that is not the chief: the chief made no save from that place in the script, and no longer can ("
-            f"{told}). Received: a save that this worker makes and the chief does not. Expected every worker to make "
-            "the same saves from the same places; a file of a worker's own is saved inside "
-            "tfdist.saves_on_every_worker().") from e
+            f"Invalid save of {path} at {_place(caller)} on a worker that is not the chief: the chief made no save "
+            f"from that place in the script, and no longer can ({told}). Received: a save that this worker makes "
+            "and the chief does not. Expected every worker to make the same saves from the same places; a file of "
+            "a worker's own is saved inside tfdist.saves_on_every_worker().") from e
+
+
+def _chiefs_value(key: str, path: str, caller, waiting_for: str) -> str:
+    """The value the chief sets at ``key`` for this worker's save of ``path``, waited for as long as the progress
+    timeout (``progress_timeout`` of ``tfdist.setup``'s session, else its default; 0: no bound) allows.
+
+    Raises:
+      PeerLost: the timeout passed: the chief is alive but stuck (``waiting_for`` says where), as the watchdog
+        ends a run that makes no step.
+      tf.errors.OpError: the chief's process ended before it set ``key``.
+    """
+    import tensorflow as tf
+
+    seconds = _progress_timeout()
+    started = time.monotonic()
+    try:
+        return _compat.cluster_value(key, int(seconds * 1000) if seconds else UNBOUNDED_MS)
+    except tf.errors.DeadlineExceededError:
+        waited = time.monotonic() - started
+        if not seconds or waited < seconds:
+            raise
+        raise PeerLost(
+            f"No progress for {waited:.0f} s (progress_timeout {seconds:g}) in the save of {path} at "
+            f"{_place(caller)} on a worker that is not the chief: the chief is alive but {waiting_for}, and this "
+            "worker returns only once the chief's file is whole. Look at what holds the chief there (its stacks: "
+            "py-spy dump), or give tfdist.setup a longer progress_timeout for a save that takes that long.") from None
+
+
+def _progress_timeout() -> float:
+    """The progress timeout, in seconds, of this process' ``tfdist.setup`` session (the default without one)."""
+    from tfdist.config import RuntimeConfig
+    from tfdist.runtime import who
+
+    session = who.current()
+    return (session.runtime if session is not None else RuntimeConfig()).progress_timeout
+
+
+def _place(caller) -> str:
+    """``caller``'s place in the script (its file's name, a colon, its line), for a message."""
+    return f"{os.path.basename(caller.f_code.co_filename)}:{caller.f_lineno}"
 
 
 def _where(path: str) -> str:

@@ -1,13 +1,11 @@
-"""A run directory (``--model_dir``): every path a run leaves, in one place, and whether a new run may resume it."""
+"""A run directory (``--model_dir``): every path a run leaves, in one place, and whether a new run may resume it
+(``damage``: whether the files a run left are whole)."""
 
 from __future__ import annotations
 
-import codecs
 import dataclasses
 import hashlib
-import json
 import os
-import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -17,6 +15,7 @@ import yaml
 
 from tfdist.cluster.task import slug_of
 from tfdist.errors import UserError, article, check_directory, resolve_dots
+from tfdist.rundir import damage
 
 #: Settings that must not change between a run and its resumption.
 RESUME_KEYS = {
@@ -38,9 +37,6 @@ FIT_RESUME_KEYS = ("batch_size", "ema_momentum", "gradient_accumulation_steps")
 
 #: The TensorBoard logs a run writes, one directory each (``RunDir.tensorboard``).
 TENSORBOARD_SPLITS = ("train", "eval", "evaluator")
-
-#: The line of a checkpoint state file (``checkpoints/checkpoint``, a text ``CheckpointState``): ``key: value``.
-_STATE_LINE = re.compile(r'\s*([a-z_]+)\s*:\s*(".*"|[-+0-9.eE]+)\s*')
 
 
 def refuse_changed(setting: str, before, received, *, name: str, path, run: str = "run", why: str = "") -> None:
@@ -153,7 +149,8 @@ class RunDir:
         check_directory(self.path, name, expected)
         if os.path.lexists(self.params) and not self.params.is_file():
             raise UserError(f"Invalid value for `{name}`: its {self.params.name} is not a file. "
-                            f"Received: {str(self.path)!r}, where it is {article(_kind(self.params))}. {expected}")
+                            f"Received: {str(self.path)!r}, where it is {article(damage.kind(self.params))}. "
+                            f"{expected}")
 
     def _old_params(self) -> dict:
         """The ``params.yaml`` of the run there (``{}`` without one), as sections of settings."""
@@ -192,6 +189,7 @@ class RunDir:
         self._check_written_by("tfdist.train", model_dir, "--model_dir")
         self.check_intact("--model_dir")
         old = self._old_params()
+        damage.check_params_whole(old, params, self.path)
         for section, keys in RESUME_KEYS.items():
             for key in keys:
                 refuse_changed(f"{section}.{key}", (old.get(section) or {}).get(key), params[section][key],
@@ -277,18 +275,18 @@ class RunDir:
                      self.checkpoints / "checkpoint", self.exported_model):
             if os.path.lexists(path) and not path.is_file():
                 raise UserError(f"Invalid {name} {self.path}: its {path.relative_to(self.path)} is not a file. "
-                                f"Received: {article(_kind(path))}. Expected the file a run leaves there: {fix}.")
+                                f"Received: {article(damage.kind(path))}. Expected the file a run leaves there: {fix}.")
         for path in (self.checkpoints, self.path / "tensorboard", *map(self.tensorboard, TENSORBOARD_SPLITS),
                      self.export, self.saved_model, self.heartbeats, self.fit_inputs):
             if os.path.lexists(path) and not path.is_dir():
                 raise UserError(f"Invalid {name} {self.path}: its {path.relative_to(self.path)} is not a "
-                                f"directory. Received: {article(_kind(path))}. Expected the directory a run leaves "
-                                f"there: {fix}.")
+                                f"directory. Received: {article(damage.kind(path))}. Expected the directory a run "
+                                f"leaves there: {fix}.")
         for path in (self.metrics, self.evaluator_metrics):
             if path.is_file():
-                _check_rows(path, name, self.path)
+                damage.check_rows(path, name, self.path)
         if self.summary.is_file():
-            _check_summary(self.summary, name, self.path)
+            damage.check_summary(self.summary, name, self.path)
         self._check_checkpoint_state(name)
 
     def _check_checkpoint_state(self, name: str) -> None:
@@ -296,92 +294,17 @@ class RunDir:
         state_file = self.checkpoints / "checkpoint"
         if not state_file.is_file():
             return
-        state = _read_state(state_file)
+        state = damage.read_state(state_file)
         latest = state.get("model_checkpoint_path", [""])[-1] if state is not None else ""
-        if state is not None and latest and _files_there(self.checkpoints, latest):
+        if state is not None and latest and damage.files_there(self.checkpoints, latest):
             return
         older = [p for p in reversed(state.get("all_model_checkpoint_paths", []) if state else []) if p != latest]
         older += sorted((p.name[:-len(".index")] for p in self.checkpoints.glob("ckpt-*.index")),
-                        key=_step_of, reverse=True)
-        whole = next((p for p in older if _files_there(self.checkpoints, p)), None)
+                        key=damage.step_of, reverse=True)
+        whole = next((p for p in older if damage.files_there(self.checkpoints, p)), None)
         then = (f"{whole}'s files are all there: write 'model_checkpoint_path: \"{whole}\"' into it to resume "
                 "from that checkpoint" if whole else "no checkpoint's files are all there")
         wrong = (f"names {latest}, whose files are not there" if state is not None and latest else
                  "is empty" if state_file.stat().st_size == 0 else "is not a checkpoint state")
         raise UserError(f"Invalid {name} {self.path}: its checkpoints/checkpoint {wrong}; {then}. Expected a "
                         f"checkpoint state naming a checkpoint of the run, or a new {name}.")
-
-
-def _kind(path: Path) -> str:
-    """What is at ``path``, for a message: ``directory``, ``file``, ``special file`` or ``symbolic link that leads
-    nowhere`` (to nothing, or in a loop)."""
-    if not path.exists():
-        return "symbolic link that leads nowhere"
-    return "directory" if path.is_dir() else "file" if path.is_file() else "special file"
-
-
-def _check_rows(path: Path, name: str, run: Path) -> None:
-    """Every line of ``path`` (``metrics.jsonl``) one JSON object, as the run appends them; a row's beginning
-    without its newline, last, may be one the chief is appending now (a task that starts while the run goes on)."""
-    with open(path, "rb") as f:
-        for number, line in enumerate(f, start=1):
-            try:
-                row = json.loads(line)
-            except ValueError:
-                appending = line.startswith(b'{"step": ') and not line.endswith(b"\n")
-                row = {} if appending else None
-            if not isinstance(row, dict):
-                raise UserError(f"Invalid {name} {run}: line {number} of its {path.name} is not a JSON object. "
-                                f"Received: {line[:40]!r}. Expected one JSON object a line, as runs append them: "
-                                f"repair or remove that line, or use a new {name}.")
-
-
-def _check_summary(path: Path, name: str, run: Path) -> None:
-    """``summary.json``: one JSON object, as a run writes it whole at its end (a garbled one is damage)."""
-    try:
-        summary = json.loads(path.read_bytes())
-    except ValueError:
-        summary = None
-    if not isinstance(summary, dict):
-        raise UserError(f"Invalid {name} {run}: its {path.name} is not a JSON object. Received: "
-                        f"{path.read_bytes()[:40]!r}. Expected the summary a run writes at its end: restore it, or "
-                        f"remove it (the run's checkpoints stay), or use a new {name}.")
-
-
-def _read_state(path: Path) -> dict[str, list[str]] | None:
-    """The fields of a text checkpoint state (each a list of its values), or None when it is not one."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return None
-    fields: dict[str, list[str]] = {}
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        match = _STATE_LINE.fullmatch(line)
-        if match is None:
-            return None
-        value = match.group(2)
-        if value.startswith('"'):  # a C-escaped string
-            value = codecs.escape_decode(value[1:-1].encode("utf-8"))[0].decode("utf-8", "replace")
-        fields.setdefault(match.group(1), []).append(value)
-    return fields or None
-
-
-def _files_there(directory: Path, checkpoint: str) -> bool:
-    """Whether checkpoint ``checkpoint`` (relative to ``directory``, or absolute) has its index and every data
-    shard (``.data-00000-of-00002``...)."""
-    prefix = directory / checkpoint
-    if not Path(f"{prefix}.index").is_file():
-        return False
-    shards = list(prefix.parent.glob(f"{prefix.name}.data-*-of-*"))
-    if not shards:
-        return False
-    count = int(shards[0].name.rsplit("-of-", 1)[1])
-    return all(Path(f"{prefix}.data-{i:05d}-of-{count:05d}").is_file() for i in range(count))
-
-
-def _step_of(checkpoint: str) -> int:
-    """N of ``ckpt-N`` (-1 for another name)."""
-    tail = checkpoint.rsplit("-", 1)[-1]
-    return int(tail) if tail.isdigit() else -1
