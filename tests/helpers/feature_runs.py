@@ -66,7 +66,7 @@ def _own_step(optimizer):
     """The keras.io guide's model with its own ``train_step``, feeding ``compute_loss`` to its loss metric."""
     import keras
 
-    from tfdist.check.build import guide_model
+    from tfdist.check.models import guide_model
 
     keras.utils.set_random_seed(1)
     inputs = keras.Input((8, 8, 1))

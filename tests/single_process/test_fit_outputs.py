@@ -30,7 +30,7 @@ from tfdist.strategies import setup_host
 setup_host(cpu_devices=2)
 import numpy as np, keras, tensorflow as tf
 import tfdist
-from tfdist.check.build import guide_model
+from tfdist.check.models import guide_model
 
 rng = np.random.default_rng(0)
 x = rng.normal(size=(203, 6)).astype(np.float32)
