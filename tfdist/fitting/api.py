@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import shutil
 import sys
 import tempfile
@@ -224,16 +225,21 @@ class KerasClient(Client):
         elif not state.restored and self.initial_epoch:
             state.step.assign(self.initial_epoch * epoch_steps)
         self.start_step, total_steps = int(state.step.numpy()), self.epochs * epoch_steps
-        if overrides_steps(model):
-            _check_own_logs(steps, strategy, self.sample)
+        coordinator = placement.coordinator
+        train_fns = functools.partial(
+            self.source.dataset_fns, class_weight=self.class_weight, batch_size=self.batch_size,
+            shuffle=self.shuffle, seed=self._seed, training=True, start_step=self.start_step,
+            own_order_per_worker=coordinator, stage_dir=run_dir.fit_inputs if coordinator else None,
+            total_steps=total_steps)
+        train_fn = None
+        if overrides_steps(model):  # never under a coordinator (refused), so its inputs stage nothing
+            train_fn, _ = train_fns()
+            _check_own_logs(steps, strategy, train_fn)
         # Every check is done: the run directory's first write.
         if is_chief and self.checkpoints:
             run_dir.write_fit_record(settings)
-        coordinator = placement.coordinator
-        train_fn, _ = self.source.dataset_fns(
-            class_weight=self.class_weight, batch_size=self.batch_size, shuffle=self.shuffle, seed=self._seed,
-            training=True, start_step=self.start_step, own_order_per_worker=coordinator,
-            stage_dir=run_dir.fit_inputs if coordinator else None, total_steps=total_steps)
+        if train_fn is None:
+            train_fn, _ = train_fns()
         # Every task that runs this loop runs the callbacks (their list is made in ``running``), with the same
         # global logs, so that what they change (the learning rate, the weights, stop_training) changes alike
         # on every worker; their files are the chief's.
@@ -293,10 +299,11 @@ class KerasClient(Client):
         return 0 if self.seed is None else self.seed
 
 
-def _check_own_logs(steps, strategy, sample) -> None:
-    """Trace a model's own ``train_step`` once on ``sample`` (the trace runs nowhere) and check the logs it returns
-    against the model's metrics, as ``steps.metrics`` checks them at each epoch's end, so that a step returning
-    other logs is refused before the run directory's first write.
+def _check_own_logs(steps, strategy, train_fn) -> None:
+    """Trace a model's own ``train_step`` once on the batches of ``train_fn`` (their ``element_spec``: nothing is
+    read, and the trace runs nowhere) and check the logs it returns against the model's metrics, as
+    ``steps.metrics`` checks them at each epoch's end, so that a step returning other logs is refused before the
+    run directory's first write.
 
     Raises:
       UserError: the step returns logs other than the model's metrics (``steps.metrics``).
@@ -304,9 +311,8 @@ def _check_own_logs(steps, strategy, sample) -> None:
     import numpy as np
     import tensorflow as tf
 
-    data = tf.nest.map_structure(lambda v: v if v is None else tf.convert_to_tensor(v), tuple(sample))
-    batch = (*data, tf.shape(tf.nest.flatten(data[0])[0])[0])
-    tf.function(lambda: strategy.run(steps.train, args=(batch,))).get_concrete_function()
+    spec = train_fn(tf.distribute.InputContext()).element_spec
+    tf.function(lambda batch: strategy.run(steps.train, args=(batch,))).get_concrete_function(spec)
     steps.metrics(np.zeros(2))
 
 
