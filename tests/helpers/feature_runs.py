@@ -118,11 +118,11 @@ def _targets(kind, y, y2):
 
 def _relative(a, b) -> float:
     """The largest relative L2 difference between two lists of weight arrays."""
-    return max(float(np.linalg.norm(u - v) / max(np.linalg.norm(v), 1e-12)) for u, v in zip(a, b, strict=True))
+    return float(np.max([np.linalg.norm(u - v) / max(np.linalg.norm(v), 1e-12) for u, v in zip(a, b, strict=True)]))
 
 
 def _history_spread(a: list, b: list) -> float:
-    return max(abs(u - v) / max(abs(v), 1e-12) for u, v in zip(a, b, strict=True))
+    return float(np.max([abs(u - v) / max(abs(v), 1e-12) for u, v in zip(a, b, strict=True)]))  # a NaN is kept
 
 
 def _keras_fit(strategy, model_fn, x, targets):

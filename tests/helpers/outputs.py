@@ -60,4 +60,5 @@ def exported_weights(model_dir) -> list[np.ndarray]:
 def spread(a: dict, b: dict) -> float:
     """The largest relative difference between two histories' figures (same keys)."""
     assert sorted(a) == sorted(b), (sorted(a), sorted(b))
-    return max(abs(u - v) / max(abs(v), 1e-12) for key in a for u, v in zip(a[key], b[key], strict=True))
+    # np.max, not max: a NaN anywhere is the spread (Python's max keeps a NaN only when it comes first)
+    return float(np.max([abs(u - v) / max(abs(v), 1e-12) for key in a for u, v in zip(a[key], b[key], strict=True)]))
