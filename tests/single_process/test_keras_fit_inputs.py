@@ -97,6 +97,10 @@ class Batches(keras.utils.PyDataset):
 CASES = {
     "x_alone_numpy": (autoencoder, lambda: ((X,), dict(batch_size=16, shuffle=False))),
     "x_alone_dataset": (autoencoder, lambda: ((tf.data.Dataset.from_tensor_slices(X).batch(16),), {})),
+    "generator": (classifier, lambda: ((generator(),), dict(steps_per_epoch=ROWS // BATCH))),
+    "generator_initial_epoch": (classifier, lambda: ((generator(),), dict(steps_per_epoch=ROWS // BATCH,
+                                                                          initial_epoch=1))),
+    "pydataset_shuffle": (classifier, lambda: ((Batches(),), dict(shuffle=True))),
 }
 
 
