@@ -2,13 +2,13 @@
 trains, for the inputs Keras' data adapters take, what Keras' own ``fit`` trains on one device, in one process:
 
 - ``x`` alone (a NumPy array, a Dataset of single tensors) for an autoencoder whose own ``train_step`` computes
-  its loss from ``x``, compiled with a loss it never calls (``patch.x_alone``);
+  its loss from ``x``, compiled with a loss it never calls (``helpers.models.autoencoder``; ``patch.x_alone``);
 - a Python generator with ``steps_per_epoch`` (from epoch 0 and from ``initial_epoch=1``) and a ``PyDataset``
   with ``shuffle=True``: the batches reach the steps in one device's order (the model is built before training
   without reading a batch, which would start an iteration of the data: a generator read ahead, a shuffle drawn).
 
 Each epoch's losses agree to 1e-6 relative and the final weights to 2e-7 (float32 rounding between 1 and 2
-replicas: ~6e-8 here); a wrong order or a doubled gradient is 1e-3 to 1e-1 off.
+replicas: ~6e-8 here); a wrong order is 1e-3 to 1e-1 off.
 """
 
 from __future__ import annotations
@@ -19,52 +19,14 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from keras import ops
 
 import tfdist
+from helpers.models import autoencoder
 
 ROWS, BATCH = 96, 32
 LOSS_RTOL, WEIGHT_ATOL = 1e-6, 2e-7
 X = np.random.default_rng(0).normal(size=(ROWS, 8)).astype("float32")
 Y = (X[:, :4].sum(axis=1) > 0).astype("int64")
-
-
-class AutoEncoder(keras.Model):
-    """keras.io's VAE shape: ``fit(x)`` with no ``y``, its loss and trackers in its own ``train_step``. Its loss
-    is per example, which a gradient tape sums, so each replica's gradient adds up to one device's."""
-
-    def __init__(self):
-        super().__init__()
-        self.encoder = keras.layers.Dense(3, activation="tanh")
-        self.decoder = keras.layers.Dense(8)
-        self.loss_tracker = keras.metrics.Mean(name="loss")
-        self.code_tracker = keras.metrics.Mean(name="code")
-
-    @property
-    def metrics(self):
-        return [self.loss_tracker, self.code_tracker]
-
-    def call(self, x):
-        return self.decoder(self.encoder(x))
-
-    def train_step(self, x):
-        with tf.GradientTape() as tape:
-            code = self.encoder(x)
-            reconstruction = ops.sum(ops.square(x - self.decoder(code)), axis=1)
-            penalty = 0.01 * ops.sum(ops.square(code), axis=1)
-            loss = reconstruction + penalty
-        grads = tape.gradient(loss, self.trainable_weights)
-        self.optimizer.apply(grads, self.trainable_weights)
-        self.loss_tracker.update_state(loss)
-        self.code_tracker.update_state(penalty)
-        return {m.name: m.result() for m in self.metrics}
-
-
-def autoencoder():
-    keras.utils.set_random_seed(1)
-    model = AutoEncoder()
-    model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
-    return model
 
 
 def classifier():
