@@ -56,10 +56,11 @@ def guide_model(inputs, outputs):
     return GuideModel(inputs, outputs)
 
 
-def autoencoder(features: int = 8, code: int = 3, *, seed: int = 1, learning_rate: float = 0.01):
+def autoencoder(features: int = 8, code: int = 3, *, mean: bool = False, seed: int = 1, learning_rate: float = 0.01):
     """keras.io's VAE shape, made plain: trained by ``fit(x)`` with no ``y``, its loss and two ``Mean`` trackers
     in its own ``train_step``, compiled with a loss (``"mse"``) that step never calls; SGD. Its loss is per
-    example, which a gradient tape sums, so each replica's gradient adds up to one device's."""
+    example (a vector, which a gradient tape sums), or with ``mean`` the batch's mean (a scalar, as the keras.io
+    VAE's)."""
     import keras
     import tensorflow as tf
     from keras import ops
@@ -84,6 +85,8 @@ def autoencoder(features: int = 8, code: int = 3, *, seed: int = 1, learning_rat
                 encoded = self.encoder(x)
                 penalty = 0.01 * ops.sum(ops.square(encoded), axis=1)
                 loss = ops.sum(ops.square(x - self.decoder(encoded)), axis=1) + penalty
+                if mean:
+                    loss = ops.mean(loss)
             grads = tape.gradient(loss, self.trainable_weights)
             self.optimizer.apply(grads, self.trainable_weights)
             self.loss_tracker.update_state(loss)

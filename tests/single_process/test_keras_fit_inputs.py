@@ -2,7 +2,9 @@
 trains, for the inputs Keras' data adapters take, what Keras' own ``fit`` trains on one device, in one process:
 
 - ``x`` alone (a NumPy array, a Dataset of single tensors) for an autoencoder whose own ``train_step`` computes
-  its loss from ``x``, compiled with a loss it never calls (``helpers.models.autoencoder``; ``patch.x_alone``);
+  its loss from ``x``, compiled with a loss it never calls (``helpers.models.autoencoder``; ``patch.x_alone``),
+  per example or as the batch's mean (a scalar loss: ``global_gradients`` weighs its gradients by the replica's
+  share of the examples, where Keras' own ``MirroredStrategy`` sums the replicas' means);
 - a Python generator with ``steps_per_epoch`` (from epoch 0 and from ``initial_epoch=1``) and a ``PyDataset``
   with ``shuffle=True``: the batches reach the steps in one device's order (the model is built before training
   without reading a batch, which would start an iteration of the data: a generator read ahead, a shuffle drawn).
@@ -59,6 +61,8 @@ class Batches(keras.utils.PyDataset):
 CASES = {
     "x_alone_numpy": (autoencoder, lambda: ((X,), dict(batch_size=16, shuffle=False))),
     "x_alone_dataset": (autoencoder, lambda: ((tf.data.Dataset.from_tensor_slices(X).batch(16),), {})),
+    "x_alone_mean_loss": (functools.partial(autoencoder, mean=True), lambda: ((X,), dict(batch_size=16,
+                                                                                       shuffle=False))),
     "generator": (classifier, lambda: ((generator(),), dict(steps_per_epoch=ROWS // BATCH))),
     "generator_initial_epoch": (classifier, lambda: ((generator(),), dict(steps_per_epoch=ROWS // BATCH,
                                                                           initial_epoch=1))),
