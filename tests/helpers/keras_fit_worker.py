@@ -166,14 +166,15 @@ for _ in range(args.constructions - 1):
         model = build_and_compile_cnn_model()
     model.fit(multi_worker_dataset, epochs=1, steps_per_epoch=2, verbose=0)
 x_alone = {}
-if args.x_alone:  # fit(x) without targets: the autoencoder's own train_step, a compiled loss it never calls
-    from models import autoencoder
+if args.x_alone:  # fit(x) without targets: the autoencoder's own train_step (its loss per example or the batch's
+    from models import autoencoder  # mean), a compiled loss it never calls
 
-    with strategy.scope():
-        model = autoencoder()
     rows = np.random.default_rng(0).normal(size=(96, 8)).astype(np.float32)
-    x_alone = {"history": model.fit(rows, batch_size=global_batch_size, epochs=3, shuffle=False, verbose=0).history,
-               "weights": [w.tolist() for w in model.get_weights()]}
+    for name, mean in (("per_example", False), ("mean", True)):
+        with strategy.scope():
+            model = autoencoder(mean=mean)
+        trained = model.fit(rows, batch_size=global_batch_size, epochs=3, shuffle=False, verbose=0).history
+        x_alone[name] = {"history": trained, "weights": [w.tolist() for w in model.get_weights()]}
 task = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {})
 np.savez(os.path.join(args.out, f"final-{task.get('type', 'local')}{task.get('index', '')}.npz"),
          *multi_worker_model.get_weights())
