@@ -43,6 +43,39 @@ def install() -> None:
     losses.unscale_loss_for_distribution = _unless_shared(losses.unscale_loss_for_distribution, scales=False)
     compile_loss = _compat.keras_compile_loss()
     compile_loss.call = _per_output(compile_loss.call)
+    import tensorflow as tf
+
+    tf.GradientTape.gradient = _scalar_loss_as_mean(tf.GradientTape.gradient)
+
+
+def _scalar_loss_as_mean(gradient):
+    """``GradientTape.gradient`` that, in a model's own step under ``replica_share`` whose loss Keras did not
+    scale, weighs the gradients of a scalar target by the replica's share of the step's examples.
+
+    Keras reads a scalar loss as a mean over the step's examples (a ``train_step`` computing ``ops.mean``, or a
+    Keras loss with its default reduction, as the keras.io VAE and GANs do): one device's gradient is then the
+    replicas' gradients weighted by their shares, which the sum over replicas adds up. A per-example loss (a
+    vector, which the tape sums) keeps its gradients as they are.
+    """
+
+    @functools.wraps(gradient)
+    def wrapped(self, target, sources, *args, **kwargs):
+        import tensorflow as tf
+
+        grads = gradient(self, target, sources, *args, **kwargs)
+        examples = getattr(_share, "examples", None)
+        if examples is None or getattr(_share, "scaled", False) or not tf.is_tensor(target) or target.shape.rank != 0:
+            return grads
+        share = _cast(examples, target) / _cast(_share.total, target)
+
+        def weighted(g):
+            if isinstance(g, tf.IndexedSlices):
+                return tf.IndexedSlices(g.values * tf.cast(share, g.values.dtype), g.indices, g.dense_shape)
+            return g if g is None else g * tf.cast(share, g.dtype)
+
+        return tf.nest.map_structure(weighted, grads, expand_composites=False)
+
+    return wrapped
 
 
 def _per_output(call):
@@ -124,8 +157,8 @@ def replica_share(examples, total):
     divides a replica's mean loss by the replicas, so a step that feeds it to its own metric reports a
     fraction of the loss, and a batch split unevenly weighs each replica's mean alike. Here the loss the step
     sees is scaled by ``replicas * examples / total`` (1 on an even split), and its gradients, summed over the
-    replicas, are divided by the replicas. A loss Keras does not scale (a sum over examples) keeps its
-    gradients as they are.
+    replicas, are divided by the replicas. Of a loss Keras does not scale, a scalar's gradients are weighted by
+    ``examples / total`` (``_scalar_loss_as_mean``) and a per-example loss's kept as they are.
     """
     previous = (getattr(_share, "examples", None), getattr(_share, "total", None), getattr(_share, "scaled", False))
     _share.examples, _share.total, _share.scaled = examples, total, False

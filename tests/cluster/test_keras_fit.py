@@ -70,10 +70,20 @@ def assert_same_batch_logs(got: dict, expected: dict) -> None:
         assert got_batch == pytest.approx(expected_batch, rel=1e-5), (got["batches"], expected["batches"])
 
 
+def assert_same_x_alone(got: dict, expected: dict) -> None:
+    """The autoencoder trained by ``fit(x)`` with no targets (``patch.x_alone``) equals one process's, its loss
+    per example or a scalar mean (``global_gradients`` weighs the latter's gradients by each replica's share)."""
+    assert sorted(got["history"]) == ["code", "loss"], got["history"]
+    for key, values in expected["history"].items():
+        assert got["history"][key] == pytest.approx(values, rel=1e-5), key
+    for a, b in zip(got["weights"], expected["weights"]):
+        assert np.max(np.abs(np.array(a) - np.array(b))) < 1e-6
+
+
 def test_keras_fit_on_two_workers_equals_one_process_and_only_the_chief_writes_files(tmp_path):
     with Processes(tmp_path) as procs:
-        alone = run_alone(procs, tmp_path / "alone", "--form=patch")
-        status, text = run_two_workers(procs, tmp_path, tmp_path / "two", "--form=patch")
+        alone = run_alone(procs, tmp_path / "alone", "--form=patch", "--x_alone")
+        status, text = run_two_workers(procs, tmp_path, tmp_path / "two", "--form=patch", "--x_alone")
     assert status == 0, text[-4000:]
     found = results(text)
     assert alone["history"]["loss"][-1] < alone["history"]["loss"][0]  # it learns: there is something to compare
@@ -81,6 +91,8 @@ def test_keras_fit_on_two_workers_equals_one_process_and_only_the_chief_writes_f
     for task in ("worker:0", "worker:1"):
         assert_same_result(found[task], alone, rel=1e-5)
         assert_same_batch_logs(found[task], alone)
+        for loss in ("per_example", "mean"):
+            assert_same_x_alone(found[task]["x_alone"][loss], alone["x_alone"][loss])
     two = tmp_path / "two"
     chief_pid = started_pids(text)["worker:0"]
     for split in ("train", "validation"):

@@ -27,6 +27,7 @@ parser.add_argument("--steps_per_execution", type=int, default=1)
 parser.add_argument("--jit_compile", choices=("auto", "true", "false"), default="auto")
 parser.add_argument("--constructions", type=int, default=1)
 parser.add_argument("--slow_chief_end", type=float, default=0.0)
+parser.add_argument("--x_alone", action="store_true", help="then fit(x) an autoencoder (models.autoencoder)")
 args = parser.parse_args()
 
 if args.form == "setup":
@@ -164,10 +165,21 @@ for _ in range(args.constructions - 1):
     with again.scope():
         model = build_and_compile_cnn_model()
     model.fit(multi_worker_dataset, epochs=1, steps_per_epoch=2, verbose=0)
+x_alone = {}
+if args.x_alone:  # fit(x) without targets: the autoencoder's own train_step (its loss per example or the batch's
+    from models import autoencoder  # mean), a compiled loss it never calls
+
+    rows = np.random.default_rng(0).normal(size=(96, 8)).astype(np.float32)
+    for name, mean in (("per_example", False), ("mean", True)):
+        with strategy.scope():
+            model = autoencoder(mean=mean)
+        trained = model.fit(rows, batch_size=global_batch_size, epochs=3, shuffle=False, verbose=0).history
+        x_alone[name] = {"history": trained, "weights": [w.tolist() for w in model.get_weights()]}
 task = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {})
 np.savez(os.path.join(args.out, f"final-{task.get('type', 'local')}{task.get('index', '')}.npz"),
          *multi_worker_model.get_weights())
 print("RESULT " + json.dumps({"history": history.history, "evaluate": evaluated,
                               "predict": [list(predicted.shape), float(np.abs(predicted).sum())],
                               "batches": batch_logs.logs, "final_seen": final_seen, "same_strategy": same_strategy,
+                              "x_alone": x_alone,
                               }), flush=True)

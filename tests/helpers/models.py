@@ -54,3 +54,46 @@ def guide_model(inputs, outputs):
             return {m.name: m.result() for m in self.metrics}
 
     return GuideModel(inputs, outputs)
+
+
+def autoencoder(features: int = 8, code: int = 3, *, mean: bool = False, seed: int = 1, learning_rate: float = 0.01):
+    """keras.io's VAE shape, made plain: trained by ``fit(x)`` with no ``y``, its loss and two ``Mean`` trackers
+    in its own ``train_step``, compiled with a loss (``"mse"``) that step never calls; SGD. Its loss is per
+    example (a vector, which a gradient tape sums), or with ``mean`` the batch's mean (a scalar, as the keras.io
+    VAE's)."""
+    import keras
+    import tensorflow as tf
+    from keras import ops
+
+    class AutoEncoder(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.encoder = keras.layers.Dense(code, activation="tanh")
+            self.decoder = keras.layers.Dense(features)
+            self.loss_tracker = keras.metrics.Mean(name="loss")
+            self.code_tracker = keras.metrics.Mean(name="code")
+
+        @property
+        def metrics(self):
+            return [self.loss_tracker, self.code_tracker]
+
+        def call(self, x):
+            return self.decoder(self.encoder(x))
+
+        def train_step(self, x):
+            with tf.GradientTape() as tape:
+                encoded = self.encoder(x)
+                penalty = 0.01 * ops.sum(ops.square(encoded), axis=1)
+                loss = ops.sum(ops.square(x - self.decoder(encoded)), axis=1) + penalty
+                if mean:
+                    loss = ops.mean(loss)
+            grads = tape.gradient(loss, self.trainable_weights)
+            self.optimizer.apply(grads, self.trainable_weights)
+            self.loss_tracker.update_state(loss)
+            self.code_tracker.update_state(penalty)
+            return {m.name: m.result() for m in self.metrics}
+
+    keras.utils.set_random_seed(seed)
+    model = AutoEncoder()
+    model.compile(optimizer=keras.optimizers.SGD(learning_rate), loss="mse")
+    return model
