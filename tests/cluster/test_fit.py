@@ -20,9 +20,11 @@
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import sys
+import threading
 
 import pytest
 
@@ -173,7 +175,7 @@ import tfdist
 tfdist.setup("multi_worker_mirrored")
 import keras
 
-out, files = sys.argv[1], sys.argv[2]
+out, files, monitor = sys.argv[1], sys.argv[2], sys.argv[3]
 task = json.loads(os.environ["TF_CONFIG"])["task"]
 rng = np.random.default_rng(0)
 x = rng.normal(size=(256, 8)).astype(np.float32)
@@ -215,7 +217,7 @@ def learning_rate(model):
 reference = model_fn()
 reference_history = reference.fit(x, y, batch_size=32, epochs=6, shuffle=False, verbose=0, validation_data=(x, y),
                                   callbacks=callbacks(os.path.join(out, f"reference-{task['index']}"))).history
-given = callbacks(files)
+given = [keras.callbacks.RemoteMonitor(root=monitor), *callbacks(files)]
 history = tfdist.fit(model_fn, x, y, batch_size=32, epochs=6, shuffle=False, verbose=0, validation_data=(x, y),
                      callbacks=given)
 np.savez(os.path.join(out, f"weights-{task['index']}.npz"), *history.model.get_weights())
@@ -234,10 +236,25 @@ def test_callbacks_run_on_every_worker_and_only_the_chief_writes_their_files(tmp
     script.write_text(CALLBACKS_ON_EVERY_WORKER)
     out.mkdir()
     cluster = loopback_cluster(tmp_path / "cluster.yaml", worker=2)
-    with Processes(tmp_path) as procs:
-        proc = procs.start("launch", launcher(cluster, sys.executable, str(script), str(out), str(files)))
+    posts = []
+
+    class Monitor(http.server.BaseHTTPRequestHandler):  # RemoteMonitor's server: it counts the epochs posted
+        def do_POST(self):
+            posts.append(self.rfile.read(int(self.headers["Content-Length"])))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Monitor) as server, Processes(tmp_path) as procs:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        proc = procs.start("launch", launcher(cluster, sys.executable, str(script), str(out), str(files),
+                                              f"http://127.0.0.1:{server.server_address[1]}"))
         status = proc.wait(300)
+        server.shutdown()
     assert status == 0, proc.text()[-4000:]
+    assert len(posts) == 4, posts  # an epoch's logs posted once, by the chief
     results = [json.loads((out / f"results-{index}.json").read_text()) for index in (0, 1)]
     for result in results:
         assert len(result["history"]["loss"]) == len(result["reference_history"]["loss"]) == 4  # stopped alike

@@ -91,7 +91,8 @@ def inside(directory: str, path: str) -> str:
 
 
 def _redirect(callback, directory: str, *, restored: bool) -> list[tuple[object, str, object]]:
-    """Point ``callback``'s outputs into ``directory``; returns ``(object, attribute, old value)`` to restore.
+    """Point ``callback``'s outputs into ``directory`` (a ``RemoteMonitor`` posts nothing); returns ``(object,
+    attribute, old value)`` to restore.
 
     ``restored``: a ``BackupAndRestore`` restored its backup already (``restore_backups``), so its paths move now;
     else it restores from the real backup in its ``on_train_begin`` (every worker resumes from the same state),
@@ -116,6 +117,8 @@ def _redirect(callback, directory: str, *, restored: bool) -> list[tuple[object,
         move(callback, "log_dir", inside(directory, callback.log_dir))
     elif isinstance(callback, keras.callbacks.CSVLogger):
         move(callback, "filename", inside(directory, callback.filename))
+    elif isinstance(callback, keras.callbacks.RemoteMonitor):
+        move(callback, "on_epoch_end", _nothing)  # it posts each epoch's logs: the chief's post alone
     elif isinstance(callback, keras.callbacks.BackupAndRestore) and restored:
         move_backup()
     elif isinstance(callback, keras.callbacks.BackupAndRestore):
@@ -162,8 +165,9 @@ def around(model, arguments, placement):
     return chief_only_files(list(arguments.get("callbacks") or []), placement)
 
 
-def _nothing(logs=None) -> None:
-    """A ``BackupAndRestore``'s ``on_train_begin`` once ``restore_backups`` has restored it."""
+def _nothing(*args, **kwargs) -> None:
+    """A callback's hook that does nothing here: a ``BackupAndRestore``'s ``on_train_begin`` once
+    ``restore_backups`` has restored it, a ``RemoteMonitor``'s post on a worker that is not the chief."""
 
 
 @contextlib.contextmanager
@@ -190,9 +194,9 @@ def chief_only_files(callbacks, placement: Placement, *, restored: bool = False)
         yield
     finally:
         for obj, attribute, value in reversed(changed):
-            if attribute == "on_train_begin":
-                if "on_train_begin" in vars(obj):
-                    delattr(obj, attribute)  # the instance's own; the class' method shows again
+            if attribute.startswith("on_"):
+                if attribute in vars(obj):
+                    delattr(obj, attribute)  # the instance's own hook; the class' method shows again
             else:
                 setattr(obj, attribute, value)
         if directory is not None:
