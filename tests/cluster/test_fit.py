@@ -226,6 +226,31 @@ with open(os.path.join(out, f"results-{task['index']}.json"), "w") as f:
     json.dump({"history": history.history, "reference_history": reference_history,
                "learning_rate": learning_rate(history.model), "reference_learning_rate": learning_rate(reference),
                "paths": given[-1].seen}, f)
+
+# BackupAndRestore on 2 workers, stopped by an exception at epoch 2's start and run again: the second run resumes
+# there from the chief's backup on both workers, and ends as Keras' own uninterrupted fit on one device.
+class Interrupted(Exception):
+    pass
+
+class Stop(keras.callbacks.Callback):
+    def on_epoch_begin(self, epoch, logs=None):
+        if epoch == 2:
+            raise Interrupted(epoch)
+
+whole = model_fn()
+whole_loss = whole.fit(x, y, batch_size=32, epochs=4, shuffle=False, verbose=0).history["loss"]
+backup_dir = os.path.join(out, "resume-backup")
+try:
+    tfdist.fit(model_fn, x, y, batch_size=32, epochs=4, shuffle=False, verbose=0,
+               callbacks=[keras.callbacks.BackupAndRestore(backup_dir), Stop()])
+except Interrupted:
+    pass
+resumed = tfdist.fit(model_fn, x, y, batch_size=32, epochs=4, shuffle=False, verbose=0,
+                     callbacks=[keras.callbacks.BackupAndRestore(backup_dir)])
+with open(os.path.join(out, f"resumed-{task['index']}.json"), "w") as f:
+    json.dump({"loss": resumed.history["loss"], "whole_loss": whole_loss,
+               "weights": max(float(np.abs(a - b).max() / np.abs(b).max())
+                              for a, b in zip(resumed.model.get_weights(), whole.get_weights()))}, f)
 """
 
 
@@ -255,6 +280,10 @@ def test_callbacks_run_on_every_worker_and_only_the_chief_writes_their_files(tmp
         server.shutdown()
     assert status == 0, proc.text()[-4000:]
     assert len(posts) == 4, posts  # an epoch's logs posted once, by the chief
+    for index in (0, 1):
+        resumed = json.loads((out / f"resumed-{index}.json").read_text())
+        assert resumed["loss"] == pytest.approx(resumed["whole_loss"][2:], rel=1e-6), (index, resumed)
+        assert resumed["weights"] <= 1e-6, (index, resumed)
     results = [json.loads((out / f"results-{index}.json").read_text()) for index in (0, 1)]
     for result in results:
         assert len(result["history"]["loss"]) == len(result["reference_history"]["loss"]) == 4  # stopped alike

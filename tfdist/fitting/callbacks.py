@@ -132,7 +132,8 @@ def _redirect(callback, directory: str, *, restored: bool) -> list[tuple[object,
     return changed
 
 
-def restore_backups(callbacks, model, *, resumed_step: int | None, epoch_steps: int) -> int | None:
+def restore_backups(callbacks, model, *, resumed_step: int | None, epoch_steps: int,
+                    wait: Callable[[], None] = lambda: None) -> int | None:
     """Restore the backup of each ``keras.callbacks.BackupAndRestore`` of ``callbacks`` into ``model``, as Keras'
     ``fit`` does at its start (the callback's ``on_train_begin``, from the backup's real path on every worker),
     unless tfdist restored a later step from its own checkpoint (``resumed_step``, None for a fresh start; a
@@ -141,13 +142,18 @@ def restore_backups(callbacks, model, *, resumed_step: int | None, epoch_steps: 
     Returns the epoch Keras' ``fit`` starts at after the restore (the backup's, at its start: Keras resumes a
     backup saved within an epoch at that epoch's first batch, with the weights saved), or None (no backup).
     Call ``chief_only_files`` with ``restored=True`` afterwards: the callbacks do not restore again.
+
+    ``wait``: called once before a backup is read, where there is one to read: across workers, a barrier of
+    every worker, so that none reads the chief's backup before the chief's last ``fit`` in this process has
+    written it (one stopped by an exception, then called again).
     """
     import keras
 
+    backups = [c for c in callbacks if isinstance(c, keras.callbacks.BackupAndRestore)]
+    if backups:
+        wait()
     epoch = None
-    for callback in callbacks:
-        if not isinstance(callback, keras.callbacks.BackupAndRestore):
-            continue
+    for callback in backups:
         saved = _compat.backup_epoch(callback)
         if resumed_step is not None and (saved is None or saved * epoch_steps < resumed_step):
             continue
