@@ -14,8 +14,11 @@
   (both return the same history, equal to one device's to 1e-5; EarlyStopping
   stops both at the same epoch; only worker 0 writes the run's outputs);
   callbacks that change the learning rate or the weights run on both workers,
-  which end as one device does, while only the chief writes their files; and ``parameter_server`` (a chief, 2
-  workers, a ps): it learns (held-out accuracy far above chance).
+  which end as one device does, while only the chief writes their files
+  (``ModelCheckpoint``, ``CSVLogger``, ``TensorBoard``'s event files, ``BackupAndRestore``) and posts
+  (``RemoteMonitor``); a ``BackupAndRestore`` run stopped at an epoch's start and run again resumes there on both
+  workers and ends as Keras' uninterrupted fit; and ``parameter_server`` (a chief, 2 workers, a ps): it learns
+  (held-out accuracy far above chance).
 """
 
 from __future__ import annotations
