@@ -14,15 +14,20 @@
   (both return the same history, equal to one device's to 1e-5; EarlyStopping
   stops both at the same epoch; only worker 0 writes the run's outputs);
   callbacks that change the learning rate or the weights run on both workers,
-  which end as one device does, while only the chief writes their files; and ``parameter_server`` (a chief, 2
-  workers, a ps): it learns (held-out accuracy far above chance).
+  which end as one device does, while only the chief writes their files
+  (``ModelCheckpoint``, ``CSVLogger``, ``TensorBoard``'s event files, ``BackupAndRestore``) and posts
+  (``RemoteMonitor``); a ``BackupAndRestore`` run stopped at an epoch's start and run again resumes there on both
+  workers and ends as Keras' uninterrupted fit; and ``parameter_server`` (a chief, 2 workers, a ps): it learns
+  (held-out accuracy far above chance).
 """
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import sys
+import threading
 
 import pytest
 
@@ -173,7 +178,7 @@ import tfdist
 tfdist.setup("multi_worker_mirrored")
 import keras
 
-out, files = sys.argv[1], sys.argv[2]
+out, files, monitor = sys.argv[1], sys.argv[2], sys.argv[3]
 task = json.loads(os.environ["TF_CONFIG"])["task"]
 rng = np.random.default_rng(0)
 x = rng.normal(size=(256, 8)).astype(np.float32)
@@ -215,7 +220,7 @@ def learning_rate(model):
 reference = model_fn()
 reference_history = reference.fit(x, y, batch_size=32, epochs=6, shuffle=False, verbose=0, validation_data=(x, y),
                                   callbacks=callbacks(os.path.join(out, f"reference-{task['index']}"))).history
-given = callbacks(files)
+given = [keras.callbacks.RemoteMonitor(root=monitor), *callbacks(files)]
 history = tfdist.fit(model_fn, x, y, batch_size=32, epochs=6, shuffle=False, verbose=0, validation_data=(x, y),
                      callbacks=given)
 np.savez(os.path.join(out, f"weights-{task['index']}.npz"), *history.model.get_weights())
@@ -224,6 +229,31 @@ with open(os.path.join(out, f"results-{task['index']}.json"), "w") as f:
     json.dump({"history": history.history, "reference_history": reference_history,
                "learning_rate": learning_rate(history.model), "reference_learning_rate": learning_rate(reference),
                "paths": given[-1].seen}, f)
+
+# BackupAndRestore on 2 workers, stopped by an exception at epoch 2's start and run again: the second run resumes
+# there from the chief's backup on both workers, and ends as Keras' own uninterrupted fit on one device.
+class Interrupted(Exception):
+    pass
+
+class Stop(keras.callbacks.Callback):
+    def on_epoch_begin(self, epoch, logs=None):
+        if epoch == 2:
+            raise Interrupted(epoch)
+
+whole = model_fn()
+whole_loss = whole.fit(x, y, batch_size=32, epochs=4, shuffle=False, verbose=0).history["loss"]
+backup_dir = os.path.join(out, "resume-backup")
+try:
+    tfdist.fit(model_fn, x, y, batch_size=32, epochs=4, shuffle=False, verbose=0,
+               callbacks=[keras.callbacks.BackupAndRestore(backup_dir), Stop()])
+except Interrupted:
+    pass
+resumed = tfdist.fit(model_fn, x, y, batch_size=32, epochs=4, shuffle=False, verbose=0,
+                     callbacks=[keras.callbacks.BackupAndRestore(backup_dir)])
+with open(os.path.join(out, f"resumed-{task['index']}.json"), "w") as f:
+    json.dump({"loss": resumed.history["loss"], "whole_loss": whole_loss,
+               "weights": max(float(np.abs(a - b).max() / np.abs(b).max())
+                              for a, b in zip(resumed.model.get_weights(), whole.get_weights()))}, f)
 """
 
 
@@ -234,10 +264,29 @@ def test_callbacks_run_on_every_worker_and_only_the_chief_writes_their_files(tmp
     script.write_text(CALLBACKS_ON_EVERY_WORKER)
     out.mkdir()
     cluster = loopback_cluster(tmp_path / "cluster.yaml", worker=2)
-    with Processes(tmp_path) as procs:
-        proc = procs.start("launch", launcher(cluster, sys.executable, str(script), str(out), str(files)))
+    posts = []
+
+    class Monitor(http.server.BaseHTTPRequestHandler):  # RemoteMonitor's server: it counts the epochs posted
+        def do_POST(self):
+            posts.append(self.rfile.read(int(self.headers["Content-Length"])))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Monitor) as server, Processes(tmp_path) as procs:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        proc = procs.start("launch", launcher(cluster, sys.executable, str(script), str(out), str(files),
+                                              f"http://127.0.0.1:{server.server_address[1]}"))
         status = proc.wait(300)
+        server.shutdown()
     assert status == 0, proc.text()[-4000:]
+    assert len(posts) == 4, posts  # an epoch's logs posted once, by the chief
+    for index in (0, 1):
+        resumed = json.loads((out / f"resumed-{index}.json").read_text())
+        assert resumed["loss"] == pytest.approx(resumed["whole_loss"][2:], rel=1e-6), (index, resumed)
+        assert resumed["weights"] <= 1e-6, (index, resumed)
     results = [json.loads((out / f"results-{index}.json").read_text()) for index in (0, 1)]
     for result in results:
         assert len(result["history"]["loss"]) == len(result["reference_history"]["loss"]) == 4  # stopped alike

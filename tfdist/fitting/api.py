@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import itertools
 import shutil
 import sys
 import tempfile
@@ -219,7 +220,8 @@ class KerasClient(Client):
         # tfdist's own checkpoint holds a later one.
         with strategy.scope():
             backup_epoch = restore_backups(self.callbacks or [], model, epoch_steps=epoch_steps,
-                                           resumed_step=int(state.step.numpy()) if state.restored else None)
+                                           resumed_step=int(state.step.numpy()) if state.restored else None,
+                                           wait=functools.partial(_every_worker, placement, self.connect_timeout))
         if backup_epoch:
             state.step.assign(backup_epoch * epoch_steps)
         elif not state.restored and self.initial_epoch:
@@ -314,6 +316,18 @@ def _check_own_logs(steps, strategy, train_fn) -> None:
     spec = train_fn(tf.distribute.InputContext()).element_spec
     tf.function(lambda batch: strategy.run(steps.train, args=(batch,))).get_concrete_function(spec)
     steps.metrics(np.zeros(2))
+
+
+_backup_reads = itertools.count(1)
+
+
+def _every_worker(placement, timeout: float) -> None:
+    """Wait until every worker of a strategy that ends with a barrier (``multi_worker_mirrored``) is here: before a
+    ``BackupAndRestore`` backup is read (one barrier per ``fit``, named by its rank in the process)."""
+    from tfdist import _compat
+
+    if placement.traits.ends_with_barrier and placement.task.training_spec.num_tasks >= 2:
+        _compat.wait_at_barrier(f"tfdist-fit-backup-{next(_backup_reads)}", int(timeout * 1000))
 
 
 def _patch_keras() -> None:

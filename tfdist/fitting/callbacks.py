@@ -91,7 +91,8 @@ def inside(directory: str, path: str) -> str:
 
 
 def _redirect(callback, directory: str, *, restored: bool) -> list[tuple[object, str, object]]:
-    """Point ``callback``'s outputs into ``directory``; returns ``(object, attribute, old value)`` to restore.
+    """Point ``callback``'s outputs into ``directory`` (a ``RemoteMonitor`` posts nothing); returns ``(object,
+    attribute, old value)`` to restore.
 
     ``restored``: a ``BackupAndRestore`` restored its backup already (``restore_backups``), so its paths move now;
     else it restores from the real backup in its ``on_train_begin`` (every worker resumes from the same state),
@@ -116,6 +117,8 @@ def _redirect(callback, directory: str, *, restored: bool) -> list[tuple[object,
         move(callback, "log_dir", inside(directory, callback.log_dir))
     elif isinstance(callback, keras.callbacks.CSVLogger):
         move(callback, "filename", inside(directory, callback.filename))
+    elif isinstance(callback, keras.callbacks.RemoteMonitor):
+        move(callback, "on_epoch_end", _nothing)  # it posts each epoch's logs: the chief's post alone
     elif isinstance(callback, keras.callbacks.BackupAndRestore) and restored:
         move_backup()
     elif isinstance(callback, keras.callbacks.BackupAndRestore):
@@ -129,7 +132,8 @@ def _redirect(callback, directory: str, *, restored: bool) -> list[tuple[object,
     return changed
 
 
-def restore_backups(callbacks, model, *, resumed_step: int | None, epoch_steps: int) -> int | None:
+def restore_backups(callbacks, model, *, resumed_step: int | None, epoch_steps: int,
+                    wait: Callable[[], None] = lambda: None) -> int | None:
     """Restore the backup of each ``keras.callbacks.BackupAndRestore`` of ``callbacks`` into ``model``, as Keras'
     ``fit`` does at its start (the callback's ``on_train_begin``, from the backup's real path on every worker),
     unless tfdist restored a later step from its own checkpoint (``resumed_step``, None for a fresh start; a
@@ -138,13 +142,18 @@ def restore_backups(callbacks, model, *, resumed_step: int | None, epoch_steps: 
     Returns the epoch Keras' ``fit`` starts at after the restore (the backup's, at its start: Keras resumes a
     backup saved within an epoch at that epoch's first batch, with the weights saved), or None (no backup).
     Call ``chief_only_files`` with ``restored=True`` afterwards: the callbacks do not restore again.
+
+    ``wait``: called once before a backup is read, where there is one to read: across workers, a barrier of
+    every worker, so that none reads the chief's backup before the chief's last ``fit`` in this process has
+    written it (one stopped by an exception, then called again).
     """
     import keras
 
+    backups = [c for c in callbacks if isinstance(c, keras.callbacks.BackupAndRestore)]
+    if backups:
+        wait()
     epoch = None
-    for callback in callbacks:
-        if not isinstance(callback, keras.callbacks.BackupAndRestore):
-            continue
+    for callback in backups:
         saved = _compat.backup_epoch(callback)
         if resumed_step is not None and (saved is None or saved * epoch_steps < resumed_step):
             continue
@@ -162,8 +171,9 @@ def around(model, arguments, placement):
     return chief_only_files(list(arguments.get("callbacks") or []), placement)
 
 
-def _nothing(logs=None) -> None:
-    """A ``BackupAndRestore``'s ``on_train_begin`` once ``restore_backups`` has restored it."""
+def _nothing(*args, **kwargs) -> None:
+    """A callback's hook that does nothing here: a ``BackupAndRestore``'s ``on_train_begin`` once
+    ``restore_backups`` has restored it, a ``RemoteMonitor``'s post on a worker that is not the chief."""
 
 
 @contextlib.contextmanager
@@ -190,9 +200,9 @@ def chief_only_files(callbacks, placement: Placement, *, restored: bool = False)
         yield
     finally:
         for obj, attribute, value in reversed(changed):
-            if attribute == "on_train_begin":
-                if "on_train_begin" in vars(obj):
-                    delattr(obj, attribute)  # the instance's own; the class' method shows again
+            if attribute.startswith("on_"):
+                if attribute in vars(obj):
+                    delattr(obj, attribute)  # the instance's own hook; the class' method shows again
             else:
                 setattr(obj, attribute, value)
         if directory is not None:
