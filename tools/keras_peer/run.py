@@ -1,0 +1,103 @@
+"""Run an extracted Keras test tree in one mode of the peer run, and compare the outcomes of two modes.
+
+A measurement, not part of tfdist's test suite (docs/fit.md, "Keras' own tests as a peer"):
+
+    python tools/keras_peer/run.py run TREE MODE OUT.json [-k EXPR] [FILE ...]
+    python tools/keras_peer/run.py compare A.json B.json [C.json]
+
+``TREE`` holds Keras' test files (any folders below it) with Keras' ``conftest.py`` and ``pyproject.toml`` (its
+pytest settings) at its top; ``MODE`` is one of ``peer_plugin.MODES``. Each test file runs in a pytest process of
+its own (some of Keras' tests reset TensorFlow's context, which would leave the next file without the strategy),
+with KERAS_BACKEND=tensorflow; ``OUT.json`` maps each test's id to passed, failed, error or skipped.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from peer_plugin import MODES  # noqa: E402
+
+FILE_TIMEOUT_S = 1500
+
+
+def outcomes(junit: Path) -> dict[str, str]:
+    """Each test case of a JUnit XML report as ``{file::class::name: outcome}``."""
+    result = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        outcome = "passed"
+        for tag in ("failure", "error", "skipped"):
+            if case.find(tag) is not None:
+                outcome = {"failure": "failed"}.get(tag, tag)
+        result[f"{case.get('classname')}::{case.get('name')}"] = outcome
+    return result
+
+
+def run(tree: Path, mode: str, out: Path, files: list[str], k: str | None) -> None:
+    tree = tree.resolve()
+    files = files or sorted(str(p.relative_to(tree)) for p in tree.rglob("*_test.py"))
+    env = {**os.environ, "KERAS_BACKEND": "tensorflow", "KERAS_PEER_MODE": mode,
+           "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    results, log = {}, {}
+    for name in files:
+        with tempfile.TemporaryDirectory() as tmp:
+            junit = Path(tmp) / "junit.xml"
+            cmd = [sys.executable, "-m", "pytest", "-c", str(tree / "pyproject.toml"), "--rootdir", str(tree),
+                   "-p", "peer_plugin", "-p", "no:cacheprovider", "-p", "no:xdist", "-q", "-rfE",
+                   f"--junitxml={junit}", *(["-k", k] if k else []), name]
+            start = time.monotonic()
+            try:
+                proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=FILE_TIMEOUT_S)
+                status, tail = proc.returncode, proc.stdout[-4000:] + proc.stderr[-2000:]
+            except subprocess.TimeoutExpired:
+                status, tail = "timeout", ""
+            found = outcomes(junit) if junit.exists() else {}
+        results.update(found)
+        counts = {o: list(found.values()).count(o) for o in ("passed", "failed", "error", "skipped")}
+        log[name] = {"status": status, "seconds": round(time.monotonic() - start, 1), **counts, "tail": tail}
+        print(f"{mode} {name}: status {status}, {log[name]['seconds']} s, {counts}", flush=True)
+        # after each file, so that a run cut short keeps the files it finished
+        out.write_text(json.dumps({"mode": mode, "tree": str(tree), "k": k, "files": log, "tests": results}, indent=1))
+    total = {o: list(results.values()).count(o) for o in ("passed", "failed", "error", "skipped")}
+    print(f"{mode} total: {total}")
+
+
+def compare(paths: list[Path]) -> None:
+    """Counts per mode, then each test whose outcome differs between the modes."""
+    runs = [json.loads(p.read_text()) for p in paths]
+    for r in runs:
+        print(r["mode"], {o: list(r["tests"].values()).count(o) for o in ("passed", "failed", "error", "skipped")})
+    names = sorted(set().union(*(r["tests"] for r in runs)))
+    for name in names:
+        seen = [r["tests"].get(name, "absent") for r in runs]
+        if len(set(seen)) > 1:
+            print(" ".join(f"{r['mode']}={s}" for r, s in zip(runs, seen)), name)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    one = sub.add_parser("run")
+    one.add_argument("tree", type=Path)
+    one.add_argument("mode", choices=MODES)
+    one.add_argument("out", type=Path)
+    one.add_argument("files", nargs="*", help="test files relative to TREE (default: every *_test.py)")
+    one.add_argument("-k", default=None, help="pytest's -k, for every file")
+    two = sub.add_parser("compare")
+    two.add_argument("outs", type=Path, nargs="+")
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        run(args.tree, args.mode, args.out, args.files, args.k)
+    else:
+        compare(args.outs)
+
+
+if __name__ == "__main__":
+    main()
