@@ -6,11 +6,10 @@
 - ``keras_mirrored``: CPU:0 split into 2 logical devices and TensorFlow's own ``MirroredStrategy`` over them;
 - ``tfdist``: ``tfdist.setup("mirrored", cpu_devices=2)``, whose strategy it returns.
 
-An autouse fixture enters the strategy's scope for each test's body (after Keras' ``setUp``, which clears the
-session). Keras' tests import
-jax, torch, scipy and grain at their top for the cases of other backends and input types; where one is not
-installed, the test modules get a placeholder instead, and a test that reaches into one is skipped (with the
-module's name as the reason) rather than failing the whole file at import.
+An autouse fixture enters the strategy's scope for each test, its ``setUp`` included, and again after each
+``clear_session`` in it. Keras' tests import jax, torch, scipy and grain at their top for the cases of other
+backends and input types; where one is not installed, the test modules get a placeholder instead, and a test
+that reaches into one is skipped (with the module's name as the reason) rather than failing the file at import.
 """
 
 import builtins
@@ -88,6 +87,8 @@ def pytest_configure(config):
         raise pytest.UsageError(f"Invalid KERAS_PEER_MODE. Received: {mode!r}. Expected one of {', '.join(MODES)}.")
     _placehold_absent_packages(Path(str(config.rootpath)).resolve())
     _strategy = _make_strategy(mode)
+    if _strategy is not None:
+        _keep_scope_across_graph_resets()
     config.stash[_MODE_KEY] = mode
 
 
@@ -96,37 +97,54 @@ def pytest_report_header(config):
     return f"keras peer: mode {config.stash[_MODE_KEY]}, strategy {type(_strategy).__name__}, {replicas} replicas"
 
 
-def _enter(scope):
-    """Enter ``scope``; the returned function leaves it, if a ``clear_session`` in the test has not already."""
-    scope.__enter__()
+class _Scope:
+    """The strategy's scope over one test, ``setUp`` to last cleanup, kept across ``clear_session``.
 
-    def leave():
+    Keras' ``clear_session`` (every Keras ``setUp`` calls it) makes TensorFlow a new default graph, and a strategy's
+    scope lives on the default graph: each new one gets the scope entered again, so the test's models, built in
+    ``setUp`` or in its body, are the strategy's.
+    """
+
+    active = None
+
+    def __init__(self, strategy):
+        self.strategy, self.entered = strategy, None
+
+    def enter(self):
+        self.entered = self.strategy.scope()
+        self.entered.__enter__()
+
+    def __enter__(self):
+        _Scope.active = self
+        self.enter()
+        return self
+
+    def __exit__(self, *exc):
+        _Scope.active = None
         try:
-            scope.__exit__(None, None, None)
-        except IndexError:  # the test's clear_session made a new default graph, and the scope went with the old
+            self.entered.__exit__(None, None, None)
+        except IndexError:  # a graph reset outside the patched call dropped it already
             pass
 
-    return leave
+
+def _keep_scope_across_graph_resets():
+    import tensorflow as tf
+
+    reset = tf.compat.v1.reset_default_graph
+
+    def reset_default_graph():
+        reset()
+        if _Scope.active is not None:
+            _Scope.active.enter()
+
+    tf.compat.v1.reset_default_graph = reset_default_graph
 
 
 @pytest.fixture(autouse=True)
-def _in_strategy_scope(request):
-    """The test in the strategy's scope; for a ``unittest.TestCase``, from the end of its ``setUp`` on (Keras'
-    ``setUp`` clears the session, which drops a scope entered before it) to its last cleanup."""
+def _in_strategy_scope():
+    """Each test, its ``setUp`` included, in the strategy's scope."""
     if _strategy is None:
         yield
         return
-    case = request.instance
-    if case is not None and hasattr(case, "addCleanup"):
-        set_up = case.setUp
-
-        def set_up_in_scope():
-            set_up()
-            case.addCleanup(_enter(_strategy.scope()))
-
-        case.setUp = set_up_in_scope
+    with _Scope(_strategy):
         yield
-        return
-    leave = _enter(_strategy.scope())
-    yield
-    leave()

@@ -3,7 +3,7 @@
 A measurement, not part of tfdist's test suite (docs/fit.md, "Keras' own tests as a peer"):
 
     python tools/keras_peer/run.py run TREE MODE OUT.json [-k EXPR] [FILE ...]
-    python tools/keras_peer/run.py compare A.json B.json [C.json]
+    python tools/keras_peer/run.py compare OUT.json ...
 
 ``TREE`` holds Keras' test files (any folders below it) with Keras' ``conftest.py`` and ``pyproject.toml`` (its
 pytest settings) at its top; ``MODE`` is one of ``peer_plugin.MODES``. Each test file runs in a pytest process of
@@ -14,6 +14,7 @@ with KERAS_BACKEND=tensorflow; ``OUT.json`` maps each test's id to passed, faile
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -26,6 +27,7 @@ sys.path.insert(0, str(HERE))
 from peer_plugin import MODES  # noqa: E402
 
 FILE_TIMEOUT_S = 1500
+VERBOSE_LINE = re.compile(r"^(\S+?\.py)::(\S+) (PASSED|FAILED|ERROR|SKIPPED)\b")
 
 
 def outcomes(junit: Path) -> dict[str, str]:
@@ -40,7 +42,23 @@ def outcomes(junit: Path) -> dict[str, str]:
     return result
 
 
-def run(tree: Path, mode: str, out: Path, files: list[str], k: str | None) -> None:
+def streamed(output: str) -> dict[str, str]:
+    """The outcomes that pytest's verbose lines name (``path/x_test.py::Class::name PASSED``), in the ids of
+    ``outcomes``: what a file's run cut short by its timeout had reached."""
+    result = {}
+    for line in output.splitlines():
+        match = VERBOSE_LINE.match(line)
+        if match:
+            path, rest, outcome = match.groups()
+            cls, _, name = rest.rpartition("::")
+            stem = Path(path).stem
+            key = f"{stem}.{cls}::{name}" if cls else f"{stem}::{name}"
+            if result.get(key) in (None, "passed"):  # an error at teardown follows the test's pass
+                result[key] = outcome.lower()
+    return result
+
+
+def run(tree: Path, mode: str, out: Path, files: list[str], k: str | None, timeout: float = FILE_TIMEOUT_S) -> None:
     tree = tree.resolve()
     files = files or sorted(str(p.relative_to(tree)) for p in tree.rglob("*_test.py"))
     env = {**os.environ, "KERAS_BACKEND": "tensorflow", "KERAS_PEER_MODE": mode,
@@ -54,11 +72,12 @@ def run(tree: Path, mode: str, out: Path, files: list[str], k: str | None) -> No
                    f"--junitxml={junit}", *(["-k", k] if k else []), name]
             start = time.monotonic()
             try:
-                proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=FILE_TIMEOUT_S)
+                proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout)
                 status, tail = proc.returncode, proc.stdout[-4000:] + proc.stderr[-2000:]
-            except subprocess.TimeoutExpired:
-                status, tail = "timeout", ""
-            found = outcomes(junit) if junit.exists() else {}
+            except subprocess.TimeoutExpired as e:
+                output = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+                status, tail = "timeout", output[-4000:]
+            found = outcomes(junit) if junit.exists() else streamed(proc.stdout if status != "timeout" else output)
         results.update(found)
         counts = {o: list(found.values()).count(o) for o in ("passed", "failed", "error", "skipped")}
         log[name] = {"status": status, "seconds": round(time.monotonic() - start, 1), **counts, "tail": tail}
@@ -70,15 +89,20 @@ def run(tree: Path, mode: str, out: Path, files: list[str], k: str | None) -> No
 
 
 def compare(paths: list[Path]) -> None:
-    """Counts per mode, then each test whose outcome differs between the modes."""
-    runs = [json.loads(p.read_text()) for p in paths]
-    for r in runs:
-        print(r["mode"], {o: list(r["tests"].values()).count(o) for o in ("passed", "failed", "error", "skipped")})
-    names = sorted(set().union(*(r["tests"] for r in runs)))
-    for name in names:
-        seen = [r["tests"].get(name, "absent") for r in runs]
+    """Counts per mode (the outputs of one mode's runs merged), then each test whose outcome differs between modes,
+    among the tests that every mode ran."""
+    runs: dict[str, dict[str, str]] = {}
+    for path in paths:
+        data = json.loads(path.read_text())
+        runs.setdefault(data["mode"], {}).update(data["tests"])
+    for mode, tests in runs.items():
+        print(mode, {o: list(tests.values()).count(o) for o in ("passed", "failed", "error", "skipped")})
+    common = set.intersection(*(set(tests) for tests in runs.values()))
+    print(f"ran in every mode: {len(common)}")
+    for name in sorted(common):
+        seen = [tests[name] for tests in runs.values()]
         if len(set(seen)) > 1:
-            print(" ".join(f"{r['mode']}={s}" for r, s in zip(runs, seen)), name)
+            print(" ".join(f"{mode}={outcome}" for mode, outcome in zip(runs, seen)), name)
 
 
 def main(argv=None) -> None:
@@ -90,11 +114,12 @@ def main(argv=None) -> None:
     one.add_argument("out", type=Path)
     one.add_argument("files", nargs="*", help="test files relative to TREE (default: every *_test.py)")
     one.add_argument("-k", default=None, help="pytest's -k, for every file")
+    one.add_argument("--file-timeout", type=float, default=FILE_TIMEOUT_S, help="seconds for one file's pytest")
     two = sub.add_parser("compare")
     two.add_argument("outs", type=Path, nargs="+")
     args = parser.parse_args(argv)
     if args.command == "run":
-        run(args.tree, args.mode, args.out, args.files, args.k)
+        run(args.tree, args.mode, args.out, args.files, args.k, args.file_timeout)
     else:
         compare(args.outs)
 
