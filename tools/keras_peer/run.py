@@ -117,8 +117,12 @@ def main(argv=None) -> None:
     one.add_argument("--file-timeout", type=float, default=FILE_TIMEOUT_S, help="seconds for one file's pytest")
     two = sub.add_parser("compare")
     two.add_argument("outs", type=Path, nargs="+")
-    args = parser.parse_args(argv)
+    # files may follow -k too (argparse ends a positional list at an option)
+    args, extra = parser.parse_known_args(argv)
+    if extra and (args.command != "run" or any(e.startswith("-") for e in extra)):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command == "run":
+        args.files += extra
         run(args.tree, args.mode, args.out, args.files, args.k, args.file_timeout)
     else:
         compare(args.outs)
