@@ -1,20 +1,25 @@
-"""Run an extracted Keras test tree in one mode of the peer run, and compare the outcomes of two modes.
+"""Keras' own tests of fit, callbacks and data adapters, run as they are, under TensorFlow's MirroredStrategy
+and under tfdist's; and the outcomes of the modes compared.
 
 A measurement, not part of tfdist's test suite (docs/fit.md, "Keras' own tests as a peer"):
 
+    python tools/keras_peer/run.py extract KERAS_CHECKOUT TREE [--skip NAME ...]
     python tools/keras_peer/run.py run TREE MODE OUT.json [-k EXPR] [FILE ...]
     python tools/keras_peer/run.py compare OUT.json ...
 
-``TREE`` holds Keras' test files (any folders below it) with Keras' ``conftest.py`` and ``pyproject.toml`` (its
-pytest settings) at its top; ``MODE`` is one of ``peer_plugin.MODES``. Each test file runs in a pytest process of
-its own (some of Keras' tests reset TensorFlow's context, which would leave the next file without the strategy),
-with KERAS_BACKEND=tensorflow; ``OUT.json`` maps each test's id to passed, failed, error or skipped.
+``extract`` copies the test files of ``SUITES`` from a checkout of keras-team/keras (at the installed Keras' tag)
+into ``TREE``, a folder per suite, with Keras' ``conftest.py`` and ``pyproject.toml`` (its pytest settings).
+``run`` runs them in ``MODE``, one of ``peer_plugin.MODES``: each test file in a pytest process of its own (some
+of Keras' tests reset TensorFlow's context, which would leave the next file without the strategy), with
+KERAS_BACKEND=tensorflow; ``OUT.json`` maps each test's id to passed, failed, error or skipped. ``compare``
+prints each mode's counts and every test whose outcome differs between the modes.
 """
 
 import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -27,7 +32,27 @@ sys.path.insert(0, str(HERE))
 from peer_plugin import MODES  # noqa: E402
 
 FILE_TIMEOUT_S = 1500
+#: Keras' tests of fit, evaluate and predict, callbacks and data adapters: folder of TREE -> files of a checkout.
+SUITES = {
+    "trainers": ["keras/src/trainers/trainer_test.py", "keras/src/trainers/epoch_iterator_test.py"],
+    "callbacks": ["keras/src/callbacks/*_test.py"],
+    "data_adapters": ["keras/src/trainers/data_adapters/*_test.py"],
+    "backend_tensorflow": ["keras/src/backend/tensorflow/distribute_test.py"],
+}
 VERBOSE_LINE = re.compile(r"^(\S+?\.py)::(\S+) (PASSED|FAILED|ERROR|SKIPPED)\b")
+
+
+def extract(checkout: Path, tree: Path, skip: list[str]) -> None:
+    """Copy ``SUITES`` (but the files named in ``skip``) and Keras' pytest set-up from ``checkout`` into ``tree``."""
+    for name in ("conftest.py", "pyproject.toml"):
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(checkout / name, tree / name)
+    for folder, patterns in SUITES.items():
+        (tree / folder).mkdir(exist_ok=True)
+        for path in sorted(p for pattern in patterns for p in checkout.glob(pattern)):
+            if path.name not in skip:
+                shutil.copy(path, tree / folder / path.name)
+    print(f"{len(list(tree.rglob('*_test.py')))} test files in {tree}")
 
 
 def outcomes(junit: Path) -> dict[str, str]:
@@ -115,6 +140,10 @@ def main(argv=None) -> None:
     one.add_argument("files", nargs="*", help="test files relative to TREE (default: every *_test.py)")
     one.add_argument("-k", default=None, help="pytest's -k, for every file")
     one.add_argument("--file-timeout", type=float, default=FILE_TIMEOUT_S, help="seconds for one file's pytest")
+    ext = sub.add_parser("extract")
+    ext.add_argument("checkout", type=Path)
+    ext.add_argument("tree", type=Path)
+    ext.add_argument("--skip", nargs="*", default=[], help="file names to leave out (tests of absent packages)")
     two = sub.add_parser("compare")
     two.add_argument("outs", type=Path, nargs="+")
     # files may follow -k too (argparse ends a positional list at an option)
@@ -124,6 +153,8 @@ def main(argv=None) -> None:
     if args.command == "run":
         args.files += extra
         run(args.tree, args.mode, args.out, args.files, args.k, args.file_timeout)
+    elif args.command == "extract":
+        extract(args.checkout, args.tree, args.skip)
     else:
         compare(args.outs)
 
