@@ -55,15 +55,19 @@ def extract(checkout: Path, tree: Path, skip: list[str]) -> None:
     print(f"{len(list(tree.rglob('*_test.py')))} test files in {tree}")
 
 
-def outcomes(junit: Path) -> dict[str, str]:
-    """Each test case of a JUnit XML report as ``{file::class::name: outcome}``."""
+def outcomes(junit: Path, messages: dict[str, str] | None = None) -> dict[str, str]:
+    """Each test case of a JUnit XML report as ``{file::class::name: outcome}``; a failure's or error's message
+    (its exception's line) goes into ``messages`` under the same id."""
     result = {}
     for case in ET.parse(junit).getroot().iter("testcase"):
-        outcome = "passed"
+        name, outcome = f"{case.get('classname')}::{case.get('name')}", "passed"
         for tag in ("failure", "error", "skipped"):
-            if case.find(tag) is not None:
+            found = case.find(tag)
+            if found is not None:
                 outcome = {"failure": "failed"}.get(tag, tag)
-        result[f"{case.get('classname')}::{case.get('name')}"] = outcome
+                if messages is not None and tag != "skipped":
+                    messages[name] = (found.get("message") or "")[:300]
+        result[name] = outcome
     return result
 
 
@@ -88,7 +92,7 @@ def run(tree: Path, mode: str, out: Path, files: list[str], k: str | None, timeo
     files = files or sorted(str(p.relative_to(tree)) for p in tree.rglob("*_test.py"))
     env = {**os.environ, "KERAS_BACKEND": "tensorflow", "KERAS_PEER_MODE": mode,
            "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
-    results, log = {}, {}
+    results, log, messages = {}, {}, {}
     for name in files:
         with tempfile.TemporaryDirectory() as tmp:
             junit = Path(tmp) / "junit.xml"
@@ -102,13 +106,17 @@ def run(tree: Path, mode: str, out: Path, files: list[str], k: str | None, timeo
             except subprocess.TimeoutExpired as e:
                 output = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
                 status, tail = "timeout", output[-4000:]
-            found = outcomes(junit) if junit.exists() else streamed(proc.stdout if status != "timeout" else output)
+            if junit.exists():
+                found = outcomes(junit, messages)
+            else:
+                found = streamed(proc.stdout if status != "timeout" else output)
         results.update(found)
         counts = {o: list(found.values()).count(o) for o in ("passed", "failed", "error", "skipped")}
         log[name] = {"status": status, "seconds": round(time.monotonic() - start, 1), **counts, "tail": tail}
         print(f"{mode} {name}: status {status}, {log[name]['seconds']} s, {counts}", flush=True)
         # after each file, so that a run cut short keeps the files it finished
-        out.write_text(json.dumps({"mode": mode, "tree": str(tree), "k": k, "files": log, "tests": results}, indent=1))
+        out.write_text(json.dumps({"mode": mode, "tree": str(tree), "k": k, "files": log, "tests": results,
+                                    "messages": messages}, indent=1))
     total = {o: list(results.values()).count(o) for o in ("passed", "failed", "error", "skipped")}
     print(f"{mode} total: {total}")
 
