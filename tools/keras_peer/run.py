@@ -122,16 +122,16 @@ def run(tree: Path, mode: str, out: Path, files: list[str], k: str | None, timeo
 
 
 def compare(paths: list[Path]) -> None:
-    """Counts per mode (the outputs of one mode's runs merged), then each test whose outcome differs between modes,
-    among the tests that every mode ran."""
+    """Among the tests that every mode ran (the outputs of one mode's runs merged, a later one winning): the counts
+    per mode, then each test whose outcome differs between the modes."""
     runs: dict[str, dict[str, str]] = {}
     for path in paths:
         data = json.loads(path.read_text())
         runs.setdefault(data["mode"], {}).update(data["tests"])
-    for mode, tests in runs.items():
-        print(mode, {o: list(tests.values()).count(o) for o in ("passed", "failed", "error", "skipped")})
     common = set.intersection(*(set(tests) for tests in runs.values()))
     print(f"ran in every mode: {len(common)}")
+    for mode, tests in runs.items():
+        print(mode, {o: [tests[n] for n in common].count(o) for o in ("passed", "failed", "error", "skipped")})
     for name in sorted(common):
         seen = [tests[name] for tests in runs.values()]
         if len(set(seen)) > 1:
