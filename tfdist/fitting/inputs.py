@@ -141,9 +141,9 @@ class Source:
 
         A PyDataset's epoch is Keras' epoch, its hooks called as Keras' ``fit`` calls them (``on_epoch_end``
         once before the first epoch, or before each ``evaluation``, then ``on_epoch_begin`` and ``on_epoch_end``
-        around each), its batch order drawn from Python's ``random`` at each epoch's start under ``shuffle``. A generator with
-        ``steps_per_epoch`` streams as Keras' ``fit`` streams it; without, it trains one epoch (``args``
-        refuses more), which is read to its end now to count its batches, as Keras' first epoch does.
+        around each), its batch order drawn from Python's ``random`` at each epoch's start under ``shuffle``. A
+        generator with ``steps_per_epoch`` streams as Keras' ``fit`` streams it; without, it trains one epoch
+        (``args`` refuses more), which is read to its end now to count its batches, as Keras' first epoch does.
         """
         if self.kind not in KERAS_READ:
             return self
