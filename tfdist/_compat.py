@@ -23,6 +23,23 @@ def op_determinism_enabled() -> bool:
     return bool(is_op_determinism_enabled())
 
 
+def global_seed():
+    """TensorFlow's global seed (``tf.random.set_seed``, ``keras.utils.set_random_seed``), None where none is set
+    (no public getter)."""
+    from tensorflow.python.eager import context
+
+    return context.global_seed()
+
+
+def keras_data_adapter(x, *, batch_size=None, shuffle=False, class_weight=None, steps_per_epoch=None):
+    """Keras' own data adapter of ``x`` (``get_data_adapter``), as its ``fit`` makes it: an input's batches,
+    order and class weights exactly as Keras' ``fit`` reads them."""
+    from keras.src.trainers.data_adapters import get_data_adapter
+
+    return get_data_adapter(x, batch_size=batch_size, shuffle=shuffle, class_weight=class_weight,
+                            steps_per_epoch=steps_per_epoch)
+
+
 def wait_at_barrier(name: str, timeout_ms: int) -> None:
     """The coordination service's barrier across every task (no public API)."""
     from tensorflow.python.eager import context

@@ -1,8 +1,9 @@
 """``tfdist.fit``'s data order, its resume after a preemption, and its callbacks on every worker.
 
 - The order, read from ``fitting.inputs.Source.dataset_fns`` with the row numbers as
-  the feature (a batch shows its rows): with ``shuffle=True`` each epoch is a
-  permutation of every row, another one each epoch, a function of the seed;
+  the feature (a batch shows its rows): with ``shuffle=True`` each epoch is the
+  permutation of every row that Keras' ``fit`` reads under TensorFlow's global
+  seed (the same each epoch, as Keras' epochs read it), else a function of ``seed``;
   two input pipelines (two workers) each cut their slice of the same global
   batch; a pipeline started at step ``k`` reads the batches a straight one
   reads from its ``k``-th on.
@@ -54,16 +55,44 @@ def epochs(batches: list[list[int]]) -> list[list[int]]:
             for e in range(len(batches) // STEPS)]
 
 
-def test_a_shuffled_epoch_is_every_row_once_in_another_order_each_epoch():
+@pytest.fixture
+def global_seed():
+    """``tf.random.set_seed``, reset to none afterwards (none before the test either)."""
+    tf.random.set_seed(None)
+    yield tf.random.set_seed
+    tf.random.set_seed(None)
+
+
+def keras_fit_reads(global_seed: int, epochs: int) -> list[list[int]]:
+    """The rows of each epoch of Keras' own ``fit`` (one device, ``shuffle=True``) under the global seed."""
+    import keras
+
+    read = []
+
+    class Reader(keras.Model):
+        def train_step(self, data):
+            tf.py_function(lambda rows: read.append(rows.numpy()[:, 0].tolist()) or 0, [data[0]], tf.int64)
+            return {"read": tf.constant(0.0)}
+
+    keras.utils.set_random_seed(global_seed)
+    inputs = keras.Input((1,), dtype="int64")
+    model = Reader(inputs, inputs)
+    model.compile(optimizer="sgd")
+    x = np.arange(ROWS, dtype=np.int64)[:, None]
+    model.fit(x, x, batch_size=BATCH, epochs=epochs, verbose=0)
+    return [[row for batch in read[e * STEPS:(e + 1) * STEPS] for row in batch] for e in range(epochs)]
+
+
+def test_a_shuffled_epoch_is_keras_order_of_every_row_the_same_each_epoch(global_seed):
+    global_seed(3)
     read = epochs(global_batches(3 * STEPS, shuffle=True, seed=5))
     assert [len(b) for b in global_batches(STEPS, shuffle=True, seed=5)] == [8, 8, 8, 8, 4]
-    for order in read:
-        assert sorted(order) == list(range(ROWS))
-    assert read[0] != list(range(ROWS))  # shuffled
-    assert read[0] != read[1] != read[2] != read[0]  # reshuffled each epoch
+    assert sorted(read[0]) == list(range(ROWS)) and read[0] != list(range(ROWS))  # every row once, shuffled
+    assert read[0] == read[1] == read[2]  # as Keras' epochs read it: one seeded permutation
+    assert read == keras_fit_reads(3, 3)
 
 
-def test_the_order_is_a_function_of_the_seed():
+def test_without_a_global_seed_the_order_is_a_function_of_the_seed(global_seed):
     assert global_batches(2 * STEPS, shuffle=True, seed=5) == global_batches(2 * STEPS, shuffle=True, seed=5)
     assert global_batches(2 * STEPS, shuffle=True, seed=5) != global_batches(2 * STEPS, shuffle=True, seed=6)
 

@@ -28,7 +28,7 @@ from tfdist.runtime import driver, who
 def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy=None,
         validation_data=None, validation_split: float = 0.0, validation_freq: int | list[int] = 1,
         steps_per_epoch: int | None = None, validation_steps: int | None = None,
-        shuffle: bool = True, initial_epoch: int = 0, callbacks=None, verbose: int = 1, sample_weight=None,
+        shuffle: bool | str = True, initial_epoch: int = 0, callbacks=None, verbose: int = 1, sample_weight=None,
         class_weight: dict | None = None, model_dir=None,
         cluster: str | None = None, task: str | None = None, cpu_devices: int = 0, seed: int | None = None,
         cluster_resolver=None, connect_timeout: float = 120.0, progress_timeout: float = 1800.0):
@@ -39,11 +39,13 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy=
         or overriding ``train_step``/``test_step`` and compiled as its steps need; called inside the strategy's
         scope.
       x, y: numpy arrays (or nested structures of them) with one row per example; or ``x`` a
-        ``tf.data.Dataset`` of ``(x, y)`` or ``(x, y, sample_weight)`` global batches; or ``x`` a
+        ``tf.data.Dataset``, a ``keras.utils.PyDataset`` or a Python generator of ``(x, y)`` or
+        ``(x, y, sample_weight)`` global batches (the latter two read by Keras' own data adapter); or ``x`` a
         ``dataset_fn(InputContext)`` returning this input pipeline's per-replica batches (as
         ``distribute_datasets_from_function`` takes it).
       batch_size: the global batch: examples per step over all replicas and workers (required for numpy and
-        a ``dataset_fn``; a Dataset's own batches are global batches).
+        a ``dataset_fn``; a Dataset's, PyDataset's or generator's own batches are global batches, and
+        ``batch_size`` is ignored there, as in Keras).
       epochs: the epoch to train to (Keras' meaning, with ``initial_epoch``).
       strategy: one of ``tfdist.strategies.NAMES``, ``"auto"``, or the ``tf.distribute.Strategy`` that
         ``tfdist.setup`` returned; default: the one ``tfdist.setup`` set this process up for, else ``"auto"``
@@ -51,8 +53,8 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy=
         ``cpu_devices`` > 1, else ``one_device``: ``tfdist.config.resolve_strategy``). After
         ``tfdist.setup``, ``strategy``, ``cpu_devices``, ``cluster`` and ``task`` are the session's (the process is
         set up once).
-      validation_data: ``(x_val, y_val)``, ``(x_val, y_val, sample_weight_val)`` or a Dataset of global
-        batches, evaluated after each epoch (each ``validation_freq``-th).
+      validation_data: ``(x_val, y_val)``, ``(x_val, y_val, sample_weight_val)``, or a Dataset, PyDataset or
+        generator of global batches, evaluated after each epoch (each ``validation_freq``-th).
       validation_split: a fraction in [0, 1): the last rows of numpy ``x``, ``y`` and ``sample_weight`` (taken
         before any shuffling) validate instead of training, as in Keras (``floor(rows * (1 - split))`` rows
         train); ignored when ``validation_data`` is given; refused with a dataset ``x``.
@@ -60,7 +62,9 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy=
         list, as in Keras.
       steps_per_epoch: steps per epoch, a positive int (default: the whole of numpy data, or a finite Dataset).
       validation_steps: eval steps, a positive int (default: all of ``validation_data``).
-      shuffle: shuffle numpy rows each epoch (the same order on every worker).
+      shuffle: ``True`` or ``"batch"`` (within each batch): numpy rows in the order Keras' ``fit`` reads them
+        under TensorFlow's global seed (every epoch the same, as its epochs read it), the same on every worker;
+        a PyDataset's batches in Keras' order (Python's ``random`` at each epoch's start).
       initial_epoch: the epoch to start at when no checkpoint is restored.
       callbacks: Keras callbacks, run on every task that runs the training loop with the same global logs
         (epoch hooks; train-batch hooks when they have them), so that what they change (learning rate,
@@ -74,7 +78,8 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy=
         TF_CONFIG (e.g. under ``tfdist.launch``, Slurm or Kubernetes).
       cpu_devices: logical CPUs for ``mirrored``/``central_storage`` without GPUs (0: 2).
       seed: if given, Keras' global seed (``keras.utils.set_random_seed``) right before ``model_fn``; the
-        shuffle's seed (default 0), the same on every worker. Keras' precision policy is left as it is.
+        shuffle's seed (default 0) where no global seed is set once ``model_fn`` has run (Keras' ``fit`` would
+        draw another order each run), the same on every worker. Keras' precision policy is left as it is.
       cluster_resolver: an in-process cluster (``tfdist.deploy.in_process.in_process_cluster``), instead of TF_CONFIG.
       connect_timeout, progress_timeout: as ``--connect_timeout`` and ``--progress_timeout``.
 
@@ -146,7 +151,7 @@ class KerasClient(Client):
     validation_freq: int | list[int]
     steps_per_epoch: int | None
     validation_steps: int | None
-    shuffle: bool
+    shuffle: bool | str
     initial_epoch: int
     callbacks: list | None
     verbose: int | str
@@ -168,7 +173,7 @@ class KerasClient(Client):
         """A side-car evaluator: it follows the chief's checkpoints (``fitting.evaluator.evaluate_fit``)."""
         from tfdist.fitting.evaluator import evaluate_fit
 
-        return evaluate_fit(self.model_fn, self.source, self.validation, placement=placement,
+        return evaluate_fit(self.model_fn, self.source, self._validation_batches(), placement=placement,
                             model_dir=run_dir.path if self.checkpoints else None, batch_size=self.batch_size,
                             epochs=self.epochs, steps_per_epoch=self.steps_per_epoch,
                             validation_steps=self.validation_steps, connect_timeout=self.connect_timeout,
@@ -189,6 +194,10 @@ class KerasClient(Client):
         self.placement, self.replicas = placement, strategy.num_replicas_in_sync
         if self.batch_size is not None:
             check_batch(self.batch_size, self.replicas)
+        # A PyDataset or a generator becomes the Dataset of the batches Keras' own data adapter makes of it.
+        self.source = self.source.keras_batches(shuffle=self.shuffle, class_weight=self.class_weight,
+                                                steps_per_epoch=self.steps_per_epoch)
+        self.validation = self._validation_batches()
         self.spec = self.source.spec()  # the type of its batches: the input is not read before training
 
     def build(self):
@@ -295,9 +304,17 @@ class KerasClient(Client):
             shutil.rmtree(outputs.run_dir.fit_inputs, ignore_errors=True)
         return self.history
 
+    def _validation_batches(self):
+        """The validation Source, a PyDataset or a generator read by Keras' own data adapter as its evaluate reads
+        it (in order)."""
+        if self.validation is None:
+            return None
+        return self.validation.keras_batches(steps_per_epoch=self.validation_steps, evaluation=True)
+
     @property
     def _seed(self) -> int:
-        """The shuffle's seed (``seed``, else 0): the same on every worker."""
+        """The shuffle's seed where TensorFlow's global seed is not set (``seed``, else 0): the same on every
+        worker."""
         return 0 if self.seed is None else self.seed
 
 

@@ -53,6 +53,8 @@ def _validation_source(validation_data):
     if whole.is_dataset:
         _check_dataset_elements("validation_data", validation_data)
         return whole
+    if whole.own_batches:  # a PyDataset or a generator, read by Keras' own data adapter
+        return whole
     if isinstance(validation_data, (tuple, list)) and len(validation_data) in (2, 3):
         x_val, y_val, *weights = validation_data
         sample_weight = weights[0] if weights else None
@@ -132,8 +134,9 @@ def check_run_args(*, strategy, cpu_devices, cluster, task, connect_timeout, pro
     config_lib.check_seed(int(seed or 0))
     if model_dir is not None:
         RunDir(model_dir).check_place("model_dir")
-    if not isinstance(shuffle, (bool, numbers.Integral)):
-        raise UserError(f"Invalid value for `shuffle`. Received: shuffle={shuffle!r}. Expected a bool.")
+    if not isinstance(shuffle, (bool, numbers.Integral)) and shuffle != "batch":
+        raise UserError(f"Invalid value for `shuffle`. Received: shuffle={shuffle!r}. Expected a bool, or 'batch' "
+                        "(shuffle within each batch), as Keras' fit takes it.")
     if verbose != "auto" and not isinstance(verbose, numbers.Integral):
         raise UserError(f"Invalid value for `verbose`. Received: verbose={verbose!r}. Expected 0, 1, 2 or 'auto'.")
     _check_callbacks(callbacks)
@@ -186,16 +189,39 @@ def check_fit_args(model_fn, x, y, *, batch_size, epochs, initial_epoch, steps_p
     at = _check_validation_split(validation_split, source, validation_data)
     _check_validation_freq(validation_freq)
     if steps_per_epoch is None and source.unknown_length():
-        raise UserError("Missing `steps_per_epoch`. Received: an input of unknown length (a dataset_fn, or a "
-                        "Dataset that repeats or whose length TensorFlow does not know). Expected "
-                        "steps_per_epoch=N.")
+        raise UserError(f"Missing `steps_per_epoch`. Received: an input of unknown length ({_unknown_length(source)})"
+                        ". Expected steps_per_epoch=N.")
+    _check_generator_epochs(source, steps_per_epoch, epochs - initial_epoch)
     if validation_steps is None and validation is not None and validation.unknown_length():
-        raise UserError("Missing `validation_steps`. Received: validation_data of unknown length (a Dataset that "
-                        "repeats or whose length TensorFlow does not know), which no evaluation would finish. "
-                        "Expected validation_steps=N.")
+        raise UserError(f"Missing `validation_steps`. Received: validation_data of unknown length "
+                        f"({_unknown_length(validation)}), which no evaluation would finish. Expected "
+                        "validation_steps=N.")
     if at is not None:
         source, validation = source.split(at)
     return source, validation
+
+
+def _unknown_length(source) -> str:
+    """What makes ``source``'s length unknown, in words."""
+    from tfdist.fitting.inputs import DATASET_FN, PY_DATASET
+
+    if source.kind == PY_DATASET:
+        return "a keras.utils.PyDataset whose num_batches is None: no __len__"
+    if source.kind == DATASET_FN:
+        return "a dataset_fn"
+    return "a tf.data.Dataset that repeats, or whose length TensorFlow does not know"
+
+
+def _check_generator_epochs(source, steps_per_epoch, epochs: int) -> None:
+    """A Python generator without ``steps_per_epoch`` trains one epoch: it ends with its batches, and Keras' ``fit``
+    trains each later epoch on the generator's first two batches alone (the ones its adapter read ahead)."""
+    from tfdist.fitting.inputs import GENERATOR
+
+    if source.kind == GENERATOR and steps_per_epoch is None and epochs > 1:
+        raise UserError(f"Missing `steps_per_epoch` for a Python generator `x` over {epochs} epochs. Received: "
+                        "steps_per_epoch=None, where a generator's batches end with its first epoch (Keras' fit "
+                        "trains later epochs on its first two batches again). Expected steps_per_epoch=N with a "
+                        "generator of at least N * epochs batches, one epoch, or a keras.utils.PyDataset.")
 
 
 def _check_no_arguments(model_fn) -> None:
@@ -292,7 +318,7 @@ def _check_inputs(source, batch_size) -> None:
     x, y, sample_weight = source.x, source.y, source.sample_weight
     if batch_size is not None:
         check_positive_int("batch_size", batch_size)
-    elif not source.is_dataset:
+    elif not source.own_batches:
         raise UserError("Missing `batch_size`. Received: batch_size=None. Expected the global batch, e.g. 64.")
     if x is None:
         raise UserError("Missing `x`. Received: x=None. Expected numpy arrays with y, a tf.data.Dataset of (x, y) "
@@ -332,6 +358,12 @@ def _check_class_weight(class_weight, source) -> None:
             and not isinstance(v, bool) and 0 <= v < float("inf") for k, v in class_weight.items()):
         raise UserError(f"Invalid `class_weight`. Received: {class_weight!r:.80}. Expected a dict "
                         "{class index >= 0: finite weight >= 0}, e.g. {0: 1.0, 1: 5.0}.")
+    from tfdist.fitting.inputs import GENERATOR
+
+    if source.kind == GENERATOR:
+        raise UserError(f"Invalid `class_weight` with a Python generator `x`. Received: class_weight="
+                        f"{class_weight!r:.60}. Expected the generator to yield (x, y, sample_weight) batches, as "
+                        "Keras' fit takes them (it refuses class_weight with a generator).")
     x, y, dataset = source.x, source.y, source.is_dataset
     spec = x.element_spec if dataset else None
     if (y is None and source.is_arrays) or (dataset and not (isinstance(spec, tuple) and len(spec) >= 2)):

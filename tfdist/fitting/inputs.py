@@ -1,11 +1,12 @@
-"""``tfdist.fit``'s inputs: numpy arrays, a ``tf.data.Dataset`` or a ``dataset_fn``, each a ``Source`` whose kind
-is decided once, and cut into per-replica slices."""
+"""``tfdist.fit``'s inputs: numpy arrays, a ``tf.data.Dataset``, a ``keras.utils.PyDataset``, a Python generator or
+a ``dataset_fn``, each a ``Source`` whose kind is decided once, in Keras' order, and cut into per-replica slices."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
 import sys
+import types
 from typing import Any
 
 import numpy as np
@@ -77,7 +78,9 @@ def check_batch(batch_size, replicas: int) -> None:
 
 
 #: The kinds of an input (``Source.kind``), as Keras' data adapters tell them apart.
-ARRAYS, DATASET, DATASET_FN = "arrays", "dataset", "dataset_fn"
+ARRAYS, DATASET, DATASET_FN, PY_DATASET, GENERATOR = "arrays", "dataset", "dataset_fn", "PyDataset", "generator"
+#: The kinds whose batches Keras' own data adapter reads (``Source.keras_batches``).
+KERAS_READ = (PY_DATASET, GENERATOR)
 
 #: Keras' batch for numpy data when no ``batch_size`` is given (its data adapters' default).
 DEFAULT_BATCH_SIZE = 32
@@ -92,18 +95,27 @@ class Source:
     ``kind``: ``ARRAYS``, numpy arrays (or nested structures of them) with ``y`` and ``sample_weight`` beside
     them (or none); ``DATASET``, a ``tf.data.Dataset`` of ``(x, y)`` or ``(x, y, sample_weight)`` global
     batches, or of ``x`` alone; ``DATASET_FN``, a callable ``dataset_fn(InputContext)`` returning a pipeline's
-    per-replica batches. A dataset's ``y`` and ``sample_weight`` are in its elements (None here).
+    per-replica batches; ``PY_DATASET`` and ``GENERATOR``, a ``keras.utils.PyDataset`` or a Python generator of
+    global batches, which become a ``DATASET`` once the process is set up (``keras_batches``). A dataset's ``y``
+    and ``sample_weight`` are in its elements (None here).
     """
 
     kind: str
     x: Any
     y: Any = None
     sample_weight: Any = None
+    #: Keras' own data adapter made these batches (``keras_batches``): weighed by ``class_weight`` already, and
+    #: drawing state (Python's ``random``, a PyDataset's hooks) as each epoch starts, so a training stream ends
+    #: at the run's last step rather than start an epoch no step reads.
+    read_by_keras: bool = False
 
     @classmethod
     def of(cls, x, y=None, sample_weight=None) -> Source:
         """The Source of ``x`` (with its ``y`` and ``sample_weight``): what is not a dataset is arrays."""
-        kind = DATASET if isinstance(x, tf.data.Dataset) else DATASET_FN if callable(x) else ARRAYS
+        import keras
+
+        kind = (DATASET if isinstance(x, tf.data.Dataset) else PY_DATASET if isinstance(x, keras.utils.PyDataset)
+                else GENERATOR if isinstance(x, types.GeneratorType) else DATASET_FN if callable(x) else ARRAYS)
         return cls(kind, x, y, sample_weight)
 
     @property
@@ -116,11 +128,62 @@ class Source:
         """A ``tf.data.Dataset``: its batches are the user's global batches (no ``batch_size`` needed)."""
         return self.kind == DATASET
 
+    @property
+    def own_batches(self) -> bool:
+        """An input of its own global batches (a Dataset, a PyDataset or a generator): ``batch_size`` is not
+        needed, and Keras' ``fit`` ignores it."""
+        return self.kind in (DATASET, *KERAS_READ)
+
+    def keras_batches(self, *, shuffle=False, class_weight=None, steps_per_epoch=None,
+                      evaluation: bool = False) -> Source:
+        """This input once the process is set up: a PyDataset or a generator as the ``DATASET`` of the global
+        batches that Keras' own data adapter makes of it (its order, ``workers`` and ``use_multiprocessing``, class
+        weights); any other input as it is.
+
+        A PyDataset's epoch is Keras' epoch, its hooks called as Keras' ``fit`` calls them (``on_epoch_end``
+        once before the first epoch, or before each ``evaluation``, then ``on_epoch_begin`` and ``on_epoch_end``
+        around each), its batch order drawn from Python's ``random`` at each epoch's start under ``shuffle``. A
+        generator with ``steps_per_epoch`` streams as Keras' ``fit`` streams it; without, it trains one epoch
+        (``args`` refuses more), which is read to its end now to count its batches, as Keras' first epoch does.
+        """
+        if self.kind not in KERAS_READ:
+            return self
+        from tfdist import _compat
+
+        adapter = _compat.keras_data_adapter(self.x, shuffle=shuffle, class_weight=class_weight,
+                                             steps_per_epoch=steps_per_epoch)
+        keras_epoch = adapter.get_tf_dataset()  # Keras reads its first batches for their spec here, as its fit does
+        if self.kind == GENERATOR:
+            if steps_per_epoch:
+                return Source(DATASET, keras_epoch, read_by_keras=True)
+            read = list(keras_epoch)
+            dataset = tf.data.Dataset.from_generator(lambda: iter(read), output_signature=keras_epoch.element_spec)
+            return Source(DATASET, dataset.apply(tf.data.experimental.assert_cardinality(len(read))),
+                          read_by_keras=True)
+        if not evaluation:
+            adapter.on_epoch_end()  # Keras' fit resets its epoch iterator before the first epoch
+
+        def epoch():
+            if evaluation:
+                adapter.on_epoch_end()  # Keras' evaluate resets it before each pass
+            adapter.on_epoch_begin()
+            try:
+                yield from adapter.get_numpy_iterator()
+            finally:
+                adapter.on_epoch_end()
+
+        dataset = tf.data.Dataset.from_generator(epoch, output_signature=keras_epoch.element_spec)
+        if adapter.num_batches:
+            dataset = dataset.apply(tf.data.experimental.assert_cardinality(adapter.num_batches))
+        return Source(DATASET, dataset, read_by_keras=True)
+
     def unknown_length(self) -> bool:
         """Whether an epoch cannot count its batches: a dataset_fn, or a Dataset that repeats, is empty or whose
         length TensorFlow does not know."""
         if self.is_dataset:
             return _cardinality(self.x) is None
+        if self.kind == PY_DATASET:
+            return not self.x.num_batches
         return self.kind == DATASET_FN
 
     def rows_and_steps(self, batch_size) -> tuple[int | None, int | None]:
@@ -130,8 +193,10 @@ class Source:
         The forms and row counts of ``x``/``y``/``sample_weight`` are ``args.check_fit_args``' to check
         (before the process is set up); here every array has as many rows as ``x``'s first.
         """
-        if self.kind == DATASET_FN:
+        if self.kind in (DATASET_FN, GENERATOR):
             return None, None
+        if self.kind == PY_DATASET:
+            return None, self.x.num_batches or None
         if self.is_dataset:
             return None, _cardinality(self.x)
         rows = len(tf.nest.flatten(self.x)[0])
@@ -180,8 +245,9 @@ class Source:
 
         Args:
           batch_size: the global batch (None: a Dataset's own batches).
-          shuffle: shuffle numpy rows each epoch (Keras' ``shuffle``); never for eval.
-          seed: the shuffle's seed, the same on every worker.
+          shuffle: Keras' ``shuffle`` of numpy rows (``True`` or ``"batch"``), in Keras' order (``keras_order``);
+            never for eval.
+          seed: the shuffle's seed where TensorFlow's global seed is not set, the same on every worker.
           training: repeat (the loop counts steps); eval passes are finite.
           start_step: the step a resumed run starts at: the global batches of the steps before are skipped, so
             it sees the examples an uninterrupted run would.
@@ -193,7 +259,7 @@ class Source:
           total_steps: with ``stage_dir``, the global step the run trains to: of a Dataset that repeats without
             end, or whose length TensorFlow does not know, only that many batches are staged (``_source``).
         """
-        weigh = class_weights_map(class_weight) if class_weight else None
+        weigh = class_weights_map(class_weight) if class_weight and not self.read_by_keras else None
         if self.kind == DATASET_FN:
             def from_fn(context):
                 ds = self.x(context)
@@ -202,19 +268,20 @@ class Source:
 
             return from_fn, None
         rows, steps = self.rows_and_steps(batch_size)
-        source = _source(self.x if self.is_dataset else self._rows_dataset(), stage_dir, rows=rows,
+        order = keras_order(rows, batch_size, shuffle, seed) if rows is not None and shuffle and training else None
+        source = _source(self.x if self.is_dataset else self._rows_dataset(order), stage_dir, rows=rows,
                          total_steps=total_steps)
 
         def fn(context):
             batches = source()  # made inside the function: a coordinator's workers make their own
             if rows is not None:
-                if shuffle and training:
-                    batches = batches.shuffle(rows, seed=seed, reshuffle_each_iteration=True)
                 batches = batches.batch(batch_size)
             if weigh:
                 batches = batches.map(weigh)
             if training:
                 batches = batches.repeat().skip(start_step)
+                if self.read_by_keras and total_steps is not None and not own_order_per_worker:
+                    batches = batches.take(total_steps - start_step)
             return batches.flat_map(_cut(context, batch_size))
 
         if own_order_per_worker and training:
@@ -237,12 +304,46 @@ class Source:
             return eval_fn
         return lambda context: eval_fn(context).take(validation_steps * batches_per_step(context))
 
-    def _rows_dataset(self):
-        """The arrays' rows as a Dataset of ``(x, y[, sample_weight])`` examples, or of ``x``'s alone without ``y``."""
+    def _rows_dataset(self, order=None):
+        """The arrays' rows as a Dataset of ``(x, y[, sample_weight])`` examples, or of ``x``'s alone without ``y``,
+        in ``order`` (None: as given).
+
+        A list of arrays (or of tensors) is a structure of inputs, as Keras reads it (its lists become tuples),
+        not one array to stack.
+        """
+        import keras
+
         if self.y is None:
-            return tf.data.Dataset.from_tensor_slices(self.x)
-        parts = (self.x, self.y) if self.sample_weight is None else (self.x, self.y, self.sample_weight)
+            parts = self.x
+        else:
+            parts = (self.x, self.y) if self.sample_weight is None else (self.x, self.y, self.sample_weight)
+        parts = keras.tree.lists_to_tuples(parts)
+        if order is not None:
+            parts = tf.nest.map_structure(lambda a: np.asarray(a)[order], parts)
         return tf.data.Dataset.from_tensor_slices(parts)
+
+
+def keras_order(rows: int, batch_size: int, shuffle, seed: int):
+    """The order in which Keras' ``fit`` reads ``rows`` numpy rows in batches of ``batch_size`` under ``shuffle``
+    (``True``, or ``"batch"``: within each batch): every epoch, as its epochs read a new iterator of one seeded
+    dataset.
+
+    Keras' own data adapter draws it, over the row indices, with TensorFlow's random ops under the global seed
+    (``keras.utils.set_random_seed``): the same permutation as its ``fit`` with that seed. Where no global seed
+    is set (Keras would draw another order each run), it is drawn as under the global seed ``seed``, so that
+    every worker reads the same order.
+    """
+    from tfdist import _compat
+
+    unseeded = _compat.global_seed() is None
+    if unseeded:
+        tf.random.set_seed(seed)
+    try:
+        adapter = _compat.keras_data_adapter(np.arange(rows), batch_size=batch_size, shuffle=shuffle)
+        return np.concatenate([tf.nest.flatten(batch)[0].numpy() for batch in adapter.get_tf_dataset()])
+    finally:
+        if unseeded:
+            tf.random.set_seed(None)
 
 
 #: Numpy rows staged as one element.
