@@ -236,12 +236,15 @@ class KerasClient(Client):
         elif not state.restored and self.initial_epoch:
             state.step.assign(self.initial_epoch * epoch_steps)
         self.start_step, total_steps = int(state.step.numpy()), self.epochs * epoch_steps
+        # A fit that starts at initial_epoch or at a backup's epoch reads its input from the beginning, as Keras'
+        # fit does (a new iterator); one that resumes tfdist's own checkpoint reads on from the step it holds.
+        skipped = 0 if backup_epoch or (not state.restored and self.initial_epoch) else self.start_step
         coordinator = placement.coordinator
         train_fns = functools.partial(
             self.source.dataset_fns, class_weight=self.class_weight, batch_size=self.batch_size,
-            shuffle=self.shuffle, seed=self._seed, training=True, start_step=self.start_step,
+            shuffle=self.shuffle, seed=self._seed, training=True, start_step=skipped,
             own_order_per_worker=coordinator, stage_dir=run_dir.fit_inputs if coordinator else None,
-            total_steps=total_steps)
+            total_steps=total_steps - self.start_step + skipped)
         train_fn = None
         if overrides_steps(model):  # never under a coordinator (refused), so its inputs stage nothing
             train_fn, _ = train_fns()
