@@ -60,7 +60,7 @@ def files(directory: str | None) -> dict:
                 with open(path, encoding="utf-8") as f:
                     rows = [line.strip().split(",") for line in f if line.strip()]
                 found[relative] = {"columns": rows[0] if rows else [],
-                                   "rows": [[float(v) for v in row] for row in rows[1:]]}
+                                   "rows": [[float("nan") if v == "NA" else float(v) for v in row] for row in rows[1:]]}
             else:
                 found[relative] = 1
     return found
