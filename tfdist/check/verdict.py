@@ -62,7 +62,10 @@ def _files(got: dict, want: dict) -> tuple[float, str]:
             other = got[path]
             if not isinstance(other, dict) or other["columns"] != written["columns"]:
                 return math.inf, f"{path}: columns {other!r} vs {written['columns']}"
-            found = _arrays([np.asarray(other["rows"])], [np.asarray(written["rows"])])
+            got_rows, want_rows = np.asarray(other["rows"], np.float64), np.asarray(written["rows"], np.float64)
+            if got_rows.shape != want_rows.shape or not np.array_equal(np.isnan(got_rows), np.isnan(want_rows)):
+                return math.inf, f"{path}: {other['rows']} vs {written['rows']}"
+            found = _arrays([np.nan_to_num(got_rows)], [np.nan_to_num(want_rows)])  # a column left NA on both
             worst, where = max((worst, where), (found, path))
         elif got[path] != written:
             return math.inf, f"{path}: {got[path]} written vs {written}"
