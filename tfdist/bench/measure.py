@@ -46,7 +46,7 @@ def window(clock: list[tuple[int, float]], start_step: int, end_step: int) -> fl
 def keras_experiment(spec: RowSpec):
     """The Keras rows' arrays and model: ``(x, y, model_fn)``, one epoch of ``warmup + steps`` global batches.
 
-    The model is the row's ``model`` (``rows.KERAS_MODELS``: the UNet by default). Imports Keras but runs no
+    The model is the row's ``model``: the UNet by default, else ``small_experiment``'s. Imports Keras but runs no
     TensorFlow op: the strategy is made after it.
     """
     p = spec.experiment()

@@ -23,8 +23,8 @@ COMPILE_VARIANTS = {"jit": {"jit_compile": True}, "mixed_bfloat16": {"precision"
 NORMS = ("group", "replica_batch", "none")
 #: The small Keras models (``measure.small_experiment``): their global batch, and their timed steps per the
 #: UNet's (their steps cost a fraction of its, so a window as long takes more of them).
-SMALL_MODELS = {"dense": {"global_batch_size": 64, "steps_factor": 20}, "conv": {"global_batch_size": 32,
-                                                                                "steps_factor": 4}}
+SMALL_MODELS = {"dense": {"global_batch_size": 64, "steps_factor": 50}, "conv": {"global_batch_size": 32,
+                                                                                "steps_factor": 8}}
 
 
 def rows_for(steps: int, warmup: int) -> list[Row]:
@@ -110,11 +110,17 @@ def rows_for(steps: int, warmup: int) -> list[Row]:
         Row(spec=keras("keras_fit_mirrored_2", "mirrored", 2)),
         Row(spec=fit("tfdist_fit_mirrored_2", "mirrored", 2, baseline="keras_fit_mirrored_2")),
         Row(spec=tfdist("mirrored_2", "mirrored", 2, baseline="keras_fit_mirrored_2")),
+        Row(spec=dataclasses.replace(keras("keras_fit_setup_mirrored_2", "mirrored", 2, setup=True),
+                                     baseline="keras_fit_mirrored_2")),
         Row(spec=keras("keras_fit_central_storage_2", "central_storage", 2)),
         Row(spec=tfdist("central_storage_2", "central_storage", 2, baseline="keras_fit_central_storage_2")),
         multi_worker(1),
         Row(processes=2, spec=keras_multi_worker),
-        *(multi_worker(n) for n in WORKERS[1:]),
+        multi_worker(2),
+        Row(processes=2, spec=fit("tfdist_fit_multi_worker_mirrored_2", "multi_worker_mirrored", workers=2,
+                                  overrides={"global_batch_size": per_worker * 2},
+                                  baseline="keras_fit_multi_worker_mirrored_2")),
+        *(multi_worker(n) for n in WORKERS[2:]),
         *(multi_worker(2, f"_{norm}_norm", **norm_values[norm]) for norm in NORMS),
         *(parameter_server(n) for n in WORKERS),
         once("allreduce_2", "comm", 2),

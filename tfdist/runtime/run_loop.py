@@ -59,7 +59,10 @@ def run_loop(training: Training, state, task: Task, schedule: Schedule, *, outpu
         timeout=training.progress_timeout, step=start_step, total_steps=schedule.total_steps, batches=batches,
         before_exit=(lambda: tell_servers(placement, PEER_LOST_EXIT_CODE)) if placement.coordinator else None,
     )
-    if placement.coordinator:  # a coordinator's chunk is its closures, sized by the strategy's steps_per_loop
+    if placement.coordinator or len(placement.training_tasks()) > 1:
+        # A coordinator's chunk is its closures, sized by steps_per_loop. Workers of a synchronous cluster run
+        # chunks of the same steps, whose collectives meet call for call: a chunk sized by each worker's own
+        # clock would not.
         schedule = dataclasses.replace(schedule, grow=False)
     loop = make_loop(coordinator=placement.coordinator, strategy=training.strategy, steps=task.steps,
                      step_counter=state.step, train_dataset_fn=train_dataset_fn, eval_dataset_fn=task.eval_dataset_fn,
