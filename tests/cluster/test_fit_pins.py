@@ -132,15 +132,16 @@ def test_a_checkpoint_carries_the_log_window_and_one_without_it_still_restores(t
 
 
 #: A small regression under ``tfdist.fit``, ``shuffle=True``; argv: model_dir, the global step after which a
-#: callback sends SIGTERM to its own process (-1: never). The preemption then stops the run after the next
-#: step, saves that step and ends the process with status 42.
+#: callback sends SIGTERM to its own process (-1: never), and "batch" or "epoch": the callback's hook. The
+#: preemption then stops the run after the next chunk (with a batch hook: the next step), saves that step and
+#: ends the process with status 42. With an epoch hook alone (signal_after at an epoch's end) chunks grow.
 PREEMPTED = source() + r"""
 import json, os, signal, sys
 import numpy as np
 import keras
 import tfdist
 
-model_dir, signal_after = sys.argv[1], int(sys.argv[2])
+model_dir, signal_after, hook = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 ROWS, BATCH = 36, 8
 STEPS = -(-ROWS // BATCH)
 
@@ -154,6 +155,12 @@ class SignalOnce(keras.callbacks.Callback):
             os.kill(os.getpid(), signal.SIGTERM)
 
 
+class SignalAtEpochEnd(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        if (epoch + 1) * STEPS == signal_after:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
 def model_fn():
     return dense(hidden=(8,), seed=1, optimizer=keras.optimizers.SGD(0.05))
 
@@ -162,36 +169,41 @@ rng = np.random.default_rng(0)
 x = rng.normal(size=(ROWS, 4)).astype(np.float32)
 y = (x @ rng.normal(size=(4, 1)) + 0.1 * rng.normal(size=(ROWS, 1))).astype(np.float32)
 history = tfdist.fit(model_fn, x, y, batch_size=BATCH, epochs=3, shuffle=True, seed=5, model_dir=model_dir,
-                     callbacks=[SignalOnce()])
+                     callbacks=[SignalOnce() if hook == "batch" else SignalAtEpochEnd()])
 print("HISTORY " + json.dumps(history.history), flush=True)
 """
 
 
 @pytest.mark.slow
-def test_a_run_preempted_mid_epoch_resumes_at_its_step_with_the_straight_runs_losses(tmp_path):
+@pytest.mark.parametrize("hook", ["batch", "epoch"])
+def test_a_run_preempted_mid_epoch_resumes_at_its_step_with_the_straight_runs_losses(tmp_path, hook):
     script = tmp_path / "preempted.py"
     script.write_text(PREEMPTED)
-    signal_after = STEPS + 2  # the third batch of the second epoch
+    signal_after = STEPS + 2 if hook == "batch" else STEPS  # the third batch of the second epoch, or its start
     with Processes(tmp_path) as procs:
-        straight = procs.start("straight", [sys.executable, str(script), str(tmp_path / "straight"), "-1"])
-        preempted = procs.start("preempted", [sys.executable, str(script), str(tmp_path / "run"), str(signal_after)])
+        straight = procs.start("straight", [sys.executable, str(script), str(tmp_path / "straight"), "-1", hook])
+        preempted = procs.start("preempted", [sys.executable, str(script), str(tmp_path / "run"), str(signal_after),
+                                              hook])
         assert straight.wait(400) == 0, straight.text()[-3000:]
         assert preempted.wait(400) == 42, preempted.text()[-3000:]
-        resumed = procs.start("resumed", [sys.executable, str(script), str(tmp_path / "run"), "-1"])
+        resumed = procs.start("resumed", [sys.executable, str(script), str(tmp_path / "run"), "-1", hook])
         assert resumed.wait(400) == 0, resumed.text()[-3000:]
-    # The signal arrives during the callback after step signal_after; the next step carries the vote.
+    # The signal arrives during the callback after step signal_after; the next chunk carries the vote: one step
+    # with a batch hook, else a grown chunk, which an epoch's end cuts.
     reached = int(re.search(r"^error: Preempted at step (\d+) of 15: local received SIGTERM\. ", preempted.text(),
                             re.MULTILINE).group(1))
-    assert reached == signal_after + 1 and STEPS < reached < 2 * STEPS, preempted.text()[-3000:]
+    if hook == "batch":
+        assert reached == signal_after + 1, preempted.text()[-3000:]
+    assert STEPS < reached < 2 * STEPS or (hook == "epoch" and reached == 2 * STEPS), preempted.text()[-3000:]
     assert "HISTORY" not in preempted.text()  # fit did not return
     assert re.search(rf"resuming from \S+/ckpt-{reached} at step {reached}\n", resumed.text()), resumed.text()[-3000:]
     expected, got = tagged(straight.text(), "HISTORY")["loss"], tagged(resumed.text(), "HISTORY")["loss"]
     # The resumed call reports the epochs it ended: the interrupted one (over all its batches, those before the
-    # preemption included) and the last. The same batches on the same weights in the same order give the same
-    # float32 steps (measured: equal to the last bit, loaded machine or not); one batch of another order or
-    # an epoch's loss over part of its batches differs by 1e-2 or more.
-    assert len(got) == 2, got
-    assert got == pytest.approx(expected[1:], rel=1e-6), (got, expected)
+    # preemption included; none where a chunk ended with the epoch) and the last. The same batches on the same
+    # weights in the same order give the same float32 steps (measured: equal to the last bit, loaded machine or
+    # not); one batch of another order or an epoch's loss over part of its batches differs by 1e-2 or more.
+    assert len(got) == 3 - reached // STEPS, got
+    assert got == pytest.approx(expected[reached // STEPS:], rel=1e-6), (got, expected)
 
 
 #: Two epochs of 4 steps under ``tfdist.fit`` (the strategy from argv), with a callback that appends one line per

@@ -9,18 +9,23 @@ from helpers.clis import run_cli, run_python
 
 def test_a_small_benchmark_writes_json_markdown_and_chart_with_versions_and_machine(tmp_path):
     out = tmp_path / "b.json"
-    result = run_cli("tfdist.bench", "--only=one_device", "--steps=3", "--repeats=1", "--noscaling", f"--output={out}",
-                     timeout=400)
+    result = run_cli("tfdist.bench", "--only=one_device,tfdist_fit_dense", "--steps=3", "--repeats=1", "--noscaling",
+                     f"--output={out}", timeout=400)
     assert result.returncode == 0, result.stderr[-3000:]
     data = json.loads(out.read_text())
-    assert [r["name"] for r in data["rows"]] == ["keras_fit", "one_device"]
+    assert [r["name"] for r in data["rows"]] == ["keras_fit", "one_device", "keras_fit_dense", "tfdist_fit_dense"]
     assert set(data["versions"]) == {"python", "tensorflow", "keras", "tfdist"}
     assert data["versions"]["tensorflow"].startswith("2.") and data["machine"]["cpus"] > 0
     assert data["machine"]["cpu_model"] and data["machine"]["wall_seconds"] > 0
-    keras_fit, one_device = data["rows"]
+    keras_fit, one_device, keras_dense, fit_dense = data["rows"]
     for row in data["rows"]:  # each row's figures are its own process's: a fresh one per run
         rec = row["record"]
-        assert rec["processes"] == 1 and rec["peak_rss_mb"] > 300 and rec["seconds_to_first_step"] > 1
+        assert rec["processes"] == 1 and rec["peak_rss_mb"] > 300
+    assert keras_fit["record"]["seconds_to_first_step"] > 1 < one_device["record"]["seconds_to_first_step"]
+    # The small model's rows: each side's second epoch timed whole, tfdist.fit's ratio paired with Keras' fit.
+    dense = fit_dense["record"]["images_per_second"] / keras_dense["record"]["images_per_second"]
+    assert fit_dense["ratio_to_baseline"]["to"] == "keras_fit_dense"
+    assert fit_dense["ratio_to_baseline"]["runs"] == [pytest.approx(dense, rel=1e-12)]
     ips = one_device["record"]["images_per_second"] / keras_fit["record"]["images_per_second"]
     assert one_device["ratio"]["runs"] == [pytest.approx(ips, rel=1e-12)]
     table = out.with_suffix(".md").read_text()

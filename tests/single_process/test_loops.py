@@ -31,7 +31,7 @@ class SummingSteps:
         return ""
 
 
-def one_device_loop(batch=2):
+def one_device_loop(batch=2, several_steps=False):
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
     with strategy.scope():
         counter = tf.Variable(0, dtype=tf.int64, trainable=False)
@@ -43,7 +43,7 @@ def one_device_loop(batch=2):
         return tf.data.Dataset.range(7).map(lambda v: tf.cast(v, tf.float32)).batch(batch)
 
     return make_loop(coordinator=False, strategy=strategy, steps=SummingSteps(), step_counter=counter,
-                     train_dataset_fn=train_fn, eval_dataset_fn=eval_fn)
+                     train_dataset_fn=train_fn, eval_dataset_fn=eval_fn, several_steps=several_steps)
 
 
 def test_train_sums_the_stats_of_its_steps_and_counts_them():
@@ -53,6 +53,15 @@ def test_train_sums_the_stats_of_its_steps_and_counts_them():
     assert loop.step() == 3
     stats, _ = loop.train(1)  # the one-step function: the next batch of the same iterator
     assert stats.tolist() == [6.0 + 7.0, 2.0] and loop.step() == 4
+
+
+def test_a_loop_of_several_step_chunks_runs_one_step_chunks_in_the_same_function_traced_once():
+    loop = one_device_loop(several_steps=True)
+    sums = [loop.train(n)[0].tolist() for n in (1, 3, 1, 2)]
+    assert sums == [[1.0, 2.0], [float(sum(range(2, 8))), 6.0], [17.0, 2.0], [0.0 + 1 + 2 + 3, 4.0]]
+    assert loop.step() == 7
+    assert loop._train_fn.experimental_get_tracing_count() == 1
+    assert loop._train_one_fn.experimental_get_tracing_count() == 0
 
 
 def test_a_stop_vote_comes_back_with_the_steps_it_was_cast_with():

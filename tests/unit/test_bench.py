@@ -106,6 +106,33 @@ def test_tfdist_fit_and_keras_fit_across_workers_run_next_to_the_row_they_are_co
         "keras_fit", "keras_fit_mirrored_2", "tfdist_fit_mirrored_2"]
 
 
+def test_the_small_models_have_every_mode_beside_the_row_it_is_compared_to_on_the_same_experiment():
+    rows = {r.spec.name: r for r in bench.rows_for(8, 4)}
+    for model, batch, factor in (("dense", 64, 50), ("conv", 32, 8)):
+        mine = {n: r for n, r in rows.items() if n.endswith(f"_{model}")}
+        pairs = {f"tfdist_fit_{model}": f"keras_fit_{model}",
+                 f"keras_fit_mirrored_2_{model}": f"keras_fit_{model}",
+                 f"tfdist_fit_mirrored_2_{model}": f"keras_fit_mirrored_2_{model}",
+                 f"keras_fit_setup_mirrored_2_{model}": f"keras_fit_mirrored_2_{model}",
+                 f"keras_fit_setup_multi_worker_mirrored_2_{model}": f"keras_fit_{model}",
+                 f"tfdist_fit_multi_worker_mirrored_2_{model}": f"keras_fit_setup_multi_worker_mirrored_2_{model}"}
+        assert set(mine) == {f"keras_fit_{model}", *pairs}
+        assert {n: r.spec.baseline for n, r in mine.items() if r.spec.baseline} == pairs
+        for row in mine.values():  # both sides time their second epoch whole, on the model's arrays
+            spec = row.spec
+            assert (spec.steps, spec.warmup, spec.epochs) == (8 * factor, 4 * factor, 2)
+            assert spec.experiment()["model"] == model
+            assert spec.experiment()["global_batch_size"] == batch * row.processes == batch * spec.workers
+            assert spec.experiment().get("setup", False) == ("setup" in spec.name)
+        assert rows[f"tfdist_fit_mirrored_2_{model}"].spec.strategy == "mirrored"
+        assert rows[f"tfdist_fit_mirrored_2_{model}"].spec.experiment()["cpu_devices"] == 2
+    jobs = jobs_for(list(rows.values()), repeats=1)
+    order = [j.rows[0].name for j in jobs]
+    for row, baseline in (("tfdist_fit_dense", "keras_fit_dense"), ("tfdist_fit_mirrored_2_conv",
+                                                                     "keras_fit_mirrored_2_conv")):
+        assert order.index(row) == order.index(baseline) + 1
+
+
 def test_a_row_with_its_own_baseline_and_keras_under_its_strategy_has_both_ratios_paired_by_repeat():
     planned = plan(steps=8, warmup=4, only=["multi_worker_mirrored_2", "tfdist_fit"])
     ips = {"keras_fit": (100, 200), "tfdist_fit": (98, 180), "multi_worker_mirrored_1": (90, 100),

@@ -218,6 +218,66 @@ def test_chunk_hooks_and_the_clock_see_every_chunk_in_order():
     assert [step for step, _ in clock] == [2, 4] and clock[0][1] <= clock[1][1]
 
 
+class SteadyClock:
+    """``time.perf_counter`` for a controller whose loop moves it on by ``seconds`` a step (``TimedLoop``)."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self):
+        return self.now
+
+    @staticmethod
+    def time():
+        return 0.0
+
+
+class TimedLoop(ScriptedLoop):
+    """A scripted loop whose steps take ``seconds(step)`` on ``clock``."""
+
+    def __init__(self, clock, seconds, **kwargs):
+        super().__init__(**kwargs)
+        self.clock, self.seconds = clock, seconds
+
+    def train(self, num_steps, stop=lambda: False):
+        self.clock.now += sum(self.seconds(s) for s in range(self.position, self.position + num_steps))
+        return super().train(num_steps, stop)
+
+
+def test_chunks_that_may_grow_double_up_to_the_time_bound_and_shrink_when_steps_slow_down(monkeypatch):
+    import tfdist.engine.controller as module
+
+    clock = SteadyClock()
+    monkeypatch.setattr(module, "time", clock)
+    # 10 ms a step (a quarter second holds 25), then 50 ms from step 100 on (5 steps).
+    loop = TimedLoop(clock, lambda step: 0.01 if step < 100 else 0.05)
+    c = controller(loop, Schedule(total_steps=160, steps_per_epoch=80, log_every=80, checkpoint_every=80, grow=True))
+    c.run(0)
+    sizes = [end - begin for begin, end in loop.chunks]
+    # The first chunk compiles (not timed); then 1, 2, 4, 8, 16 and 25 steps; an epoch's end cuts one short.
+    assert sizes[:7] == [1, 1, 2, 4, 8, 16, 25] and loop.chunks[7] == (57, 80), loop.chunks
+    assert [end for _, end in loop.chunks if end % 80 == 0] == [80, 160]  # every epoch ends a chunk
+    slow = [size for (begin, _), size in zip(loop.chunks, sizes) if begin >= 125]
+    assert slow and max(slow) <= 5, loop.chunks  # the chunk after the first slow one holds a quarter second
+    fixed = TimedLoop(SteadyClock(), lambda step: 0.01)
+    controller(fixed, Schedule(total_steps=40, steps_per_epoch=40, steps_per_loop=2, log_every=40,
+                               checkpoint_every=40)).run(0)
+    assert {end - begin for begin, end in fixed.chunks} == {2}  # grow=False: steps_per_loop as asked
+
+
+def test_a_grown_chunk_is_a_multiple_of_steps_per_loop_and_a_small_share_of_the_progress_timeout():
+    from tfdist.engine.chunks import CHUNK_SECONDS, ChunkSize, chunk_seconds
+
+    size = ChunkSize(4, grow=True, seconds=1.0)
+    for _ in range(10):
+        size.measured(size.steps, size.steps * 0.011)  # 90 steps fit a second: 88 is the multiple of 4 below
+    assert size.steps == 88
+    size.measured(88, 88 * 1.0)  # a second a step: one loop of 4, not less
+    assert size.steps == 4
+    assert chunk_seconds(0) == CHUNK_SECONDS and chunk_seconds(2.0) == pytest.approx(0.1)
+    assert chunk_seconds(1800.0) == CHUNK_SECONDS
+
+
 def test_no_checkpoints_asked_for_saves_nothing_and_a_stop_says_so():
     loop = ScriptedLoop(stop_after=2)
     c = controller(loop, Schedule(total_steps=6, steps_per_epoch=6), checkpoints=False, preemption=Asked())

@@ -12,8 +12,8 @@ from tfdist.runtime import watchdog as watchdog_module
 from tfdist.runtime.watchdog import Watchdog, describe, heartbeat_name, stopped_tasks
 
 
-def _record(phase="training", step=6, fed=7, age=0.5, now=1000.0):
-    return {"task": "x", "time": now - age, "phase": phase, "step": step, "fed": fed}
+def _record(phase="training", step=6, fed=7, age=0.5, now=1000.0, until=None):
+    return {"task": "x", "time": now - age, "phase": phase, "step": step, "fed": fed, "until": until}
 
 
 def test_describe_names_the_task_behind_and_what_it_does():
@@ -39,6 +39,23 @@ def test_describe_names_the_task_behind_and_what_it_does():
     even = describe({"worker:0": _record(fed=7), "worker:1": _record(fed=7)}, me="worker:0", now=1000.0,
                     stale_after=3, idle=8, step=6, total_steps=200)
     assert "no task is behind the others" in even and "worker:1 is waiting for a collective" in even
+
+
+def test_inside_a_chunk_of_several_steps_an_input_that_has_not_fed_it_is_what_waits():
+    """Steps 6 to 12 in one chunk (``until`` 12): the input fed 9 of them."""
+    alone = describe({"local": _record(fed=9, until=12)}, me="local", now=1000.0, stale_after=3, idle=8, step=6,
+                     total_steps=200)
+    assert alone.endswith("it is reading input (its batch for step 10 has not come from its input pipeline). "
+                          "Its Python stacks are in its log."), alone
+    fed = describe({"local": _record(fed=12, until=12)}, me="local", now=1000.0, stale_after=3, idle=8, step=6,
+                   total_steps=200)
+    assert "it is waiting for a collective" in fed, fed
+    two = describe({"worker:0": _record(fed=10, until=12), "worker:1": _record(fed=9, until=12)}, me="worker:0",
+                   now=1000.0, stale_after=3, idle=8, step=6, total_steps=200)
+    assert "worker:1 is behind, reading input (its batch for step 10" in two and "worker:0 waits for it" in two, two
+    both = describe({"worker:0": _record(fed=9, until=12), "worker:1": _record(fed=9, until=12)}, me="worker:0",
+                    now=1000.0, stale_after=3, idle=8, step=6, total_steps=200)
+    assert "worker:0 is behind, reading input" in both and "worker:1 is behind, reading input" in both, both
 
 
 def test_a_lost_peer_line_names_the_peers_whose_heartbeat_stopped(tmp_path):

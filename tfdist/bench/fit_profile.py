@@ -18,17 +18,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=6, help="rounds of one run of each")
     parser.add_argument("--steps", type=int, default=64, help="timed steps (an epoch is warmup + steps)")
     parser.add_argument("--warmup", type=int, default=4, help="Keras' warm-up steps, as in the benchmark")
+    parser.add_argument("--model", default="unet", choices=["unet", "dense", "conv"],
+                        help="the UNet, or a small model of the benchmark (both fits then time their second "
+                             "epoch whole, by epoch hooks alone)")
     args = parser.parse_args(argv)
 
     import keras
 
     import tfdist
     from tfdist.bench.measure import keras_experiment
-    from tfdist.bench.rows import BASE, RowSpec
+    from tfdist.bench.plan import SMALL_MODELS
+    from tfdist.bench.rows import RowSpec
 
-    spec = RowSpec(name="fit_profile", kind="keras_fit", steps=args.steps, warmup=args.warmup)
+    small = {"model": args.model, "global_batch_size": SMALL_MODELS[args.model]["global_batch_size"]} \
+        if args.model != "unet" else {}
+    spec = RowSpec(name="fit_profile", kind="keras_fit", steps=args.steps, warmup=args.warmup, overrides=small)
     x, y, model_fn = keras_experiment(spec)
-    batch, per_epoch = BASE["global_batch_size"], args.warmup + args.steps
+    batch, per_epoch = spec.experiment()["global_batch_size"], args.warmup + args.steps
 
     class EpochClock(keras.callbacks.Callback):
         def __init__(self):
@@ -49,6 +55,10 @@ def main(argv: list[str] | None = None) -> None:
         return (end[0] - start[0]) / steps, (end[1] - start[1]) / steps
 
     def keras_fit():
+        if small:
+            clock = EpochClock()
+            model_fn().fit(x, y, batch_size=batch, epochs=2, callbacks=[clock], verbose=0, shuffle=True)
+            return per_step(clock.ticks[("begin", 1)], clock.ticks[("end", 1)], per_epoch)
         clock = BatchClock()
         model_fn().fit(x, y, batch_size=batch, epochs=1, callbacks=[clock], verbose=0, shuffle=True)
         return per_step(clock.ticks[args.warmup], clock.ticks[per_epoch], args.steps)

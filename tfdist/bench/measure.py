@@ -46,7 +46,8 @@ def window(clock: list[tuple[int, float]], start_step: int, end_step: int) -> fl
 def keras_experiment(spec: RowSpec):
     """The Keras rows' arrays and model: ``(x, y, model_fn)``, one epoch of ``warmup + steps`` global batches.
 
-    Imports Keras but runs no TensorFlow op: the strategy is made after it.
+    The model is the row's ``model``: the UNet by default, else ``small_experiment``'s. Imports Keras but runs no
+    TensorFlow op: the strategy is made after it.
     """
     p = spec.experiment()
     import keras
@@ -55,7 +56,10 @@ def keras_experiment(spec: RowSpec):
     from tfdist.data import generate_shapes
     from tfdist.models import build_unet
 
-    images, masks = generate_shapes(p["global_batch_size"] * (spec.warmup + spec.steps), p["image_size"], 0)
+    rows = p["global_batch_size"] * (spec.warmup + spec.steps)
+    if p.get("model", "unet") != "unet":
+        return small_experiment(p["model"], rows, p["image_size"])
+    images, masks = generate_shapes(rows, p["image_size"], 0)
 
     def model_fn():
         keras.mixed_precision.set_global_policy(p.get("precision", "float32"))
@@ -67,6 +71,46 @@ def keras_experiment(spec: RowSpec):
         return model
 
     return images.astype(np.float32) / 255.0, masks.astype(np.int32), model_fn
+
+
+def small_experiment(model: str, rows: int, image_size: int):
+    """``(x, y, model_fn)`` of a small Keras model, whose steps cost little beside a loop's own per-step work.
+
+    ``dense``: 32 features -> Dense(64, relu) -> Dense(4, softmax). ``conv``: the shapes' images -> three 3x3
+    convolutions (32, 64, 128 filters, the first two pooled) -> global average -> Dense(4, softmax), classifying
+    each image by its mask's most common class. Adam and a sparse cross-entropy both.
+    """
+    import keras
+    import numpy as np
+
+    from tfdist.data import generate_shapes
+
+    if model == "dense":
+        rng = np.random.default_rng(0)
+        x, y = rng.normal(size=(rows, 32)).astype(np.float32), rng.integers(0, 4, size=rows).astype(np.int32)
+
+        def layers():
+            return [keras.Input((32,)), keras.layers.Dense(64, activation="relu"),
+                    keras.layers.Dense(4, activation="softmax")]
+    else:
+        images, masks = generate_shapes(rows, image_size, 0)
+        x = images.astype(np.float32) / 255.0
+        counts = np.stack([(masks == c).sum(axis=(1, 2, 3)) for c in range(4)], axis=1)
+        y = counts.argmax(axis=1).astype(np.int32)
+
+        def layers():
+            return [keras.Input((image_size, image_size, 3)),
+                    keras.layers.Conv2D(32, 3, padding="same", activation="relu"), keras.layers.MaxPooling2D(),
+                    keras.layers.Conv2D(64, 3, padding="same", activation="relu"), keras.layers.MaxPooling2D(),
+                    keras.layers.Conv2D(128, 3, padding="same", activation="relu"),
+                    keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(4, activation="softmax")]
+
+    def model_fn():
+        built = keras.Sequential(layers())
+        built.compile(optimizer=keras.optimizers.Adam(1e-3), loss="sparse_categorical_crossentropy")
+        return built
+
+    return x, y, model_fn
 
 
 def _measure_keras_fit(spec: RowSpec) -> tuple[Measured, float]:
@@ -83,7 +127,9 @@ def _measure_keras_fit(spec: RowSpec) -> tuple[Measured, float]:
 
     p = spec.experiment()
     across_workers = bool(spec.strategy) and traits(spec.strategy).multi_process
-    if across_workers:
+    if p.get("setup"):
+        strategy = tfdist.setup(spec.strategy, cpu_devices=p["cpu_devices"], verbose=False)
+    elif across_workers:
         tfdist.patch_keras()
         setup_host(inter_op_threads=spec.workers + 1)
     else:
@@ -92,9 +138,15 @@ def _measure_keras_fit(spec: RowSpec) -> tuple[Measured, float]:
 
     batch, total = p["global_batch_size"], spec.warmup + spec.steps
     x, y, model_fn = keras_experiment(spec)  # one epoch: no boundary in the window
-    strategy = make_strategy(spec.strategy, cpu_devices=p["cpu_devices"]) if spec.strategy else None
+    if not p.get("setup"):
+        strategy = make_strategy(spec.strategy, cpu_devices=p["cpu_devices"]) if spec.strategy else None
     with strategy.scope() if strategy else contextlib.nullcontext():
         model = model_fn()
+    if spec.epochs > 1:  # timed as the tfdist_fit rows are: the last epoch whole, by epoch hooks alone
+        seconds = _fit_last_epoch(spec, lambda callback: model.fit(
+            x, y, batch_size=batch, epochs=spec.epochs, callbacks=[callback], verbose=0, shuffle=True))
+        return Measured(name=spec.name, images_per_second=total * batch / seconds, global_batch_size=batch,
+                        num_replicas=strategy.num_replicas_in_sync if strategy else 1), None
     clock: list[tuple[int, float]] = []
     first_step: list[float] = []
 
@@ -120,13 +172,29 @@ def _measure_tfdist_fit(spec: RowSpec) -> tuple[Measured, None]:
     Keras rows' window leaves out. The epochs before it, each Keras' whole run, are the warm-up. No time to
     first step: no epoch hook marks it.
     """
-    import keras
-
     import tfdist
 
     p = spec.experiment()
-    batch, per_epoch, last = p["global_batch_size"], spec.warmup + spec.steps, spec.epochs - 1
+    batch, per_epoch = p["global_batch_size"], spec.warmup + spec.steps
     x, y, model_fn = keras_experiment(spec)
+    replicas = []
+
+    def fit(callback):
+        history = tfdist.fit(model_fn, x, y, batch_size=batch, epochs=spec.epochs, steps_per_epoch=per_epoch,
+                             strategy=spec.strategy, cpu_devices=p["cpu_devices"], shuffle=True, verbose=0,
+                             callbacks=[callback])
+        replicas.append(history.model.distribute_strategy.num_replicas_in_sync)
+
+    seconds = _fit_last_epoch(spec, fit)
+    return Measured(name=spec.name, images_per_second=per_epoch * batch / seconds, global_batch_size=batch,
+                    num_replicas=replicas[0]), None
+
+
+def _fit_last_epoch(spec: RowSpec, fit) -> float:
+    """Seconds of the last of ``spec.epochs`` epochs of ``fit(callback)``, from its ``on_epoch_begin`` to its
+    ``on_epoch_end`` (a callback with epoch hooks alone, which asks for no batch's logs)."""
+    import keras
+
     clock: dict[str, float] = {}
 
     class Clock(keras.callbacks.Callback):
@@ -136,12 +204,9 @@ def _measure_tfdist_fit(spec: RowSpec) -> tuple[Measured, None]:
         def on_epoch_end(self, epoch, logs=None):
             clock[f"end_{epoch}"] = time.perf_counter()
 
-    history = tfdist.fit(model_fn, x, y, batch_size=batch, epochs=spec.epochs, steps_per_epoch=per_epoch,
-                         strategy=spec.strategy, cpu_devices=p["cpu_devices"], shuffle=True, verbose=0,
-                         callbacks=[Clock()])
-    seconds = clock[f"end_{last}"] - clock[f"begin_{last}"]
-    return Measured(name=spec.name, images_per_second=per_epoch * batch / seconds, global_batch_size=batch,
-                    num_replicas=history.model.distribute_strategy.num_replicas_in_sync), None
+    fit(Clock())
+    last = spec.epochs - 1
+    return clock[f"end_{last}"] - clock[f"begin_{last}"]
 
 
 def _tfdist_config(spec: RowSpec, model_dir: str):

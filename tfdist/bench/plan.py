@@ -21,6 +21,10 @@ WORKERS = (1, 2, 3, 4)
 COMPILE_VARIANTS = {"jit": {"jit_compile": True}, "mixed_bfloat16": {"precision": "mixed_bfloat16"}}
 #: The normalizations compared under 2-worker multi_worker_mirrored (``--norm``; "none" is ``--nobatch_norm``).
 NORMS = ("group", "replica_batch", "none")
+#: The small Keras models (``measure.small_experiment``): their global batch, and their timed steps per the
+#: UNet's (their steps cost a fraction of its, so a window as long takes more of them).
+SMALL_MODELS = {"dense": {"global_batch_size": 64, "steps_factor": 50}, "conv": {"global_batch_size": 32,
+                                                                                "steps_factor": 8}}
 
 
 def rows_for(steps: int, warmup: int) -> list[Row]:
@@ -66,6 +70,30 @@ def rows_for(steps: int, warmup: int) -> list[Row]:
     keras_multi_worker = RowSpec(name="keras_fit_multi_worker_mirrored_2", kind="keras_fit", workers=2,
                                  strategy="multi_worker_mirrored", steps=steps, warmup=warmup,
                                  overrides={"cpu_devices": 1, "global_batch_size": per_worker * 2})
+    def small_model(model: str) -> list[Row]:
+        # Keras' own fit and tfdist.fit on one device, two local CPUs and two workers, each timed by its last
+        # epoch whole (epoch hooks alone); "after setup": Keras' fit under the strategy tfdist.setup returns.
+        per = SMALL_MODELS[model]
+        base = {"model": model, "global_batch_size": per["global_batch_size"]}
+        times = {"steps": steps * per["steps_factor"], "warmup": warmup * per["steps_factor"], "epochs": 2}
+
+        def row(name, kind, strategy=None, cpu_devices=1, processes=1, baseline=None, **overrides) -> Row:
+            batch = per["global_batch_size"] * processes
+            return Row(processes=processes, spec=RowSpec(
+                name=f"{name}_{model}", kind=kind, strategy=strategy, workers=processes, baseline=baseline,
+                overrides={**base, "cpu_devices": cpu_devices, "global_batch_size": batch, **overrides}, **times))
+
+        keras_one, keras_mirrored = f"keras_fit_{model}", f"keras_fit_mirrored_2_{model}"
+        return [row("keras_fit", "keras_fit"),
+                row("tfdist_fit", "tfdist_fit", "one_device", baseline=keras_one),
+                row("keras_fit_mirrored_2", "keras_fit", "mirrored", 2, baseline=keras_one),
+                row("tfdist_fit_mirrored_2", "tfdist_fit", "mirrored", 2, baseline=keras_mirrored),
+                row("keras_fit_setup_mirrored_2", "keras_fit", "mirrored", 2, baseline=keras_mirrored, setup=True),
+                row("keras_fit_setup_multi_worker_mirrored_2", "keras_fit", "multi_worker_mirrored", processes=2,
+                    baseline=keras_one, setup=True),
+                row("tfdist_fit_multi_worker_mirrored_2", "tfdist_fit", "multi_worker_mirrored", processes=2,
+                    baseline=f"keras_fit_setup_multi_worker_mirrored_2_{model}")]
+
     norm_values = {"group": {"norm": "group"}, "replica_batch": {"norm": "replica_batch"},
                    "none": {"batch_norm": False}}
     return [
@@ -77,15 +105,22 @@ def rows_for(steps: int, warmup: int) -> list[Row]:
             Row(spec=fit(f"tfdist_fit_{name}", "one_device", overrides=overrides, baseline="tfdist_fit")),
             Row(spec=tfdist(f"one_device_{name}", "one_device", overrides=overrides, baseline="one_device")))),
         Row(spec=tfdist("mirrored_1", "mirrored", 1)),
+        *(row for model in SMALL_MODELS for row in small_model(model)),
         Row(spec=RowSpec(name="input_pipeline", kind="pipeline", strategy="one_device", steps=steps, warmup=warmup)),
         Row(spec=keras("keras_fit_mirrored_2", "mirrored", 2)),
         Row(spec=fit("tfdist_fit_mirrored_2", "mirrored", 2, baseline="keras_fit_mirrored_2")),
         Row(spec=tfdist("mirrored_2", "mirrored", 2, baseline="keras_fit_mirrored_2")),
+        Row(spec=dataclasses.replace(keras("keras_fit_setup_mirrored_2", "mirrored", 2, setup=True),
+                                     baseline="keras_fit_mirrored_2")),
         Row(spec=keras("keras_fit_central_storage_2", "central_storage", 2)),
         Row(spec=tfdist("central_storage_2", "central_storage", 2, baseline="keras_fit_central_storage_2")),
         multi_worker(1),
         Row(processes=2, spec=keras_multi_worker),
-        *(multi_worker(n) for n in WORKERS[1:]),
+        multi_worker(2),
+        Row(processes=2, spec=fit("tfdist_fit_multi_worker_mirrored_2", "multi_worker_mirrored", workers=2,
+                                  overrides={"global_batch_size": per_worker * 2},
+                                  baseline="keras_fit_multi_worker_mirrored_2")),
+        *(multi_worker(n) for n in WORKERS[2:]),
         *(multi_worker(2, f"_{norm}_norm", **norm_values[norm]) for norm in NORMS),
         *(parameter_server(n) for n in WORKERS),
         once("allreduce_2", "comm", 2),

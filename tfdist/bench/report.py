@@ -143,6 +143,13 @@ def goals(results: Mapping[str, Any]) -> list[dict]:
          ratio("central_storage_2", "keras_fit_central_storage_2"), 1.0),
         ("input pipeline >= 0.95x cached tensors", None if pipeline is None else {"median": pipeline}, 0.95),
         ("parameter_server_2 >= 1.5x parameter_server_1", ratio("parameter_server_2", "parameter_server_1"), 1.5),
+        ("tfdist_fit_dense >= 0.95x keras_fit_dense", ratio("tfdist_fit_dense", "keras_fit_dense"), 0.95),
+        ("tfdist_fit_conv >= 0.95x keras_fit_conv", ratio("tfdist_fit_conv", "keras_fit_conv"), 0.95),
+        # tfdist.fit under mirrored, and Keras' fit under the strategy tfdist.setup returns, against Keras' own
+        # MirroredStrategy on the same 2 CPUs: the UNet, and the small models.
+        *((f"{row}{model} >= 1.00x keras_fit_mirrored_2{model}",
+           ratio(f"{row}{model}", f"keras_fit_mirrored_2{model}"), 1.0)
+          for model in ("", "_dense", "_conv") for row in ("tfdist_fit_mirrored_2", "keras_fit_setup_mirrored_2")),
     ]
     out = []
     for goal, value, at_least in checks:

@@ -12,6 +12,7 @@ from typing import Callable, NoReturn
 import numpy as np
 
 from tfdist.errors import Preempted, TrainingDiverged
+from tfdist.engine.chunks import ChunkSize, chunk_seconds
 from tfdist.engine.steps import StatsAccumulator
 from tfdist.engine.task import Task
 
@@ -32,6 +33,9 @@ class Schedule:
     checkpoint_every: int = 1
     #: Whether the epoch that ends (counted from 1) is evaluated; the task's eval runs after every epoch by default.
     evaluates_after: Callable[[int], bool] = lambda epoch: True
+    #: Whether a chunk may join several ``steps_per_loop`` into one call of the loop (``engine.chunks``): only
+    #: where no hook needs each loop's end (Keras callbacks without batch hooks).
+    grow: bool = False
 
 
 class Controller:
@@ -67,6 +71,9 @@ class Controller:
         self._bar = None
         self._window = StatsAccumulator(self.steps.stats_size, self.steps.metrics)
         self._window_seconds = 0.0  # train seconds of the log window so far
+        timeout = watchdog.timeout if watchdog is not None else 0.0
+        self._chunk = (ChunkSize(schedule.steps_per_loop, grow=schedule.grow, seconds=chunk_seconds(timeout))
+                      if schedule is not None else None)
 
     def run(self, start_step: int) -> dict | None:
         """Train to the schedule's end (or until a hook's ``epoch_end`` says stop); the last eval metrics or None.
@@ -108,9 +115,10 @@ class Controller:
             self._window_seconds = float(carried[-1])
 
     def _chunk_end(self, step: int) -> int:
-        """The end of the chunk from ``step``: the first loop, log, checkpoint, epoch or run boundary after it."""
+        """The end of the chunk from ``step``: the first loop (``ChunkSize``), log, checkpoint, epoch or run
+        boundary after it."""
         schedule = self.schedule
-        return min(schedule.total_steps, step + schedule.steps_per_loop, next_boundary(step, schedule.log_every),
+        return min(schedule.total_steps, step + self._chunk.steps, next_boundary(step, schedule.log_every),
                    next_boundary(step, schedule.checkpoint_every), next_boundary(step, schedule.steps_per_epoch))
 
     def _train(self, begin: int, end: int) -> bool:
@@ -124,13 +132,14 @@ class Controller:
             hook.chunk_begin(begin, end)
         first_chunk = self.chunk_ended_at is None
         t0 = time.perf_counter()
-        with self._phase("first_step" if first_chunk else "training", end):
+        with self._phase("first_step" if first_chunk else "training", end, begin=begin):
             stats, stop = self.loop.train(end - begin, self._stop_requested)
         elapsed = time.perf_counter() - t0
         self.chunk_ended_at = t0 + elapsed
         if not first_chunk:  # the first chunk traces and compiles: not a speed figure
             self.train_seconds += elapsed
             self.timed_steps += end - begin
+            self._chunk.measured(end - begin, elapsed)
         elif self.first_step_at is None:
             self.first_step_at = time.time()
         if stop and stats[1] == 0:  # a coordinator stopped waiting for its closures: nothing to log
@@ -206,10 +215,11 @@ class Controller:
             self._bar.update(step, values=[("loss", loss)], finalize=False)
 
     @contextlib.contextmanager
-    def _phase(self, phase: str, step: int):
-        """Tell the watchdog that ``phase`` runs, and that it finished (progress at ``step``)."""
+    def _phase(self, phase: str, step: int, begin: int | None = None):
+        """Tell the watchdog that ``phase`` runs (steps ``[begin, step)`` when it trains), and that it finished
+        (progress at ``step``)."""
         if self.watchdog is not None:
-            self.watchdog.doing(phase)
+            self.watchdog.doing(phase, until=step if begin is not None else None)
         yield
         if self.watchdog is not None:
             self.watchdog.progress(step)

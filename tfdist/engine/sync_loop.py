@@ -51,9 +51,12 @@ class SyncLoop:
       train_dataset_fn: ``InputContext -> Dataset`` of per-replica batches, repeated (None: it evaluates only,
         as an evaluator's loop under the default strategy does).
       eval_dataset_fn: ``InputContext -> Dataset`` of per-replica batches, finite (None: no eval).
+      several_steps: whether chunks run several steps (a ``Schedule`` that grows, or ``steps_per_loop`` > 1):
+        then every chunk, one step long too, runs in the several-step function, which is traced once.
     """
 
-    def __init__(self, *, strategy, steps: Steps, step_counter, train_dataset_fn, eval_dataset_fn):
+    def __init__(self, *, strategy, steps: Steps, step_counter, train_dataset_fn, eval_dataset_fn,
+                 several_steps: bool = False):
         self.strategy = strategy
         self.steps = steps
         self.step_counter = step_counter
@@ -63,6 +66,7 @@ class SyncLoop:
                                 if train_dataset_fn is not None else None)
         self._eval_dataset = (strategy.distribute_datasets_from_function(eval_dataset_fn, options)
                               if eval_dataset_fn is not None else None)
+        self._several_steps = several_steps
         self._train_fn = tf.function(self._train_steps)
         self._train_one_fn = tf.function(self._train_step)
         self._eval_fn = tf.function(self._eval_pass)
@@ -72,10 +76,12 @@ class SyncLoop:
         return counted_train_step(self.strategy, self.steps, self.step_counter, iterator, vote=vote)
 
     def _train_steps(self, iterator, num_steps, vote):
-        total = tf.zeros([self._size + 1], tf.float32)
-        for _ in tf.range(num_steps):
-            total += self._train_step(iterator, vote)
-        return total
+        # Each step's stats vector, as a row: the host sums them in float64, as it sums one-step chunks, so a
+        # chunk's length changes no logged metric.
+        stats = tf.TensorArray(tf.float32, size=tf.cast(num_steps, tf.int32), element_shape=[self._size + 1])
+        for i in tf.range(tf.cast(num_steps, tf.int32)):
+            stats = stats.write(i, self._train_step(iterator, vote))
+        return stats.stack()
 
     def _eval_pass(self, dataset):
         # Iterating a distributed dataset inside tf.function makes tf.data warn
@@ -94,10 +100,13 @@ class SyncLoop:
         worker's in each step's all-reduce: every task gets the same answer.
         """
         vote = tf.constant(1.0 if stop() else 0.0, tf.float32)
-        if num_steps == 1:
-            total = self._train_one_fn(self._train_iterator, vote).numpy()
+        if num_steps == 1 and not self._several_steps:
+            total = self._train_one_fn(self._train_iterator, vote).numpy().astype(np.float64)
         else:
-            total = self._train_fn(self._train_iterator, tf.constant(num_steps, tf.int64), vote).numpy()
+            rows = self._train_fn(self._train_iterator, tf.constant(num_steps, tf.int64), vote).numpy()
+            total = np.zeros(self._size + 1, np.float64)
+            for row in rows:  # in step order, as the controller adds one-step chunks
+                total += row
         return total[:-1], bool(total[-1] > 0)
 
     def step(self) -> int:

@@ -262,13 +262,14 @@ class KerasClient(Client):
         reset = steps.reset if own_steps else (lambda: None)  # a model's own metrics: reset as Keras' fit does
         reset()
         per_execution = max(1, int(getattr(model, "steps_per_execution", 1) or 1))
+        batch_hooks = any(implements_batch_hooks(c) for c in self.callbacks or [])
         self.keras_callbacks = keras_callbacks = KerasCallbacks(
             model=model, callbacks=None, reset=reset, epoch_steps=epoch_steps,
             total_steps=total_steps, per_execution=per_execution, eval_reset=own_steps,
-            batch_hooks=any(implements_batch_hooks(c) for c in self.callbacks or []))  # only when one has them
+            batch_hooks=batch_hooks)  # only when one has them
         self._schedule = Schedule(
             total_steps=total_steps, steps_per_epoch=epoch_steps, steps_per_loop=per_execution,
-            log_every=epoch_steps, checkpoint_every=epoch_steps,
+            log_every=epoch_steps, checkpoint_every=epoch_steps, grow=not batch_hooks,
             evaluates_after=lambda epoch: evaluates_after(epoch, self.validation_freq))
         return Task(steps=steps, train_dataset_fn=train_fn, eval_dataset_fn=eval_fn,
                     learning_rate=lambda _: train.learning_rate(optimizer), global_batch_size=self.batch_size or 0,

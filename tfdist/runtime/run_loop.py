@@ -59,9 +59,14 @@ def run_loop(training: Training, state, task: Task, schedule: Schedule, *, outpu
         timeout=training.progress_timeout, step=start_step, total_steps=schedule.total_steps, batches=batches,
         before_exit=(lambda: tell_servers(placement, PEER_LOST_EXIT_CODE)) if placement.coordinator else None,
     )
+    if placement.coordinator or len(placement.training_tasks()) > 1:
+        # A coordinator's chunk is its closures, sized by steps_per_loop. Workers of a synchronous cluster run
+        # chunks of the same steps, whose collectives meet call for call: a chunk sized by each worker's own
+        # clock would not.
+        schedule = dataclasses.replace(schedule, grow=False)
     loop = make_loop(coordinator=placement.coordinator, strategy=training.strategy, steps=task.steps,
-                     step_counter=state.step,
-                     train_dataset_fn=train_dataset_fn, eval_dataset_fn=task.eval_dataset_fn)
+                     step_counter=state.step, train_dataset_fn=train_dataset_fn, eval_dataset_fn=task.eval_dataset_fn,
+                     several_steps=schedule.grow or schedule.steps_per_loop > 1)
     controller = Controller(loop=loop, task=task, schedule=schedule,
                             checkpoints=state.checkpoints if checkpoints else None, outputs=outputs,
                             preemption=preemption, watchdog=watchdog, verbose=verbose)
@@ -78,7 +83,8 @@ def run_loop(training: Training, state, task: Task, schedule: Schedule, *, outpu
                      closures_per_worker=getattr(loop, "closures_per_worker", None) if placement.coordinator else None)
 
 
-def make_loop(*, coordinator: bool, strategy, steps, step_counter, train_dataset_fn, eval_dataset_fn) -> Loop:
+def make_loop(*, coordinator: bool, strategy, steps, step_counter, train_dataset_fn, eval_dataset_fn,
+              several_steps: bool = False) -> Loop:
     """The loop for a strategy: ``CoordinatorLoop`` when it has a coordinator, else ``SyncLoop``.
 
     Args:
@@ -87,6 +93,7 @@ def make_loop(*, coordinator: bool, strategy, steps, step_counter, train_dataset
         train_dataset_fn: ``InputContext -> Dataset`` of per-replica batches, repeated.
         eval_dataset_fn: ``InputContext -> Dataset`` of per-replica batches, finite (None: no eval);
             the coordinator reads it as one local pipeline.
+        several_steps: whether the synchronous loop's chunks run several steps (``SyncLoop``).
     """
     if coordinator:
         import tensorflow as tf
@@ -99,4 +106,4 @@ def make_loop(*, coordinator: bool, strategy, steps, step_counter, train_dataset
     from tfdist.engine.sync_loop import SyncLoop
 
     return SyncLoop(strategy=strategy, steps=steps, step_counter=step_counter,
-                    train_dataset_fn=train_dataset_fn, eval_dataset_fn=eval_dataset_fn)
+                    train_dataset_fn=train_dataset_fn, eval_dataset_fn=eval_dataset_fn, several_steps=several_steps)

@@ -137,6 +137,7 @@ class Watchdog:
         self.before_exit = before_exit
         self.interval = min(MAX_INTERVAL, max(0.5, timeout / 10)) if timeout else MAX_INTERVAL
         self.phase = "starting"
+        self.until: int | None = None  # the end of the chunk of steps that runs (None: not training)
         self.step = step
         self.start_step = step
         self.progress_at = time.monotonic()
@@ -153,9 +154,10 @@ class Watchdog:
             self.phase = phase
         self.progress_at = time.monotonic()
 
-    def doing(self, phase: str) -> None:
-        """The main thread starts ``phase`` (training, evaluating, checkpointing)."""
-        self.phase = phase
+    def doing(self, phase: str, until: int | None = None) -> None:
+        """The main thread starts ``phase`` (training, evaluating, checkpointing); training: steps up to
+        ``until``."""
+        self.phase, self.until = phase, until
 
     # The thread ---------------------------------------------------------------------------------
 
@@ -189,7 +191,7 @@ class Watchdog:
 
     def _record(self) -> dict:
         return {"task": self.task, "host": socket.gethostname(), "pid": os.getpid(), "time": time.time(),
-                "interval": self.interval, "phase": self.phase, "step": self.step,
+                "interval": self.interval, "phase": self.phase, "step": self.step, "until": self.until,
                 "fed": self.batches.fed if self.batches is not None else None}
 
     def _write(self) -> None:
@@ -240,16 +242,19 @@ class Watchdog:
         end_process(PEER_LOST_EXIT_CODE)
 
 
-def _doing(record: dict, most_fed: int | None) -> str:
+def _doing(record: dict, most_fed: int | None, least_fed: int | None = None) -> str:
     """What a task with a fresh heartbeat is doing, in words.
 
-    A training task whose input has fed no step beyond the last one it
-    finished, or fewer steps than another task's input has, waits for its
-    input pipeline; one that has its batch waits inside the step (for the
-    collective that needs every task).
+    A training task whose input has fed fewer steps than another task's
+    input has waits for its input pipeline; so does one whose input has not
+    fed its chunk of steps (the steps up to ``until``; a record without it ran
+    one step) while no training task's input fed more (``most_fed`` and
+    ``least_fed`` equal, or None: one task). One that has its batch waits
+    inside the step (for the collective that needs every task).
     """
     phase, step, fed = record["phase"], record["step"], record.get("fed")
-    if phase in STEPPING and fed is not None and ((phase == TRAINING and fed <= step)
+    until = record.get("until") or step + 1
+    if phase in STEPPING and fed is not None and ((phase == TRAINING and fed < until and most_fed == least_fed)
                                                   or (most_fed is not None and fed < most_fed)):
         return f"reading input (its batch for step {fed + 1} has not come from its input pipeline)"
     if phase == TRAINING:
@@ -282,13 +287,13 @@ def describe(heartbeats: dict[str, dict | None], *, me: str, now: float, stale_a
                              "(the process is stopped or frozen, or its host is down)")
         else:
             fresh[task] = record
-    most_fed = max((r["fed"] for r in fresh.values() if r["phase"] in STEPPING and r.get("fed") is not None),
-                   default=None)
+    feds = [r["fed"] for r in fresh.values() if r["phase"] in STEPPING and r.get("fed") is not None]
+    most_fed, least_fed = max(feds, default=None), min(feds, default=None)
     training_somewhere = any(r["phase"] in STEPPING for r in fresh.values())
     behind = dict(stopped)
     waiting = {}
     for task, record in fresh.items():
-        doing = _doing(record, most_fed)
+        doing = _doing(record, most_fed, least_fed)
         if doing.startswith("reading input") or (training_somewhere and record["phase"] in
                                                   ("evaluating", "checkpointing", "starting")):
             behind[task] = doing
