@@ -70,9 +70,10 @@ def test_a_dataset_of_unknown_length_stages_at_most_its_steps_batches(tmp_path, 
 def test_a_stage_over_the_limit_is_one_user_error_naming_its_size_and_leaves_no_stage(tmp_path, monkeypatch,
                                                                                      small_limit):
     limit = "the staging limit of 97.7 KiB (TFDIST_STAGE_LIMIT=100000)"
-    # Known beforehand: 2000 steps of 10 int64 pairs, 160 bytes each (about 312.5 KiB); nothing is written.
+    # Known beforehand, from the Dataset's type (not a batch of it): 2000 steps of 10 int64 pairs, 160 bytes each
+    # (about 312.5 KiB); nothing is written.
     with pytest.raises(UserError) as known:
-        _staged(_pairs(20).batch(10).repeat(), tmp_path / "known", total_steps=2000)
+        _staged(_pairs(20).batch(10, drop_remainder=True).repeat(), tmp_path / "known", total_steps=2000)
     assert str(known.value).startswith(
         "Invalid `x` under parameter_server: the first 2000 batches of the Dataset x must be staged on disk for "
         f"the workers, and its stage would take about 312.5 KiB, over {limit}. Expected fewer epochs or "

@@ -360,8 +360,9 @@ def _source(dataset, stage_dir, *, rows: int | None, total_steps: int | None):
     without end (``.repeat()`` with ``steps_per_epoch``), or whose length TensorFlow does not know
     (``.filter``, a generator), its first ``total_steps`` batches are staged: the batches one process trains
     on, each epoch going on where the last one ended (a shorter one is staged whole, and repeats as it
-    would on one process). A stage whose size is known beforehand and over the limit is refused before
-    anything is written; any other is stopped at the limit (``staging.stage``).
+    would on one process). A stage whose size is known beforehand (numpy rows; a Dataset whose type has every
+    shape known, its batches' too) and over the limit is refused before anything is written; any other is
+    stopped at the limit (``staging.stage``). A user's Dataset is not read for the estimate.
     """
     if stage_dir is None:
         return lambda: dataset

@@ -19,12 +19,13 @@ class KerasSteps:
       optimizer: its optimizer (``model.optimizer``).
       spec: the type of a global batch ``(x, y[, sample_weight])`` (``inputs.Source.spec``), to build the
         compiled loss and metrics outside any step, symbolically (a user's Dataset is not read before training).
+      rows: numpy ``(x, y)`` of a few examples (``inputs.Source.first_rows``), to build them on instead.
     """
 
     #: The count in ``metrics``' result (throughput is examples per second).
     count_key = "examples"
 
-    def __init__(self, *, model, optimizer, spec):
+    def __init__(self, *, model, optimizer, spec, rows=None):
         if _compat.compiled_loss(model) is None:
             raise UserError(
                 "Missing loss: model_fn must return a model compiled with a loss. Received: a model without "
@@ -36,7 +37,18 @@ class KerasSteps:
         # Built here, not inside a step, and under the model's strategy as Keras' fit builds them (its symbolic
         # build, which also makes the variables a metric creates at its first update: F1Score, FBetaScore): the
         # loss trackers and metrics are the strategy's variables, which Keras' own evaluate of the model updates.
-        _compat.symbolic_build(model, keras_tensors(spec))
+        if rows is None:
+            _compat.symbolic_build(model, keras_tensors(spec))
+        else:
+            x, y = rows
+            with model.distribute_strategy.scope():
+                y_pred = model(x, training=False)
+                if not compile_loss.built:
+                    compile_loss.build(y, y_pred)
+                if compiled is not None and not compiled.built:
+                    compiled.build(y, y_pred)
+                if compiled is not None:  # a metric that makes its variables at its first update; reset below
+                    compiled.update_state(y, y_pred)
         _check_reductions(compile_loss)
         self._compiled = compiled
         variables = list(compiled.variables) if compiled is not None else []

@@ -69,3 +69,14 @@ def trace_train_step(model, spec) -> None:
     with strategy.scope():
         tf.function(lambda data: strategy.run(step, (data,))).get_concrete_function(
             tf.nest.map_structure(shaped, spec))
+
+
+def zeros(spec):
+    """Zeros of type ``spec`` (its unknown number of rows: ``TRACE_ROWS``), to build a compiled loss and metrics
+    on values as they are built on numpy rows; None where a part's other dimensions are not known or it is not a
+    plain tensor (those are built symbolically)."""
+    parts = tf.nest.flatten(spec)
+    if not all(isinstance(s, tf.TensorSpec) and s.shape.rank and s.shape[1:].is_fully_defined() for s in parts):
+        return None
+    return tf.nest.map_structure(
+        lambda s: tf.zeros([TRACE_ROWS if s.shape[0] is None else s.shape[0], *s.shape[1:]], s.dtype), spec)

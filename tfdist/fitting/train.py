@@ -13,7 +13,7 @@ from tfdist import _compat
 from tfdist.errors import UserError
 from tfdist.fitting.custom_steps import KerasModelSteps, overrides_steps, refuse_under_coordinator
 from tfdist.fitting.steps import KerasSteps
-from tfdist.fitting.symbolic import has_call, keras_tensors
+from tfdist.fitting.symbolic import has_call, keras_tensors, zeros
 from tfdist.global_gradients import refuse_accumulation_under_coordinator
 
 
@@ -56,6 +56,7 @@ def keras_steps(model, optimizer, spec, *, source, validation):
     own_steps = bool(overrides_steps(model))
     inputs = [("x", source, spec)] + ([] if validation is None else
                                       [("validation_data", validation, validation.spec())])
+    checked = []  # (what the targets are called, the targets, the model's outputs on their inputs)
     for name, input_source, input_spec in inputs:
         x, y, _ = _unpack(input_spec)
         if own_steps and not has_call(model):
@@ -66,12 +67,20 @@ def keras_steps(model, optimizer, spec, *, source, validation):
         if rows is not None:
             x, y = rows
         predicted = _check_takes(model, x, name, batched_by_user=input_source.is_dataset)
-        if not own_steps:
-            _check_loss(model, y, predicted, "y" if name == "x" and source.y is not None else name)
+        checked.append(("y" if name == "x" and source.y is not None else name, y, predicted))
     if own_steps:
         return KerasModelSteps(model=model, spec=spec, takes_tuples={"train_step": isinstance(spec, tuple),
                                                                      "test_step": isinstance(inputs[-1][2], tuple)})
-    return KerasSteps(model=model, optimizer=optimizer, spec=spec)
+    rows = source.first_rows()
+    if rows is None:  # a dataset's targets are checked on their type, before its loss is built on zeros of it
+        for name, targets, predicted in checked:
+            _check_loss(model, targets, predicted, name)
+    # Built on numpy rows, or on zeros of a dataset's type (symbolically where that is not known).
+    steps = KerasSteps(model=model, optimizer=optimizer, spec=spec, rows=rows or zeros(_unpack(spec)[:2]))
+    if rows is not None:
+        for name, targets, predicted in checked:
+            _check_loss(model, targets, predicted, name)
+    return steps
 
 
 def _unpack(spec) -> tuple:
