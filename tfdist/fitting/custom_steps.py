@@ -56,6 +56,17 @@ def _names(logs: dict) -> list[str]:
     return sorted(names)
 
 
+def _sharing(step):
+    """``step(data, examples, total)``: the model's ``step(data)`` with this replica's share of the step's examples
+    known (one device's loss and gradients, on an uneven split too). The share comes in as arguments, so that a
+    step compiled with XLA, traced once, reads the tensors of the call that runs it."""
+    def run(data, examples, total):
+        with replica_share(examples, total=total):
+            return step(data)
+
+    return run
+
+
 class KerasModelSteps:
     """The replica functions of a model with its own ``train_step``/``test_step``.
 
@@ -84,7 +95,7 @@ class KerasModelSteps:
             _compat.symbolic_build(model, keras_tensors(spec))  # as Keras' fit builds it, under the strategy
         self._tuples = dict(takes_tuples)
         self._returned: dict[str, list[str]] = {}
-        self._calls = {name: getattr(model, name) for name in ("train_step", "test_step")}
+        self._calls = {name: _sharing(getattr(model, name)) for name in ("train_step", "test_step")}
         if model.jit_compile:  # Keras' own reading of compile(jit_compile=...), "auto" resolved
             _refuse_xla_all_reduce(model)
             self._calls = {name: tf.function(call, jit_compile=True) for name, call in self._calls.items()}
@@ -93,8 +104,7 @@ class KerasModelSteps:
         """``model.<name>(data)`` on this replica's slice (``data`` as Keras passes it); its stats vector."""
         *data, p = batch  # p: the step's examples over every replica
         n = tf.cast(tf.shape(tf.nest.flatten(data[0])[0])[0], tf.float32)
-        with replica_share(n, total=p):  # one device's loss and gradients, on an uneven split too
-            logs = self._calls[name](tuple(data) if self._tuples[name] else data[0])
+        logs = self._calls[name](tuple(data) if self._tuples[name] else data[0], n, p)
         self._returned[name] = _names(logs) if isinstance(logs, dict) else [f"a {type(logs).__name__}"]
         return tf.stack([tf.constant(0.0), n])
 
