@@ -18,7 +18,8 @@ Every epoch's figures of ``tfdist.fit`` under each strategy equal Keras' own
 Keras' own ``MirroredStrategy`` does not for ``guide_model``: it tracks the loss
 that ``compute_loss`` divided by the replicas, half of one device's, while
 ``tfdist.fit`` runs the step with the loss one device sees. A step that returns logs other than the model's
-metrics is one ``UserError`` line. The same ``Lower`` under 2
+metrics is one ``UserError`` line. ``guide_model`` compiled with ``jit_compile=True`` trains on one device as
+Keras' ``fit`` trains it. The same ``Lower`` under 2
 ``multi_worker_mirrored`` workers is in ``test_fit_setup.py``; under
 ``parameter_server`` (refused) in ``test_fit_parameter_server.py``.
 """
@@ -77,15 +78,15 @@ class Misnamed(Lower):
         return {"batch_loss": logs["loss"]}
 
 
-def builder(cls, compiled_loss):
+def builder(cls, compiled_loss, jit_compile=False):
     def model_fn():
         keras.utils.set_random_seed(2)
         inputs = keras.Input((8,))
         model = cls(inputs, keras.layers.Dense(1)(keras.layers.Dense(16, activation="relu")(inputs)))
         if compiled_loss:
-            model.compile(optimizer=keras.optimizers.SGD(0.02), loss="mse", metrics=["mae"])
+            model.compile(optimizer=keras.optimizers.SGD(0.02), loss="mse", metrics=["mae"], jit_compile=jit_compile)
         else:
-            model.compile(optimizer=keras.optimizers.SGD(0.02))
+            model.compile(optimizer=keras.optimizers.SGD(0.02), jit_compile=jit_compile)
         return model
 
     return model_fn
@@ -118,6 +119,12 @@ for name, model_fn in models:
     for strategy in made:
         out[f"{name} tfdist {strategy}"] = tfdist.fit(model_fn, x, y, batch_size=32, epochs=2, shuffle=False,
                                                       verbose=0, validation_data=val, strategy=strategy).history
+# A step compiled with XLA, on one device (XLA has no collectives on CPU replicas), over compute_loss.
+jitted = builder(guide_model, True, jit_compile=True)
+out["guide_jit keras one_device"] = jitted().fit(x, y, batch_size=32, epochs=2, shuffle=False, verbose=0,
+                                                 validation_data=val).history
+out["guide_jit tfdist one_device"] = tfdist.fit(jitted, x, y, batch_size=32, epochs=2, shuffle=False, verbose=0,
+                                                validation_data=val, strategy="one_device").history
 try:
     tfdist.fit(builder(Misnamed, False), x, y, batch_size=32, strategy="mirrored", verbose=0)
 except UserError as e:
@@ -158,6 +165,12 @@ def test_the_lower_level_model_trains_as_one_device_under_two_replicas():
     # Its loss is the sum of per-example losses' gradients, all-reduced: 2 replicas take one device's step.
     out = results()
     assert spread(out["lower tfdist mirrored"], out["lower tfdist one_device"]) < 1e-5
+
+
+@pytest.mark.xdist_group("fit_custom_steps")
+def test_a_step_compiled_with_xla_equals_keras_fit_on_one_device():
+    out = results()
+    assert spread(out["guide_jit tfdist one_device"], out["guide_jit keras one_device"]) < 1e-6
 
 
 @pytest.mark.xdist_group("fit_custom_steps")
