@@ -9,6 +9,8 @@ trains, for the inputs Keras' data adapters take, what Keras' own ``fit`` trains
   with ``shuffle=True``: the batches reach the steps in one device's order (the model is built before training
   without reading a batch, which would start an iteration of the data: a generator read ahead, a shuffle drawn).
 
+``predict_on_batch`` gives one device's rows (each replica predicts its slice of the batch).
+
 Each epoch's losses agree to 1e-6 relative and the final weights to 2e-7 (float32 rounding between 1 and 2
 replicas: ~6e-8 here); a wrong order is 1e-3 to 1e-1 off.
 """
@@ -97,3 +99,14 @@ def test_keras_fit_after_patch_keras_on_two_replicas_equals_one_device(name):
         np.testing.assert_allclose(two[key], one[key], rtol=LOSS_RTOL, err_msg=key)
     for a, b in zip(two_weights, one_weights):
         np.testing.assert_allclose(a, b, rtol=0, atol=WEIGHT_ATOL)
+
+
+@pytest.mark.parametrize("rows", [3, 32])
+def test_predict_on_batch_over_two_replicas_gives_one_device_rows(rows):
+    tfdist.patch_keras()
+    one = classifier()
+    with mirrored().scope():
+        two = classifier()
+    want, got = one.predict_on_batch(X[:rows]), two.predict_on_batch(X[:rows])
+    assert got.shape == want.shape == (rows, 2)
+    np.testing.assert_allclose(got, want, rtol=0, atol=WEIGHT_ATOL)

@@ -80,6 +80,23 @@ def install(fit) -> None:
     cls.fit = _wrapped_fit(cls.fit, multi_worker, functools.partial(fit_under_coordinator, fit=fit))
     cls.evaluate = on_the_coordinator(cls.evaluate)
     cls.predict = on_the_coordinator(cls.predict)
+    cls.predict_on_batch = _split_on_batch(cls.predict_on_batch)
+
+
+def _split_on_batch(original):
+    """``predict_on_batch`` that gives each replica its slice of the batch, as ``predict`` does: Keras hands the
+    whole batch to every replica and concatenates their outputs (N times one device's rows)."""
+
+    @functools.wraps(original)
+    def predict_on_batch(self, x):
+        from keras import tree
+
+        if self.distribute_strategy.num_replicas_in_sync == 1:
+            return original(self, x)
+        rows = int(tree.flatten(x)[0].shape[0])
+        return self.predict(x, batch_size=max(rows, 1), verbose=0)
+
+    return predict_on_batch
 
 
 def _fixed_reduce(original, multi_worker):
