@@ -13,6 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfdist.errors import UserError
+from tfdist.fitting import keras_data
 from tfdist.engine.inputs import batches_per_step
 
 
@@ -137,44 +138,13 @@ class Source:
     def keras_batches(self, *, shuffle=False, class_weight=None, steps_per_epoch=None,
                       evaluation: bool = False) -> Source:
         """This input once the process is set up: a PyDataset or a generator as the ``DATASET`` of the global
-        batches that Keras' own data adapter makes of it (its order, ``workers`` and ``use_multiprocessing``, class
-        weights); any other input as it is.
-
-        A PyDataset's epoch is Keras' epoch, its hooks called as Keras' ``fit`` calls them (``on_epoch_end``
-        once before the first epoch, or before each ``evaluation``, then ``on_epoch_begin`` and ``on_epoch_end``
-        around each), its batch order drawn from Python's ``random`` at each epoch's start under ``shuffle``. A
-        generator with ``steps_per_epoch`` streams as Keras' ``fit`` streams it; without, it trains one epoch
-        (``args`` refuses more), which is read to its end now to count its batches, as Keras' first epoch does.
-        """
+        batches that Keras' own data adapter makes of it (``keras_data.adapted``); any other input as it is."""
         if self.kind not in KERAS_READ:
             return self
-        from tfdist import _compat
+        from tfdist.fitting.keras_data import adapted
 
-        adapter = _compat.keras_data_adapter(self.x, shuffle=shuffle, class_weight=class_weight,
-                                             steps_per_epoch=steps_per_epoch)
-        keras_epoch = adapter.get_tf_dataset()  # Keras reads its first batches for their spec here, as its fit does
-        if self.kind == GENERATOR:
-            if steps_per_epoch:
-                return Source(DATASET, keras_epoch, read_by_keras=True)
-            read = list(keras_epoch)
-            dataset = tf.data.Dataset.from_generator(lambda: iter(read), output_signature=keras_epoch.element_spec)
-            return Source(DATASET, dataset.apply(tf.data.experimental.assert_cardinality(len(read))),
-                          read_by_keras=True)
-        if not evaluation:
-            adapter.on_epoch_end()  # Keras' fit resets its epoch iterator before the first epoch
-
-        def epoch():
-            if evaluation:
-                adapter.on_epoch_end()  # Keras' evaluate resets it before each pass
-            adapter.on_epoch_begin()
-            try:
-                yield from adapter.get_numpy_iterator()
-            finally:
-                adapter.on_epoch_end()
-
-        dataset = tf.data.Dataset.from_generator(epoch, output_signature=keras_epoch.element_spec)
-        if adapter.num_batches:
-            dataset = dataset.apply(tf.data.experimental.assert_cardinality(adapter.num_batches))
+        dataset = adapted(self.x, generator=self.kind == GENERATOR, shuffle=shuffle, class_weight=class_weight,
+                          steps_per_epoch=steps_per_epoch, evaluation=evaluation)
         return Source(DATASET, dataset, read_by_keras=True)
 
     def unknown_length(self) -> bool:
@@ -245,7 +215,7 @@ class Source:
 
         Args:
           batch_size: the global batch (None: a Dataset's own batches).
-          shuffle: Keras' ``shuffle`` of numpy rows (``True`` or ``"batch"``), in Keras' order (``keras_order``);
+          shuffle: Keras' ``shuffle`` of numpy rows (``True`` or ``"batch"``), in Keras' order (``keras_data.order``);
             never for eval.
           seed: the shuffle's seed where TensorFlow's global seed is not set, the same on every worker.
           training: repeat (the loop counts steps); eval passes are finite.
@@ -268,7 +238,7 @@ class Source:
 
             return from_fn, None
         rows, steps = self.rows_and_steps(batch_size)
-        order = keras_order(rows, batch_size, shuffle, seed) if rows is not None and shuffle and training else None
+        order = keras_data.order(rows, batch_size, shuffle, seed) if rows is not None and shuffle and training else None
         source = _source(self.x if self.is_dataset else self._rows_dataset(order), stage_dir, rows=rows,
                          total_steps=total_steps)
 
@@ -321,29 +291,6 @@ class Source:
         if order is not None:
             parts = tf.nest.map_structure(lambda a: np.asarray(a)[order], parts)
         return tf.data.Dataset.from_tensor_slices(parts)
-
-
-def keras_order(rows: int, batch_size: int, shuffle, seed: int):
-    """The order in which Keras' ``fit`` reads ``rows`` numpy rows in batches of ``batch_size`` under ``shuffle``
-    (``True``, or ``"batch"``: within each batch): every epoch, as its epochs read a new iterator of one seeded
-    dataset.
-
-    Keras' own data adapter draws it, over the row indices, with TensorFlow's random ops under the global seed
-    (``keras.utils.set_random_seed``): the same permutation as its ``fit`` with that seed. Where no global seed
-    is set (Keras would draw another order each run), it is drawn as under the global seed ``seed``, so that
-    every worker reads the same order.
-    """
-    from tfdist import _compat
-
-    unseeded = _compat.global_seed() is None
-    if unseeded:
-        tf.random.set_seed(seed)
-    try:
-        adapter = _compat.keras_data_adapter(np.arange(rows), batch_size=batch_size, shuffle=shuffle)
-        return np.concatenate([tf.nest.flatten(batch)[0].numpy() for batch in adapter.get_tf_dataset()])
-    finally:
-        if unseeded:
-            tf.random.set_seed(None)
 
 
 #: Numpy rows staged as one element.
