@@ -59,6 +59,11 @@ def trace_train_step(model, spec) -> None:
         return tf.TensorSpec(shape, s.dtype)
 
     def outside(next_creator, **kwargs):
+        value = kwargs.get("initial_value")
+        if isinstance(value, tf.Tensor) and not tf.executing_eagerly():  # a constant made in the trace's graph
+            known = tf.get_static_value(value)
+            if known is not None:
+                kwargs["initial_value"] = known
         with tf.init_scope():
             return next_creator(**kwargs)
 
