@@ -123,7 +123,7 @@ def _fits(setup, directory: str | None, fit) -> tuple:
     raise RuntimeError("a setup with no fit")
 
 
-def directory_for(root: str | None, seed: int, run: str) -> str | None:
+def directory_for(root: str | None, seed: int, run: str) -> str:
     """Where run ``run`` (a mode, or ``reference-<task>``) of case ``seed`` writes its callbacks' files: under
     ``root``, which every worker of a cluster shares (None: a new temporary folder of this process)."""
     directory = os.path.join(root or tempfile.mkdtemp(prefix="tfdist-check-"), str(seed), run)
