@@ -206,8 +206,8 @@ def _widened(case: Case, rng: random.Random) -> Case:
     changes["shuffle"] = not case.dataset and source != "generator" and rng.random() < 0.5
     changes["initial_epoch"] = 1 if rng.random() < 0.15 else 0
     watcher = rng.choice(WATCHERS) if rng.random() < 0.35 else None
-    if model == "gan" and watcher == "ModelCheckpoint":
-        watcher = None  # Keras saves no weights of a model that was never called (it is not built)
+    if model == "gan" and watcher in ("ModelCheckpoint", "BackupAndRestore"):
+        watcher = None  # Keras saves no weights of a model that was never called (it is not built), nor backs it up
     changes["watcher"] = watcher
     changes["resumed"] = watcher == "BackupAndRestore" and rng.random() < 0.6 and not changes["initial_epoch"]
     return dataclasses.replace(case, **changes)
