@@ -17,7 +17,9 @@
   which end as one device does, while only the chief writes their files
   (``ModelCheckpoint``, ``CSVLogger``, ``TensorBoard``'s event files, ``BackupAndRestore``) and posts
   (``RemoteMonitor``); a ``BackupAndRestore`` run stopped at an epoch's start and run again resumes there on both
-  workers and ends as Keras' uninterrupted fit; and ``parameter_server`` (a chief, 2 workers, a ps): it learns
+  workers and ends as Keras' uninterrupted fit; chunks that grow (no batch hooks) are the same on both workers,
+  even where their clocks want other sizes, and train as one step a chunk does, bit for bit; and
+  ``parameter_server`` (a chief, 2 workers, a ps): it learns
   (held-out accuracy far above chance).
 """
 
