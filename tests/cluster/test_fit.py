@@ -17,7 +17,9 @@
   which end as one device does, while only the chief writes their files
   (``ModelCheckpoint``, ``CSVLogger``, ``TensorBoard``'s event files, ``BackupAndRestore``) and posts
   (``RemoteMonitor``); a ``BackupAndRestore`` run stopped at an epoch's start and run again resumes there on both
-  workers and ends as Keras' uninterrupted fit; and ``parameter_server`` (a chief, 2 workers, a ps): it learns
+  workers and ends as Keras' uninterrupted fit; chunks that grow (no batch hooks) are the same on both workers,
+  even where their clocks want other sizes, and train as one step a chunk does, bit for bit; and
+  ``parameter_server`` (a chief, 2 workers, a ps): it learns
   (held-out accuracy far above chance).
 """
 
@@ -254,6 +256,34 @@ with open(os.path.join(out, f"resumed-{task['index']}.json"), "w") as f:
     json.dump({"loss": resumed.history["loss"], "whole_loss": whole_loss,
                "weights": max(float(np.abs(a - b).max() / np.abs(b).max())
                               for a, b in zip(resumed.model.get_weights(), whole.get_weights()))}, f)
+
+# Chunks that grow (no callback has batch hooks) against one step a chunk (a batch hook): the steps each call of
+# the loop ran, recorded on each worker, and what the two fits end with. Worker 1 wants chunks of 2 ms (its own
+# clock proposes about one step a chunk), worker 0 of a quarter second: the workers must agree all the same.
+import tfdist.engine.chunks
+from tfdist.engine.sync_loop import SyncLoop
+if task["index"] == 1:
+    tfdist.engine.chunks.CHUNK_SECONDS = 0.002
+chunks = []
+def recorded(train):
+    def record(self, num_steps, *args, **kwargs):
+        chunks.append(num_steps)
+        return train(self, num_steps, *args, **kwargs)
+    return record
+SyncLoop.train = recorded(SyncLoop.train)
+
+class EveryBatch(keras.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        pass
+
+grown = tfdist.fit(model_fn, x, y, batch_size=32, epochs=2, shuffle=False, verbose=0)
+grown_chunks = list(chunks)
+stepwise = tfdist.fit(model_fn, x, y, batch_size=32, epochs=2, shuffle=False, verbose=0, callbacks=[EveryBatch()])
+with open(os.path.join(out, f"chunks-{task['index']}.json"), "w") as f:
+    json.dump({"grown": grown.history, "stepwise": stepwise.history, "grown_chunks": grown_chunks,
+               "stepwise_chunks": chunks[len(grown_chunks):],
+               "weights": max(float(np.abs(a - b).max())
+                              for a, b in zip(grown.model.get_weights(), stepwise.model.get_weights()))}, f)
 """
 
 
@@ -287,6 +317,13 @@ def test_callbacks_run_on_every_worker_and_only_the_chief_writes_their_files(tmp
         resumed = json.loads((out / f"resumed-{index}.json").read_text())
         assert resumed["loss"] == pytest.approx(resumed["whole_loss"][2:], rel=1e-6), (index, resumed)
         assert resumed["weights"] <= 1e-6, (index, resumed)
+    # Grown chunks, the same on both workers (agreed in the steps' all-reduce), train as one step a chunk does.
+    chunks = [json.loads((out / f"chunks-{index}.json").read_text()) for index in (0, 1)]
+    assert chunks[0]["grown_chunks"] == chunks[1]["grown_chunks"], chunks
+    assert sum(chunks[0]["grown_chunks"]) == 16 and max(chunks[0]["grown_chunks"]) >= 2, chunks[0]
+    assert chunks[0]["stepwise_chunks"] == [1] * 16, chunks[0]
+    for result in chunks:
+        assert result["grown"] == result["stepwise"] and result["weights"] == 0.0, result
     results = [json.loads((out / f"results-{index}.json").read_text()) for index in (0, 1)]
     for result in results:
         assert len(result["history"]["loss"]) == len(result["reference_history"]["loss"]) == 4  # stopped alike

@@ -60,7 +60,9 @@ def test_worker_0_alone_writes_the_outputs_and_every_line_names_its_task(tmp_pat
     assert re.search(r"^\[worker:1\] final eval: ", text, re.M) and re.search(r"^\[worker:0\] final eval: ", text, re.M)
     train_steps = [r["step"] for r in rows(model_dir / "metrics.jsonl") if r["split"] == "train"]
     assert train_steps == list(range(5, 41, 5))  # once each: worker 1 wrote none
-    assert json.loads((model_dir / "summary.json").read_text())["num_replicas"] == 2
+    summary = json.loads((model_dir / "summary.json").read_text())
+    assert summary["num_replicas"] == 2
+    assert summary["largest_chunk"] >= 2  # chunks grew on both workers alike (the weights above: the same)
     for name in ("worker:0", "worker:1", "evaluator:0"):
         assert f"[launch] {name} exited with status 0" in text
 

@@ -169,13 +169,14 @@ def test_scaling_with_workers_is_measured_speedup_over_one_worker_in_the_same_re
     assert workers[2]["speedup"] == pytest.approx(2.5) and workers[2]["efficiency"] == pytest.approx(2.5 / 4)
 
 
-def test_the_window_is_from_the_end_of_the_warm_up_to_the_end_of_the_last_step():
+def test_the_window_is_from_the_first_chunk_end_after_the_warm_up_to_the_end_of_the_last_step():
     from tfdist.bench.measure import window
 
     clock = [(1, 10.0), (2, 10.5), (4, 11.0), (8, 13.0)]
-    assert window(clock, 4, 8) == 2.0
-    with pytest.raises(RuntimeError, match="end of steps 3 and 8"):
-        window(clock, 3, 8)
+    assert window(clock, 4, 8) == (4, 2.0)
+    assert window(clock, 3, 8) == (4, 2.0)  # a grown chunk ended no step at 3: the window starts at 4
+    with pytest.raises(RuntimeError, match=r"a step ended in \[5, 8\) and the end of step 8"):
+        window(clock, 5, 8)
 
 
 def test_a_clusters_memory_is_the_sum_of_its_processes_and_its_figures_worker_0s():

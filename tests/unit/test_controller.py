@@ -42,8 +42,10 @@ class ScriptedLoop:
         self.chunks: list[tuple[int, int]] = []
         self.evaluations = 0
 
-    def train(self, num_steps, stop=lambda: False):
+    def train(self, num_steps, stop=lambda: False, chunk=None):
         begin, self.position = self.position, self.position + num_steps
+        if chunk is not None:  # one task: what it proposes is agreed
+            chunk.agreed(chunk.proposal)
         self.chunks.append((begin, self.position))
         loss_sum = sum(self.losses(s) * BATCH for s in range(begin, self.position))
         stopping = self.stop_after is not None and self.position >= self.stop_after
@@ -239,9 +241,9 @@ class TimedLoop(ScriptedLoop):
         super().__init__(**kwargs)
         self.clock, self.seconds = clock, seconds
 
-    def train(self, num_steps, stop=lambda: False):
+    def train(self, num_steps, stop=lambda: False, chunk=None):
         self.clock.now += sum(self.seconds(s) for s in range(self.position, self.position + num_steps))
-        return super().train(num_steps, stop)
+        return super().train(num_steps, stop, chunk)
 
 
 def test_chunks_that_may_grow_double_up_to_the_time_bound_and_shrink_when_steps_slow_down(monkeypatch):
@@ -254,11 +256,13 @@ def test_chunks_that_may_grow_double_up_to_the_time_bound_and_shrink_when_steps_
     c = controller(loop, Schedule(total_steps=160, steps_per_epoch=80, log_every=80, checkpoint_every=80, grow=True))
     c.run(0)
     sizes = [end - begin for begin, end in loop.chunks]
-    # The first chunk compiles (not timed); then 1, 2, 4, 8, 16 and 25 steps; an epoch's end cuts one short.
-    assert sizes[:7] == [1, 1, 2, 4, 8, 16, 25] and loop.chunks[7] == (57, 80), loop.chunks
+    # The first chunk compiles (not timed); a chunk's proposal sizes the chunk after next (the one after it is
+    # agreed as it runs): 1, 1, then 2, 4, 8, 16 and 25 steps; an epoch's end cuts one short.
+    assert sizes[:8] == [1, 1, 1, 2, 4, 8, 16, 25] and loop.chunks[8] == (58, 80), loop.chunks
     assert [end for _, end in loop.chunks if end % 80 == 0] == [80, 160]  # every epoch ends a chunk
-    slow = [size for (begin, _), size in zip(loop.chunks, sizes) if begin >= 125]
-    assert slow and max(slow) <= 5, loop.chunks  # the chunk after the first slow one holds a quarter second
+    # The first chunk with slow steps is (80, 104); the second after it holds a quarter second of them.
+    assert loop.chunks[10:12] == [(104, 128), (128, 143)], loop.chunks
+    assert max(sizes[12:]) <= 5, loop.chunks
     fixed = TimedLoop(SteadyClock(), lambda step: 0.01)
     controller(fixed, Schedule(total_steps=40, steps_per_epoch=40, steps_per_loop=2, log_every=40,
                                checkpoint_every=40)).run(0)
@@ -271,9 +275,16 @@ def test_a_grown_chunk_is_a_multiple_of_steps_per_loop_and_a_small_share_of_the_
     size = ChunkSize(4, grow=True, seconds=1.0)
     for _ in range(10):
         size.measured(size.steps, size.steps * 0.011)  # 90 steps fit a second: 88 is the multiple of 4 below
+        size.agreed(size.proposal)
     assert size.steps == 88
     size.measured(88, 88 * 1.0)  # a second a step: one loop of 4, not less
-    assert size.steps == 4
+    assert size.proposal == 4 and size.steps == 88  # proposed; the next chunk is what was agreed
+    size.agreed((88 + 4) // 2)  # two tasks' mean proposal: 46, and a chunk is a multiple of 4
+    assert size.steps == 44
+    fixed = ChunkSize(4, grow=False)
+    fixed.measured(4, 0.001)
+    fixed.agreed(64)
+    assert fixed.steps == 4
     assert chunk_seconds(0) == CHUNK_SECONDS and chunk_seconds(2.0) == pytest.approx(0.1)
     assert chunk_seconds(1800.0) == CHUNK_SECONDS
 

@@ -33,14 +33,15 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0 / (1024.0 if sys.platform == "darwin" else 1.0)
 
 
-def window(clock: list[tuple[int, float]], start_step: int, end_step: int) -> float:
-    """Seconds from the end of ``start_step`` to the end of ``end_step`` on a ``(step, perf_counter)`` clock."""
+def window(clock: list[tuple[int, float]], start_step: int, end_step: int) -> tuple[int, float]:
+    """The steps and seconds from the first step ended at or after ``start_step`` to the end of ``end_step``, on a
+    ``(step, perf_counter)`` clock: a run whose chunks grow may end none at ``start_step`` itself."""
     at = dict(clock)
-    missing = [s for s in (start_step, end_step) if s not in at]
-    if missing:
-        raise RuntimeError(f"the benchmark's window needs the end of steps {start_step} and {end_step}; the run's "
-                           f"chunks ended at {sorted(at)[:12]}...")
-    return at[end_step] - at[start_step]
+    start = min((s for s in at if start_step <= s < end_step), default=None)
+    if start is None or end_step not in at:
+        raise RuntimeError(f"the benchmark's window needs a step ended in [{start_step}, {end_step}) and the end of "
+                           f"step {end_step}; the run's chunks ended at {sorted(at)[:12]}...")
+    return end_step - start, at[end_step] - at[start]
 
 
 def keras_experiment(spec: RowSpec):
@@ -157,9 +158,9 @@ def _measure_keras_fit(spec: RowSpec) -> tuple[Measured, float]:
                 first_step.append(time.time())
 
     model.fit(x, y, batch_size=batch, epochs=1, callbacks=[Clock()], verbose=0, shuffle=True)
-    seconds = window(clock, spec.warmup, total)
+    steps, seconds = window(clock, spec.warmup, total)
     replicas = strategy.num_replicas_in_sync if strategy else 1
-    return Measured(name=spec.name, images_per_second=spec.steps * batch / seconds, global_batch_size=batch,
+    return Measured(name=spec.name, images_per_second=steps * batch / seconds, global_batch_size=batch,
                     num_replicas=replicas), first_step[0]
 
 
@@ -230,10 +231,10 @@ def _measure_tfdist(spec: RowSpec, cluster_resolver=None, clock: list | None = N
     per_epoch = spec.warmup + spec.steps
     if spec.epochs > 1:  # a scaling row: the wall time of its last epoch, boundary and eval included
         measured = Measured(name=spec.name, epoch_seconds=window(clock, per_epoch * (spec.epochs - 1),
-                                                                 per_epoch * spec.epochs))
+                                                                 per_epoch * spec.epochs)[1])
     else:
-        seconds = window(clock, spec.warmup, per_epoch)
-        measured = Measured(name=spec.name, images_per_second=spec.steps * batch / seconds, global_batch_size=batch)
+        steps, seconds = window(clock, spec.warmup, per_epoch)
+        measured = Measured(name=spec.name, images_per_second=steps * batch / seconds, global_batch_size=batch)
     return dataclasses.replace(measured, num_replicas=summary["num_replicas"]), summary["first_step_at"]
 
 

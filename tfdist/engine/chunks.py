@@ -1,7 +1,8 @@
 """How many steps one call of the loop runs: with no hook that needs each loop's end, a chunk grows past
 ``steps_per_loop`` (one ``tf.function`` call, one host read and one pass of the controller's Python for all its
 steps), bounded by time, so a stop vote and the watchdog's deadline are answered within a fraction of a second
-more than after one step.
+more than after one step. Every task of a synchronous cluster runs the same chunks: each task's proposal, from its
+own clock, travels in the all-reduce the step makes anyway, and all take the same size from the sum.
 """
 
 from __future__ import annotations
@@ -10,15 +11,21 @@ from __future__ import annotations
 CHUNK_SECONDS = 0.25
 #: A grown chunk takes at most this share of the watchdog's ``--progress_timeout``.
 TIMEOUT_SHARE = 0.05
+#: The most steps a chunk holds: a proposal summed over up to 1024 replicas stays exact in float32 (2**24).
+MAX_STEPS = 1 << 14
 
 
 class ChunkSize:
     """The steps of the next chunk: ``unit`` (``steps_per_loop``), or when ``grow`` a multiple of it.
 
-    A grown chunk at most doubles from one chunk to the next, and holds the
-    steps that fit in ``seconds`` at the rate the last timed chunk ran at: a
-    slower step (a loaded machine, a bigger model) makes the next chunk
-    shorter at once.
+    This task proposes (``proposal``) the steps that fit in ``seconds`` at
+    the rate its last timed chunk ran at, at most twice its last proposal:
+    a slower step (a loaded machine, a bigger model) makes it shorter at
+    once. The loop sends the proposal with a chunk's steps and gives back
+    (``agreed``) what every task's proposals, summed in the step's
+    all-reduce, make: the size of the chunk after it, the same on every
+    task. So a proposal sizes the chunk after next, and a chunk at most
+    doubles from one to the next.
 
     Args:
       unit: the steps of a chunk that does not grow, and the multiple a grown one is of.
@@ -30,15 +37,22 @@ class ChunkSize:
         self.unit = max(1, unit)
         self.grow = grow
         self.seconds = seconds
-        self.steps = self.unit
+        self.steps = self.unit  # the next chunk's, as every task agreed
+        self.proposal = self.unit  # this task's, for a later chunk
 
     def measured(self, steps: int, elapsed: float) -> None:
-        """A timed chunk of ``steps`` took ``elapsed`` seconds: size the next one."""
+        """A timed chunk of ``steps`` took ``elapsed`` seconds: this task's next proposal."""
         if not self.grow or steps <= 0:
             return
-        fits = int(self.seconds * steps / elapsed) if elapsed > 0 else 2 * self.steps
-        units = max(1, min(2 * self.steps, fits) // self.unit)
-        self.steps = units * self.unit
+        fits = int(self.seconds * steps / elapsed) if elapsed > 0 else 2 * self.proposal
+        units = max(1, min(2 * self.proposal, fits, MAX_STEPS) // self.unit)
+        self.proposal = units * self.unit
+
+    def agreed(self, steps: int) -> None:
+        """Every task agreed on ``steps`` (the mean of their proposals) for the next chunk: a multiple of
+        ``unit``."""
+        if self.grow:
+            self.steps = max(1, min(steps, MAX_STEPS) // self.unit) * self.unit
 
 
 def chunk_seconds(progress_timeout: float) -> float:

@@ -68,6 +68,7 @@ class Controller:
         self.last_train: dict | None = None
         self.first_step_at: float | None = None  # unix time the first chunk ended (start-up measurements)
         self.chunk_ended_at: float | None = None  # time.perf_counter() when the last chunk ended
+        self.largest_chunk = 0  # the most steps one call of the loop ran: above steps_per_loop, chunks grew
         self._bar = None
         self._window = StatsAccumulator(self.steps.stats_size, self.steps.metrics)
         self._window_seconds = 0.0  # train seconds of the log window so far
@@ -133,9 +134,10 @@ class Controller:
         first_chunk = self.chunk_ended_at is None
         t0 = time.perf_counter()
         with self._phase("first_step" if first_chunk else "training", end, begin=begin):
-            stats, stop = self.loop.train(end - begin, self._stop_requested)
+            stats, stop = self.loop.train(end - begin, self._stop_requested, self._chunk)
         elapsed = time.perf_counter() - t0
         self.chunk_ended_at = t0 + elapsed
+        self.largest_chunk = max(self.largest_chunk, end - begin)
         if not first_chunk:  # the first chunk traces and compiles: not a speed figure
             self.train_seconds += elapsed
             self.timed_steps += end - begin

@@ -82,8 +82,10 @@ class CoordinatorLoop:
             total += self.steps.evaluate(batch)
         return total
 
-    def train(self, num_steps: int, stop: Callable[[], bool] = lambda: False) -> tuple[np.ndarray, bool]:
+    def train(self, num_steps: int, stop: Callable[[], bool] = lambda: False, chunk=None) -> tuple[np.ndarray, bool]:
         """Schedule ``num_steps`` closures and wait for all; returns their summed stats (numpy) and whether to stop.
+
+        Its chunks do not grow (the closures are sized by ``steps_per_loop``): ``chunk`` is not read.
 
         The chief alone decides to stop (``stop()``, its preemption signal),
         and it does not wait for the closures in flight then: the workers

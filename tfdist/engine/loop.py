@@ -7,16 +7,21 @@ from typing import Any, Callable, Protocol
 
 import numpy as np
 
+from tfdist.engine.chunks import ChunkSize
+
 
 class Loop(Protocol):
     """Train and evaluate steps, each call returning the summed stats vector (``step.stats_size``)."""
 
-    def train(self, num_steps: int, stop: Callable[[], bool] = lambda: False) -> tuple[np.ndarray, bool]:
+    def train(self, num_steps: int, stop: Callable[[], bool] = lambda: False,
+              chunk: ChunkSize | None = None) -> tuple[np.ndarray, bool]:
         """Run ``num_steps`` optimisation steps; their stats, summed over steps, replicas and workers.
 
         Also returns whether the run must stop after them: ``stop()`` says
         whether this task was asked to (``runtime.preemption``), and every
-        task of the cluster gets the same answer.
+        task of the cluster gets the same answer. A loop whose chunks grow
+        sends ``chunk.proposal`` with the steps and tells ``chunk.agreed``
+        what every task agreed on, the same on each.
         """
 
     def step(self) -> int:

@@ -32,20 +32,21 @@ class Steps(Protocol):
         """The metrics of one progress line for ``split`` (``"train"`` or ``"eval"``)."""
 
 
-def counted_train_step(strategy, steps: Steps, step_counter, iterator, vote=None):
+def counted_train_step(strategy, steps: Steps, step_counter, iterator, tail=None):
     """One train step on every replica of ``strategy``: counted, its stats vectors summed over replicas.
 
     The step both loops run (inside their ``tf.function``): the synchronous
     loop once per step of its loop, the parameter-server loop as one closure.
 
-    ``vote`` (a float32 scalar, or None) is appended to every replica's stats
-    vector, so the sum that comes back ends with the votes of every replica
-    of every worker: one worker's "stop here" (``runtime.preemption``)
-    reaches all of them in the all-reduce the step makes anyway.
+    ``tail`` (a float32 vector, or None) is appended to every replica's
+    stats vector, so the sum that comes back ends with the sum of every
+    replica's tail: the synchronous loop's stop vote (one worker's "stop
+    here", ``runtime.preemption``) and chunk size (``engine.chunks``) reach
+    every worker in the all-reduce the step makes anyway.
     """
     import tensorflow as tf
 
-    train = steps.train if vote is None else (lambda batch: tf.concat([steps.train(batch), [vote]], axis=0))
+    train = steps.train if tail is None else (lambda batch: tf.concat([steps.train(batch), tail], axis=0))
     per_replica = strategy.run(train, args=(next(iterator),))
     step_counter.assign_add(1)
     return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)

@@ -10,8 +10,12 @@ from typing import Callable
 import numpy as np
 import tensorflow as tf
 
+from tfdist.engine.chunks import ChunkSize
 from tfdist.engine.steps import Steps, counted_train_step
 from tfdist import _compat
+
+#: What each replica appends to a train step's stats vector: its task's stop vote and proposed chunk steps.
+TAIL = 2
 
 
 def input_context(strategy) -> tf.distribute.InputContext:
@@ -72,15 +76,15 @@ class SyncLoop:
         self._eval_fn = tf.function(self._eval_pass)
         self._agree_fn = tf.function(self._agree)
 
-    def _train_step(self, iterator, vote):
-        return counted_train_step(self.strategy, self.steps, self.step_counter, iterator, vote=vote)
+    def _train_step(self, iterator, tail):
+        return counted_train_step(self.strategy, self.steps, self.step_counter, iterator, tail=tail)
 
-    def _train_steps(self, iterator, num_steps, vote):
+    def _train_steps(self, iterator, num_steps, tail):
         # Each step's stats vector, as a row: the host sums them in float64, as it sums one-step chunks, so a
         # chunk's length changes no logged metric.
-        stats = tf.TensorArray(tf.float32, size=tf.cast(num_steps, tf.int32), element_shape=[self._size + 1])
+        stats = tf.TensorArray(tf.float32, size=tf.cast(num_steps, tf.int32), element_shape=[self._size + TAIL])
         for i in tf.range(tf.cast(num_steps, tf.int32)):
-            stats = stats.write(i, self._train_step(iterator, vote))
+            stats = stats.write(i, self._train_step(iterator, tail))
         return stats.stack()
 
     def _eval_pass(self, dataset):
@@ -93,21 +97,27 @@ class SyncLoop:
             total += self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
         return total
 
-    def train(self, num_steps: int, stop: Callable[[], bool] = lambda: False) -> tuple[np.ndarray, bool]:
+    def train(self, num_steps: int, stop: Callable[[], bool] = lambda: False,
+              chunk: ChunkSize | None = None) -> tuple[np.ndarray, bool]:
         """Run ``num_steps`` steps; returns their summed stats vector (numpy) and whether to stop after them.
 
-        This task's ``stop()`` is its vote, summed with every replica's and
-        worker's in each step's all-reduce: every task gets the same answer.
+        This task's ``stop()`` is its vote, and ``chunk.proposal`` its
+        proposed steps of a later chunk: each step's all-reduce sums them
+        over every replica and worker, so every task gets the same answer,
+        and ``chunk.agreed`` the same size (the replicas' mean proposal).
         """
-        vote = tf.constant(1.0 if stop() else 0.0, tf.float32)
+        proposal = chunk.proposal if chunk is not None else 0
+        tail = tf.constant([1.0 if stop() else 0.0, float(proposal)], tf.float32)
         if num_steps == 1 and not self._several_steps:
-            total = self._train_one_fn(self._train_iterator, vote).numpy().astype(np.float64)
+            rows = self._train_one_fn(self._train_iterator, tail).numpy()[None]
         else:
-            rows = self._train_fn(self._train_iterator, tf.constant(num_steps, tf.int64), vote).numpy()
-            total = np.zeros(self._size + 1, np.float64)
-            for row in rows:  # in step order, as the controller adds one-step chunks
-                total += row
-        return total[:-1], bool(total[-1] > 0)
+            rows = self._train_fn(self._train_iterator, tf.constant(num_steps, tf.int64), tail).numpy()
+        total = np.zeros(self._size + TAIL, np.float64)
+        for row in rows:  # in step order, as the controller adds one-step chunks
+            total += row
+        if chunk is not None:
+            chunk.agreed(int(rows[-1][-1]) // self.strategy.num_replicas_in_sync)
+        return total[:-TAIL], bool(total[-TAIL] > 0)
 
     def step(self) -> int:
         """The step counter's value."""

@@ -26,6 +26,7 @@ class RunResult:
       throughput: examples (images) per second of training after the first chunk (NaN: too short to tell).
       first_step_at: unix time the first chunk of steps ended.
       closures_per_worker: under a coordinator, the closures whose result each worker returned; else None.
+      largest_chunk: the most steps one call of the loop ran (above ``steps_per_loop``: its chunks grew).
     """
 
     step: int
@@ -34,6 +35,7 @@ class RunResult:
     throughput: float
     first_step_at: float | None
     closures_per_worker: dict | None = None
+    largest_chunk: int = 0
 
 
 def run_loop(training: Training, state, task: Task, schedule: Schedule, *, outputs, checkpoints: bool = True,
@@ -59,10 +61,9 @@ def run_loop(training: Training, state, task: Task, schedule: Schedule, *, outpu
         timeout=training.progress_timeout, step=start_step, total_steps=schedule.total_steps, batches=batches,
         before_exit=(lambda: tell_servers(placement, PEER_LOST_EXIT_CODE)) if placement.coordinator else None,
     )
-    if placement.coordinator or len(placement.training_tasks()) > 1:
-        # A coordinator's chunk is its closures, sized by steps_per_loop. Workers of a synchronous cluster run
-        # chunks of the same steps, whose collectives meet call for call: a chunk sized by each worker's own
-        # clock would not.
+    if placement.coordinator:
+        # A coordinator's chunk is its closures, sized by steps_per_loop. Workers of a synchronous cluster grow
+        # theirs alike: each chunk's size is agreed in its steps' all-reduce (engine.chunks).
         schedule = dataclasses.replace(schedule, grow=False)
     loop = make_loop(coordinator=placement.coordinator, strategy=training.strategy, steps=task.steps,
                      step_counter=state.step, train_dataset_fn=train_dataset_fn, eval_dataset_fn=task.eval_dataset_fn,
@@ -80,7 +81,8 @@ def run_loop(training: Training, state, task: Task, schedule: Schedule, *, outpu
         outputs.close()
     return RunResult(step=int(state.step.numpy()), last_train=controller.last_train, final_eval=final,
                      throughput=controller.throughput, first_step_at=controller.first_step_at,
-                     closures_per_worker=getattr(loop, "closures_per_worker", None) if placement.coordinator else None)
+                     closures_per_worker=getattr(loop, "closures_per_worker", None) if placement.coordinator else None,
+                     largest_chunk=controller.largest_chunk)
 
 
 def make_loop(*, coordinator: bool, strategy, steps, step_counter, train_dataset_fn, eval_dataset_fn,

@@ -26,9 +26,11 @@ def schedule_of(config) -> Schedule:
         from tfdist import data as data_lib
 
         epoch_steps = max(1, data_lib.num_examples(config.data, "train") // train.global_batch_size)
+    # Chunks grow past steps_per_loop: the experiment's hooks (the mask preview, a benchmark's clock and hold)
+    # read the run between chunks of any length.
     return Schedule(total_steps=train.epochs * epoch_steps, steps_per_epoch=epoch_steps,
                     steps_per_loop=train.steps_per_loop, log_every=train.log_every,
-                    checkpoint_every=train.checkpoint_every)
+                    checkpoint_every=train.checkpoint_every, grow=True)
 
 
 def run(config, *, verbose: bool = True, cluster_resolver=None, weights_dir: str | Path | None = None,
@@ -150,6 +152,7 @@ class UNetClient(Client):
             "final_loss": result.last_train.get("loss") if result.last_train else None,
             "eval": {k: result.final_eval[k] for k in ("loss", "mean_iou", "pixel_accuracy")},
             "images_per_second": result.throughput,
+            "largest_chunk": result.largest_chunk,  # above steps_per_loop: chunks grew (engine.chunks)
             "first_step_at": result.first_step_at,
             "wall_seconds": time.perf_counter() - self.started,
             "precision": self.config.runtime.precision,
