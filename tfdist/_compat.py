@@ -217,6 +217,13 @@ def set_collective_key_base(strategy, base: int) -> None:
         strategy._collective_key_base = base
 
 
+def through_autograph(error: BaseException) -> BaseException:
+    """``error`` marked to leave a function that autograph converts as it was raised (``ag_pass_through``), not
+    as a ``StagingError`` that carries its message over several lines."""
+    error.ag_pass_through = True
+    return error
+
+
 def save_backup(backup) -> None:
     """Save a ``keras.callbacks.BackupAndRestore`` now, as it does at an epoch's end (``_save_model``)."""
     backup._save_model()

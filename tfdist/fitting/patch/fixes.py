@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from tfdist import global_gradients
 from tfdist.fitting import batch_norm, callbacks, central_storage
-from tfdist.fitting.patch import executions, finish, preemption, saving, strategy_once, user_errors, x_alone, xla
+from tfdist.fitting.patch import (centered_rmsprop, executions, finish, preemption, saving, strategy_once, user_errors,
+                                  x_alone, xla)
 
 #: In order: ``finish`` waits for every worker once the others have ended; the refusals come before the
 #: step's changes; ``preemption``'s vote wraps whatever step the model has by then.
@@ -19,6 +20,7 @@ FIXES = (
     strategy_once,     # one strategy per process: a second MultiWorkerMirroredStrategy is the first
     saving,            # a script's saves land once, the chief's, and every worker reads them whole
     user_errors,       # a UserError that leaves a script is one line and status 2
+    centered_rmsprop,  # RMSprop(centered=True) on a sparse gradient: one line (Keras fails on one device)
     batch_norm,        # the warning for batch norm that normalizes each replica's slice alone
     global_gradients,  # the optimizer applies the global batch's gradient; steps compute one device's loss
     central_storage,   # assign_add on a variable kept apart from the replicas changes it once

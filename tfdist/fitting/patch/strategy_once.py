@@ -1,11 +1,12 @@
 """One ``MultiWorkerMirroredStrategy`` per process: a second construction returns the first; every other strategy
-built beside one across workers is built as TensorFlow builds it, over this process' own devices and with
-collective keys of its own.
+takes collective keys of its own, and one built beside a strategy across workers takes this process' own devices.
 
 TensorFlow sets the collectives up once per process (a second ``MultiWorkerMirroredStrategy`` aborts the first
 one's), and a ``MirroredStrategy()`` left to its default devices takes every task's logical devices once the
 process is in a cluster, and crashes it (a segmentation fault); over this process' devices it works beside the
-first, as ``OneDeviceStrategy`` and ``CentralStorageStrategy`` do.
+first, as ``OneDeviceStrategy`` and ``CentralStorageStrategy`` do. Two strategies of one process that number their
+collective groups alike pair their collectives up (a second ``MirroredStrategy`` over other devices then fails), so
+each numbers them from a base of its own, as TensorFlow's own tests make them.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from tfdist.strategies import strategy_classes, traits_of, traits_of_class
 
 _made: dict = {}
 
-#: The collective keys of each strategy built beside one across workers start this far apart (TensorFlow's own
+#: The collective keys of each strategy of a process start this far apart (TensorFlow's own
 #: tests raise ``MirroredStrategy``'s key base by as much for each strategy of a process).
 KEY_SPACING = 100_000
 
@@ -28,8 +29,8 @@ _key_bases = itertools.count(KEY_SPACING, KEY_SPACING)
 
 def install() -> None:
     """Make ``tf.distribute.MultiWorkerMirroredStrategy`` (and its subclass, the deprecated
-    ``tf.distribute.experimental`` alias) return the process' first instance, and every other strategy class, built
-    in a process across workers, take this process' devices and collective keys of its own; idempotent."""
+    ``tf.distribute.experimental`` alias) return the process' first instance, and every other strategy class take
+    collective keys of its own (and, built in a process across workers, this process' devices); idempotent."""
     import tensorflow as tf
 
     cls = tf.distribute.MultiWorkerMirroredStrategy
@@ -61,7 +62,7 @@ def install() -> None:
     cls.__init__ = __init__
     for other in strategy_classes(but=cls):
         if not getattr(other.__init__, "tfdist_once", False):
-            other.__init__ = _beside_one_across_workers(other.__init__)
+            other.__init__ = _keys_of_its_own(other.__init__)
 
 
 def _across_workers_class(klass: type) -> bool:
@@ -70,17 +71,18 @@ def _across_workers_class(klass: type) -> bool:
     return known is not None and known.multi_process and not known.coordinator
 
 
-def _beside_one_across_workers(init):
-    """``init`` of a strategy class, made to build beside a strategy across workers: a ``devices`` argument left
-    out is this process' own devices, and the strategy's collective keys are its own."""
+def _keys_of_its_own(init):
+    """``init`` of a strategy class, made to build beside the process' other strategies: the strategy's collective
+    keys are its own, and beside a strategy across workers a ``devices`` argument left out is this process' own
+    devices."""
     signature = inspect.signature(init)
 
     @functools.wraps(init)
     def __init__(self, *args, **kwargs):
-        if _across_workers():
-            from tfdist import _compat
+        from tfdist import _compat
 
-            _compat.set_collective_key_base(self, next(_key_bases))
+        _compat.set_collective_key_base(self, next(_key_bases))
+        if _across_workers():
             try:
                 bound = signature.bind(self, *args, **kwargs)
             except TypeError:
