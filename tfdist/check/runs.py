@@ -147,8 +147,8 @@ def reference(setup, *, directory: str | None = None) -> dict:
 
 @functools.cache
 def _keras_strategy(mode: Mode):
-    """The one strategy of Keras' own ``fit`` in this process (a second ``MirroredStrategy`` may reuse the first
-    one's collective keys): ``tfdist.setup``'s across workers, two logical CPUs in one process."""
+    """The one strategy of Keras' own ``fit`` in this process, made once for every case of the process:
+    ``tfdist.setup``'s across workers, two logical CPUs in one process."""
     import tensorflow as tf
 
     import tfdist
