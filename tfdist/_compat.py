@@ -236,6 +236,15 @@ def keras_tensorflow_trainer():
     return trainer
 
 
+def keras_python_data_adapters() -> tuple:
+    """The classes of Keras' data adapters that feed a Python generator's or a ``PyDataset``'s numpy batches to
+    ``tf.data.Dataset.from_generator`` (``GeneratorDataAdapter``, ``PyDatasetAdapter``)."""
+    from keras.src.trainers.data_adapters.generator_data_adapter import GeneratorDataAdapter
+    from keras.src.trainers.data_adapters.py_dataset_adapter import PyDatasetAdapter
+
+    return GeneratorDataAdapter, PyDatasetAdapter
+
+
 def keras_tensorflow_optimizer():
     """The class of Keras' TensorFlow optimizer (``keras.src.backend.tensorflow.optimizer.TFOptimizer``)."""
     from keras.src.backend.tensorflow.optimizer import TFOptimizer

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from tfdist import global_gradients
 from tfdist.fitting import batch_norm, callbacks, central_storage
-from tfdist.fitting.patch import (centered_rmsprop, executions, finish, preemption, saving, strategy_once, user_errors,
-                                  x_alone, xla)
+from tfdist.fitting.patch import (centered_rmsprop, executions, finish, owned_batches, preemption, saving,
+                                  strategy_once, user_errors, x_alone, xla)
 
 #: In order: ``finish`` waits for every worker once the others have ended; the refusals come before the
 #: step's changes; ``preemption``'s vote wraps whatever step the model has by then.
@@ -16,6 +16,7 @@ FIXES = (
     finish,            # across workers, fit returns on every worker once all have ended it
     xla,               # jit_compile over CPU replicas: refused in fit, evaluate's step without XLA
     x_alone,           # fit(x) without targets builds the model and optimizer; the compiled loss stays the step's
+    owned_batches,     # a generator's or PyDataset's batches across replicas are copies, not the user's arrays
     executions,        # steps_per_execution across workers (refused over replicas of one process)
     strategy_once,     # one strategy per process: a second MultiWorkerMirroredStrategy is the first
     saving,            # a script's saves land once, the chief's, and every worker reads them whole
