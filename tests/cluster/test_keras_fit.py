@@ -80,10 +80,23 @@ def assert_same_x_alone(got: dict, expected: dict) -> None:
         assert np.max(np.abs(np.array(a) - np.array(b))) < 1e-6
 
 
+def assert_same_generator_fits(got: list, expected: list) -> None:
+    """Each fit of a Python generator of numpy views with an ``F1Score`` metric (``patch.owned_batches``) leaves
+    the user's arrays as they were and trains every epoch as one process does, fit after fit."""
+    assert len(got) == len(expected) == 3
+    for fit, alone in zip(got, expected):
+        assert fit["arrays_kept"] and alone["arrays_kept"]
+        assert fit["loss"] == pytest.approx(alone["loss"], rel=1e-5)
+        assert np.asarray(fit["f1_score"]) == pytest.approx(np.asarray(alone["f1_score"]), rel=1e-5)
+        for a, b in zip(fit["weights"], alone["weights"]):
+            assert np.max(np.abs(np.array(a) - np.array(b))) < 1e-6
+
+
 def test_keras_fit_on_two_workers_equals_one_process_and_only_the_chief_writes_files(tmp_path):
+    flags = ("--form=patch", "--x_alone", "--generator_fits=3")
     with Processes(tmp_path) as procs:
-        alone = run_alone(procs, tmp_path / "alone", "--form=patch", "--x_alone")
-        status, text = run_two_workers(procs, tmp_path, tmp_path / "two", "--form=patch", "--x_alone")
+        alone = run_alone(procs, tmp_path / "alone", *flags)
+        status, text = run_two_workers(procs, tmp_path, tmp_path / "two", *flags)
     assert status == 0, text[-4000:]
     found = results(text)
     assert alone["history"]["loss"][-1] < alone["history"]["loss"][0]  # it learns: there is something to compare
@@ -93,6 +106,7 @@ def test_keras_fit_on_two_workers_equals_one_process_and_only_the_chief_writes_f
         assert_same_batch_logs(found[task], alone)
         for loss in ("per_example", "mean"):
             assert_same_x_alone(found[task]["x_alone"][loss], alone["x_alone"][loss])
+        assert_same_generator_fits(found[task]["generator_fits"], alone["generator_fits"])
     two = tmp_path / "two"
     chief_pid = started_pids(text)["worker:0"]
     for split in ("train", "validation"):

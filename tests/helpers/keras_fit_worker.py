@@ -28,6 +28,8 @@ parser.add_argument("--jit_compile", choices=("auto", "true", "false"), default=
 parser.add_argument("--constructions", type=int, default=1)
 parser.add_argument("--slow_chief_end", type=float, default=0.0)
 parser.add_argument("--x_alone", action="store_true", help="then fit(x) an autoencoder (models.autoencoder)")
+parser.add_argument("--generator_fits", type=int, default=0,
+                    help="then this many fits of a Python generator of numpy views with an F1Score metric")
 args = parser.parse_args()
 
 if args.form == "setup":
@@ -175,11 +177,33 @@ if args.x_alone:  # fit(x) without targets: the autoencoder's own train_step (it
             model = autoencoder(mean=mean)
         trained = model.fit(rows, batch_size=global_batch_size, epochs=3, shuffle=False, verbose=0).history
         x_alone[name] = {"history": trained, "weights": [w.tolist() for w in model.get_weights()]}
+generator_fits = []
+if args.generator_fits:  # a generator yielding views of the same arrays each epoch: the step's replica slices of
+    rng = np.random.default_rng(1)  # them must not write into them (F1Score multiplies into its labels)
+    gx = rng.normal(size=(128, 6)).astype(np.float32)
+    gy = np.eye(3, dtype=np.float32)[rng.integers(0, 3, size=128)]
+    kept_x, kept_y = gx.copy(), gy.copy()
+
+    def batches():
+        while True:
+            yield from ((gx[i:i + global_batch_size], gy[i:i + global_batch_size]) for i in range(0, 128, 32))
+
+    for _ in range(args.generator_fits):
+        keras.utils.set_random_seed(2)
+        with strategy.scope():
+            model = keras.Sequential([keras.layers.InputLayer(shape=(6,)), keras.layers.Dense(3, activation="softmax")])
+            model.compile(loss="categorical_crossentropy", optimizer=keras.optimizers.SGD(learning_rate=0.5),
+                          metrics=[keras.metrics.F1Score()])
+        trained = model.fit(batches(), steps_per_epoch=4, epochs=3, verbose=0).history
+        generator_fits.append({"loss": trained["loss"], "f1_score": [np.asarray(v).tolist() for v in trained["f1_score"]],
+                               "weights": [w.tolist() for w in model.get_weights()],
+                               "arrays_kept": bool(np.array_equal(gx, kept_x) and np.array_equal(gy, kept_y))})
+        gx[...], gy[...] = kept_x, kept_y  # each fit starts from the same arrays
 task = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {})
 np.savez(os.path.join(args.out, f"final-{task.get('type', 'local')}{task.get('index', '')}.npz"),
          *multi_worker_model.get_weights())
 print("RESULT " + json.dumps({"history": history.history, "evaluate": evaluated,
                               "predict": [list(predicted.shape), float(np.abs(predicted).sum())],
                               "batches": batch_logs.logs, "final_seen": final_seen, "same_strategy": same_strategy,
-                              "x_alone": x_alone,
+                              "x_alone": x_alone, "generator_fits": generator_fits,
                               }), flush=True)
