@@ -22,7 +22,7 @@ _across_replicas = contextvars.ContextVar("tfdist_across_replicas", default=Fals
 def install() -> None:
     """Wrap Keras' epoch iterator and the data adapters of Python batches (once per process)."""
     iterator = _compat.keras_tensorflow_trainer().TFEpochIterator
-    if getattr(iterator.__init__, "_tfdist_owned", False):
+    if getattr(iterator.__init__, "tfdist_owned", False):
         return
     iterator.__init__ = _marking(iterator.__init__)
     for adapter in _compat.keras_python_data_adapters():
@@ -41,7 +41,7 @@ def _marking(original):
         finally:
             _across_replicas.reset(token)
 
-    __init__._tfdist_owned = True
+    __init__.tfdist_owned = True
     return __init__
 
 
