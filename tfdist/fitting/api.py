@@ -20,7 +20,7 @@ from tfdist.engine.controller import Schedule
 from tfdist.engine.task import Task
 from tfdist.errors import Preempted, preempted_exit, UserError, check_keras_backend, short
 from tfdist.fitting import patch
-from tfdist.fitting.args import check_fit_args, check_run_args, python_int
+from tfdist.fitting.args import check_fit_args, check_run_args, keras_class_weight, keras_shuffle, python_int
 from tfdist.rundir import RunDir
 from tfdist.runtime import driver, who
 
@@ -97,7 +97,7 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy=
         resumes there.
     """
     check_keras_backend()
-    strategy = _strategy_name(strategy)
+    strategy, shuffle = _strategy_name(strategy), keras_shuffle(shuffle)
     batch_size, epochs, initial_epoch, steps_per_epoch, validation_steps, seed, cpu_devices = map(
         python_int, (batch_size, epochs, initial_epoch, steps_per_epoch, validation_steps, seed, cpu_devices))
     source, validation = check_fit_args(
@@ -105,6 +105,7 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy=
         steps_per_epoch=steps_per_epoch, validation_data=validation_data, validation_steps=validation_steps,
         sample_weight=sample_weight, class_weight=class_weight, validation_split=validation_split,
         validation_freq=validation_freq)
+    class_weight = keras_class_weight(class_weight)
     runtime = check_run_args(strategy=strategies.AUTO if strategy is None else strategy, cpu_devices=cpu_devices,
                              cluster=cluster, task=task, connect_timeout=connect_timeout,
                              progress_timeout=progress_timeout, seed=seed, model_dir=model_dir, shuffle=shuffle,
@@ -195,9 +196,11 @@ class KerasClient(Client):
         if self.batch_size is not None:
             check_batch(self.batch_size, self.replicas)
         # A PyDataset or a generator becomes the Dataset of the batches Keras' own data adapter makes of it.
-        self.source = self.source.keras_batches(shuffle=self.shuffle, class_weight=self.class_weight,
-                                                steps_per_epoch=self.steps_per_epoch)
-        self.validation = self._validation_batches()
+        with _read_by_keras("x"):
+            self.source = self.source.keras_batches(shuffle=self.shuffle, class_weight=self.class_weight,
+                                                    steps_per_epoch=self.steps_per_epoch)
+        with _read_by_keras("validation_data"):
+            self.validation = self._validation_batches()
         self.spec = self.source.spec()  # the type of its batches: the input is not read before training
 
     def build(self):
@@ -320,6 +323,23 @@ class KerasClient(Client):
         """The shuffle's seed where TensorFlow's global seed is not set (``seed``, else 0): the same on every
         worker."""
         return 0 if self.seed is None else self.seed
+
+
+@contextlib.contextmanager
+def _read_by_keras(name: str):
+    """Around Keras' data adapter's first read of a PyDataset or generator ``name`` (its first batches, for their
+    type): what it refuses, or what the user's ``__getitem__`` or generator raises there, is one line naming
+    ``name``, before the run directory's first write."""
+    try:
+        yield
+    except (UserError, KeyboardInterrupt):
+        raise
+    except Exception as e:  # noqa: BLE001 - the user's own code, or Keras' refusal of its batches
+        text = " ".join(str(e).split()) or type(e).__name__
+        raise UserError(f"Invalid `{name}`: Keras' data adapter cannot read its first batches. Received: "
+                        f"{type(e).__name__}: {text[:300]}. Expected a PyDataset or generator of (x,), (x, y) or "
+                        "(x, y, sample_weight) batches of arrays with a dimension of examples, as Keras' fit "
+                        "reads them.") from e
 
 
 def _check_own_logs(steps, strategy, train_fn) -> None:

@@ -29,6 +29,14 @@ def _rows(name: str, value) -> set[int]:
     return counts
 
 
+def keras_shuffle(shuffle):
+    """``shuffle`` as Keras' ``fit`` reads it: None as False (Keras' adapters take any false value so), a NumPy bool
+    as Python's; anything else as it is, for ``check_run_args`` to judge."""
+    import numpy as np
+
+    return False if shuffle is None else bool(shuffle) if isinstance(shuffle, np.bool_) else shuffle
+
+
 def python_int(value):
     """A NumPy integer as Python's ``int``, as Keras' ``fit`` takes either; anything else as it is, for the checks
     to judge (a bool stays a bool)."""
@@ -54,6 +62,7 @@ def _validation_source(validation_data):
         _check_dataset_elements("validation_data", validation_data)
         return whole
     if whole.own_batches:  # a PyDataset or a generator, read by Keras' own data adapter
+        check_py_dataset("validation_data", validation_data)
         return whole
     if isinstance(validation_data, (tuple, list)) and len(validation_data) in (2, 3):
         x_val, y_val, *weights = validation_data
@@ -67,6 +76,7 @@ def _validation_source(validation_data):
             raise UserError("Invalid `validation_data`. Received: a tuple holding a dataset. Expected (x_val, "
                             "y_val) numpy arrays, (x_val, y_val, sample_weight_val), or a tf.data.Dataset of "
                             "(x, y) global batches.")
+        _check_dtypes("validation_data", (x_val, y_val))
         counts = _rows("validation_data", (x_val, y_val, sample_weight))
         if len(counts) != 1:
             raise UserError(f"Invalid `validation_data`: its arrays' numbers of rows differ. Received: "
@@ -80,6 +90,46 @@ def _validation_source(validation_data):
         f" of shape {tuple(validation_data.shape)}" if hasattr(validation_data, "shape") else "")
     raise UserError(f"Invalid `validation_data`. Received: {received}. Expected (x_val, y_val) numpy arrays, "
                     "(x_val, y_val, sample_weight_val), or a tf.data.Dataset of (x, y) global batches.")
+
+
+def check_py_dataset(name: str, value) -> None:
+    """Refuse a ``keras.utils.PyDataset`` whose ``workers``, ``use_multiprocessing`` or ``max_queue_size`` Keras'
+    data adapter cannot run with: a ``workers`` that is not a number (Keras compares it with 1), or, where Keras
+    reads it with a pool (``workers > 1``, or ``> 0`` with ``use_multiprocessing``), a ``workers`` that is not a
+    whole number or a ``max_queue_size`` that is not one (its queue waits for ever). What Keras' ``fit`` trains
+    with (``workers=0`` or ``-1``: read in the loop; ``max_queue_size <= 0``: a queue without bound) passes.
+    Anything else than a PyDataset passes.
+    """
+    import keras
+
+    if not isinstance(value, keras.utils.PyDataset):
+        return
+    try:
+        length = value.num_batches
+    except Exception as e:  # noqa: BLE001 - the user's __len__
+        raise UserError(f"Invalid `{name}`: its length cannot be read. Received: a {type(value).__name__} whose "
+                        f"__len__ raised {type(e).__name__}: {short(str(e), 120)}. Expected __len__ to return the "
+                        "number of batches (or no __len__ for a PyDataset without end, with steps_per_epoch).") from e
+    if length is not None and (isinstance(length, bool) or not isinstance(length, numbers.Integral) or length < 1):
+        raise UserError(f"Invalid `{name}`: a {type(value).__name__} of {short(length, 40)} batches. Received: "
+                        f"len({name}) == {short(length, 40)}. Expected at least one batch, as Keras' fit reads it.")
+    workers, processes, queue = value.workers, value.use_multiprocessing, value.max_queue_size
+    expected = ("Expected workers a whole number (1: read in the training loop; N > 1: N threads, or processes "
+                "with use_multiprocessing) and max_queue_size a whole number (<= 0: no bound), as Keras' fit "
+                "reads them.")
+    if not isinstance(workers, numbers.Real):
+        raise UserError(f"Invalid `{name}`: its `workers` is not a number. Received: a {type(value).__name__} with "
+                        f"workers={short(workers, 40)}. {expected}")
+    pooled = workers > 1 or (workers > 0 and bool(processes))
+    if not pooled:
+        return
+    if not isinstance(workers, numbers.Integral):
+        raise UserError(f"Invalid `{name}`: its `workers` is not a whole number. Received: a {type(value).__name__} "
+                        f"with workers={workers!r}. {expected}")
+    if isinstance(queue, bool) or not isinstance(queue, numbers.Integral):
+        raise UserError(f"Invalid `{name}`: its `max_queue_size` is not a whole number. Received: a "
+                        f"{type(value).__name__} with workers={workers!r} and max_queue_size={short(queue, 40)}. "
+                        f"{expected}")
 
 
 def _is_layer(value) -> bool:
@@ -134,6 +184,9 @@ def check_run_args(*, strategy, cpu_devices, cluster, task, connect_timeout, pro
     config_lib.check_seed(int(seed or 0))
     if model_dir is not None:
         RunDir(model_dir).check_place("model_dir")
+    from tfdist.fitting.staging import limit_bytes
+
+    limit_bytes()  # TFDIST_STAGE_LIMIT, read before anything is written (a parameter-server stage reads it later)
     if not isinstance(shuffle, (bool, numbers.Integral)) and shuffle != "batch":
         raise UserError(f"Invalid value for `shuffle`. Received: shuffle={shuffle!r}. Expected a bool, or 'batch' "
                         "(shuffle within each batch), as Keras' fit takes it.")
@@ -172,10 +225,12 @@ def check_fit_args(model_fn, x, y, *, batch_size, epochs, initial_epoch, steps_p
         raise UserError(f"Invalid `model_fn`. Received: a {type(model_fn).__name__} ({model_fn!r:.60}). Expected "
                         "a function that builds and compiles a keras.Model, called inside the strategy's scope.")
     _check_no_arguments(model_fn)
-    if not (isinstance(epochs, int) and not isinstance(epochs, bool) and isinstance(initial_epoch, int)
-            and not isinstance(initial_epoch, bool) and epochs >= 1 and 0 <= initial_epoch < epochs):
-        raise UserError(f"Invalid `epochs`/`initial_epoch`. Received: epochs={epochs!r}, "
-                        f"initial_epoch={initial_epoch!r}. Expected 0 <= initial_epoch < epochs.")
+    if not (isinstance(epochs, int) and not isinstance(epochs, bool) and epochs >= 1):
+        raise UserError(f"Invalid value for `epochs`. Received: epochs={epochs!r}. Expected a positive integer, the "
+                        "epoch to train to.")
+    if not (isinstance(initial_epoch, int) and not isinstance(initial_epoch, bool) and 0 <= initial_epoch < epochs):
+        raise UserError(f"Invalid value for `initial_epoch`. Received: initial_epoch={initial_epoch!r} with "
+                        f"epochs={epochs!r}. Expected an integer with 0 <= initial_epoch < epochs.")
     check_positive_int("steps_per_epoch", steps_per_epoch)
     check_positive_int("validation_steps", validation_steps)
     from tfdist.fitting.inputs import Source
@@ -333,10 +388,13 @@ def _check_inputs(source, batch_size) -> None:
                             "fit takes it.")
         if source.is_dataset:
             _check_dataset_elements("x", x)
+        check_py_dataset("x", x)
         return
     if y is None and sample_weight is not None:
         raise UserError("Invalid `sample_weight` without `y`. Received: numpy x and sample_weight, y=None. Expected "
                         "the targets the weights weigh (y=...), or no sample_weight.")
+    _check_dtypes("x", x)
+    _check_dtypes("y", y)
     counts = _rows("x", x) | _rows("y", y) | _rows("sample_weight", sample_weight)
     if len(counts) != 1:
         raise UserError(f"Invalid `x`/`y`{'/`sample_weight`' if sample_weight is not None else ''}: their numbers "
@@ -345,19 +403,54 @@ def _check_inputs(source, batch_size) -> None:
     _check_weights("sample_weight", sample_weight, y)
 
 
+def _check_dtypes(name: str, value) -> None:
+    """Refuse a numpy array of Python objects in ``value``: Keras' ``fit`` takes no tensor of them ("Invalid dtype:
+    object")."""
+    for leaf in _flat(value):
+        if getattr(getattr(leaf, "dtype", None), "kind", None) == "O":
+            raise UserError(f"Invalid `{name}`: an array of Python objects. Received: an array of dtype object, shape "
+                            f"{tuple(leaf.shape)}. Expected numbers (or strings) of one dtype, e.g. "
+                            "np.asarray(values, dtype='float32'), as Keras' fit takes them.")
+
+
 def _check_some_rows(name: str, counts: set[int]) -> None:
     """Arrays of one number of rows (``counts``) hold at least one example."""
     if counts == {0}:
         raise UserError(f"Invalid `{name}`: no rows. Received: arrays of 0 rows. Expected at least one example.")
 
 
+#: Classes a ``class_weight`` may name: Keras' data adapters turn it into a table of ``max(class) + 1`` weights.
+MAX_CLASSES = 2**24
+
+
+def _class_index(key) -> int | None:
+    """A ``class_weight`` key as the class it names (an int, a NumPy int, or a float of a whole number, which Keras'
+    ``fit`` looks numpy labels up by), or None where it names none (a string, a negative or fractional number, one
+    past ``MAX_CLASSES``)."""
+    if isinstance(key, bool) or not isinstance(key, numbers.Real):
+        return None
+    if not isinstance(key, numbers.Integral) and not (math.isfinite(key) and float(key).is_integer()):
+        return None
+    return int(key) if 0 <= key < MAX_CLASSES else None
+
+
+def keras_class_weight(class_weight):
+    """``class_weight`` (checked) with each key the Python int of its class and each weight a Python float, as
+    the table of weights is made of them; None as it is."""
+    if class_weight is None:
+        return None
+    return {_class_index(k): float(v) for k, v in class_weight.items()} if isinstance(class_weight, dict) else \
+        class_weight
+
+
 def _check_class_weight(class_weight, source) -> None:
     """``{class index: weight}``, for one target, without sample weights (as Keras' ``fit`` takes it)."""
     if not isinstance(class_weight, dict) or not class_weight or not all(
-            isinstance(k, numbers.Integral) and not isinstance(k, bool) and k >= 0 and isinstance(v, numbers.Real)
-            and not isinstance(v, bool) and 0 <= v < float("inf") for k, v in class_weight.items()):
+            _class_index(k) is not None and isinstance(v, numbers.Real) and not isinstance(v, bool)
+            and 0 <= v < float("inf") for k, v in class_weight.items()):
         raise UserError(f"Invalid `class_weight`. Received: {class_weight!r:.80}. Expected a dict "
-                        "{class index >= 0: finite weight >= 0}, e.g. {0: 1.0, 1: 5.0}.")
+                        f"{{class index >= 0: finite weight >= 0}}, e.g. {{0: 1.0, 1: 5.0}}, its classes below "
+                        f"{MAX_CLASSES}.")
     from tfdist.fitting.inputs import GENERATOR
 
     if source.kind == GENERATOR:
