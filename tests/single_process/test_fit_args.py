@@ -297,6 +297,7 @@ ACCEPTED = {
     "shuffle a NumPy bool": {"shuffle": np.bool_(True)},
     "class_weight NumPy keys and weights": {"class_weight": {np.int64(0): np.float32(1.0), np.int64(1): 2.0}},
     "class_weight whole-number float keys": {"class_weight": {0.0: 1.0, 1.0: 2.0}},
+    "class_weight empty": {"class_weight": {}},
     "PyDataset workers 0": {"x": "pydataset", "workers": 0, "max_queue_size": "ignored without a pool"},
     "PyDataset workers -1 with multiprocessing": {"x": "pydataset", "workers": -1, "use_multiprocessing": True},
     "PyDataset max_queue_size 0": {"x": "pydataset", "workers": 2, "max_queue_size": 0},

@@ -97,6 +97,8 @@ def setup_of(name: str) -> tuple:
         raise UserError(f"Invalid value for `--model`. Received: {name!r}, which returns {what}. Expected a "
                         "function returning (model_fn, x, y, fit_kwargs): a function that builds and compiles the "
                         "model, the data, and a dict of Keras fit's keyword arguments.")
+    if not made[3]:
+        return made
     import keras
 
     known = inspect.signature(keras.Model.fit).parameters

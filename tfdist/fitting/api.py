@@ -98,6 +98,8 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy=
     """
     check_keras_backend()
     strategy, shuffle = _strategy_name(strategy), keras_shuffle(shuffle)
+    if isinstance(class_weight, dict) and not class_weight:
+        class_weight = None  # Keras' fit weighs no class for an empty dict
     batch_size, epochs, initial_epoch, steps_per_epoch, validation_steps, seed, cpu_devices = map(
         python_int, (batch_size, epochs, initial_epoch, steps_per_epoch, validation_steps, seed, cpu_devices))
     source, validation = check_fit_args(
@@ -199,8 +201,7 @@ class KerasClient(Client):
         with _read_by_keras("x"):
             self.source = self.source.keras_batches(shuffle=self.shuffle, class_weight=self.class_weight,
                                                     steps_per_epoch=self.steps_per_epoch)
-        with _read_by_keras("validation_data"):
-            self.validation = self._validation_batches()
+        self.validation = self._validation_batches()
         self.spec = self.source.spec()  # the type of its batches: the input is not read before training
 
     def build(self):
@@ -316,7 +317,8 @@ class KerasClient(Client):
         it (in order)."""
         if self.validation is None:
             return None
-        return self.validation.keras_batches(steps_per_epoch=self.validation_steps, evaluation=True)
+        with _read_by_keras("validation_data"):
+            return self.validation.keras_batches(steps_per_epoch=self.validation_steps, evaluation=True)
 
     @property
     def _seed(self) -> int:
