@@ -20,7 +20,8 @@ from tfdist.engine.controller import Schedule
 from tfdist.engine.task import Task
 from tfdist.errors import Preempted, preempted_exit, UserError, check_keras_backend, short
 from tfdist.fitting import patch
-from tfdist.fitting.args import check_fit_args, check_run_args, keras_class_weight, keras_shuffle, python_int
+from tfdist.fitting.args import (check_dataset_elements, check_fit_args, check_run_args, keras_class_weight,
+                                 keras_shuffle, python_int)
 from tfdist.rundir import RunDir
 from tfdist.runtime import driver, who
 
@@ -98,6 +99,7 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy=
     """
     check_keras_backend()
     strategy, shuffle = _strategy_name(strategy), keras_shuffle(shuffle)
+    verbose = 0 if verbose is None else verbose  # silent, as Keras' fit reads a false value
     if isinstance(class_weight, dict) and not class_weight:
         class_weight = None  # Keras' fit weighs no class for an empty dict
     batch_size, epochs, initial_epoch, steps_per_epoch, validation_steps, seed, cpu_devices = map(
@@ -198,9 +200,8 @@ class KerasClient(Client):
         if self.batch_size is not None:
             check_batch(self.batch_size, self.replicas)
         # A PyDataset or a generator becomes the Dataset of the batches Keras' own data adapter makes of it.
-        with _read_by_keras("x"):
-            self.source = self.source.keras_batches(shuffle=self.shuffle, class_weight=self.class_weight,
-                                                    steps_per_epoch=self.steps_per_epoch)
+        self.source = _read_by_keras("x", self.source, shuffle=self.shuffle, class_weight=self.class_weight,
+                                     steps_per_epoch=self.steps_per_epoch)
         self.validation = self._validation_batches()
         self.spec = self.source.spec()  # the type of its batches: the input is not read before training
 
@@ -317,8 +318,8 @@ class KerasClient(Client):
         it (in order)."""
         if self.validation is None:
             return None
-        with _read_by_keras("validation_data"):
-            return self.validation.keras_batches(steps_per_epoch=self.validation_steps, evaluation=True)
+        return _read_by_keras("validation_data", self.validation, steps_per_epoch=self.validation_steps,
+                              evaluation=True)
 
     @property
     def _seed(self) -> int:
@@ -327,13 +328,13 @@ class KerasClient(Client):
         return 0 if self.seed is None else self.seed
 
 
-@contextlib.contextmanager
-def _read_by_keras(name: str):
-    """Around Keras' data adapter's first read of a PyDataset or generator ``name`` (its first batches, for their
-    type): what it refuses, or what the user's ``__getitem__`` or generator raises there, is one line naming
+def _read_by_keras(name: str, source, **kwargs):
+    """``source.keras_batches(**kwargs)``: Keras' data adapter's first read of a PyDataset or generator ``name``
+    (its first batches, for their type). What it refuses, what the user's ``__getitem__`` or generator raises
+    there, and batches of a form Keras' ``fit`` does not take (``args.check_dataset_elements``) are one line naming
     ``name``, before the run directory's first write."""
     try:
-        yield
+        read = source.keras_batches(**kwargs)
     except (UserError, KeyboardInterrupt):
         raise
     except Exception as e:  # noqa: BLE001 - the user's own code, or Keras' refusal of its batches
@@ -342,6 +343,9 @@ def _read_by_keras(name: str):
                         f"{type(e).__name__}: {text[:300]}. Expected a PyDataset or generator of (x,), (x, y) or "
                         "(x, y, sample_weight) batches of arrays with a dimension of examples, as Keras' fit "
                         "reads them.") from e
+    if read.read_by_keras:
+        check_dataset_elements(name, read.x, f"a {type(source.x).__name__} whose batches are")
+    return read
 
 
 def _check_own_logs(steps, strategy, train_fn) -> None:

@@ -59,7 +59,7 @@ def _validation_source(validation_data):
 
     whole = Source.of(validation_data)
     if whole.is_dataset:
-        _check_dataset_elements("validation_data", validation_data)
+        check_dataset_elements("validation_data", validation_data)
         return whole
     if whole.own_batches:  # a PyDataset or a generator, read by Keras' own data adapter
         check_py_dataset("validation_data", validation_data)
@@ -139,17 +139,17 @@ def _is_layer(value) -> bool:
     return isinstance(value, keras.layers.Layer)
 
 
-def _check_dataset_elements(name: str, dataset) -> None:
+def check_dataset_elements(name: str, dataset, kind: str = "a tf.data.Dataset") -> None:
     """A Dataset must yield batches as Keras' ``fit`` reads them: ``(x, y)``, ``(x, y, sample_weight)``, ``(x,)``
     or ``x`` alone (a tensor or a dict of them, for a model whose own ``train_step`` takes its inputs alone).
 
     A scalar part is a single example's (a batch has a dimension of examples): the Dataset was not batched. An
-    empty Dataset (known to be) has no batch to train or validate on.
+    empty Dataset (known to be) has no batch to train or validate on. ``kind``: what the user passed, in words.
     """
     spec = dataset.element_spec
     if isinstance(spec, tuple) and len(spec) not in (1, 2, 3):
-        raise UserError(f"Invalid `{name}`: a tf.data.Dataset of {len(spec)}-tuples. Expected a Dataset of (x, y) "
-                        "or (x, y, sample_weight) batches, or of inputs x alone, as Keras' fit reads them.")
+        raise UserError(f"Invalid `{name}`: {kind} of {len(spec)}-tuples. Expected (x, y) or (x, y, sample_weight) "
+                        "batches, or inputs x alone, as Keras' fit reads them.")
     if int(dataset.cardinality()) == 0:
         raise UserError(f"Invalid `{name}`: an empty tf.data.Dataset. Received: a Dataset of 0 elements. Expected "
                         "a Dataset of (x, y) batches with at least one batch.")
@@ -423,7 +423,7 @@ def _check_inputs(source, batch_size) -> None:
                             "the dataset to yield (x, y, sample_weight) batches and sample_weight=None, as Keras' "
                             "fit takes it.")
         if source.is_dataset:
-            _check_dataset_elements("x", x)
+            check_dataset_elements("x", x)
         check_py_dataset("x", x)
         return
     if y is None and sample_weight is not None:
