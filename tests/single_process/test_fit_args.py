@@ -295,6 +295,7 @@ def test_a_bad_argument_is_one_line_naming_it_before_any_set_up(case, never_set_
 ACCEPTED = {
     "shuffle None": {"shuffle": None},  # no shuffle, as Keras' adapters read a false value
     "shuffle a NumPy bool": {"shuffle": np.bool_(True)},
+    "verbose None": {"verbose": None},  # silent, as Keras' fit reads a false value
     "class_weight NumPy keys and weights": {"class_weight": {np.int64(0): np.float32(1.0), np.int64(1): 2.0}},
     "class_weight whole-number float keys": {"class_weight": {0.0: 1.0, 1.0: 2.0}},
     "class_weight empty": {"class_weight": {}},

@@ -20,8 +20,8 @@ from tfdist.engine.controller import Schedule
 from tfdist.engine.task import Task
 from tfdist.errors import Preempted, preempted_exit, UserError, check_keras_backend, short
 from tfdist.fitting import patch
-from tfdist.fitting.args import (check_dataset_elements, check_fit_args, check_run_args, keras_class_weight,
-                                 keras_shuffle, python_int)
+from tfdist.fitting.args import check_fit_args, check_run_args, keras_shuffle, python_int
+from tfdist.fitting.class_weight import keras_class_weight
 from tfdist.rundir import RunDir
 from tfdist.runtime import driver, who
 
@@ -191,6 +191,8 @@ class KerasClient(Client):
         from tfdist.fitting import central_storage
         from tfdist.fitting.inputs import check_batch
 
+        from tfdist.fitting.keras_data import read_by_keras
+
         central_storage.install()  # Keras' metric updates add each replica's examples once there
         _patch_keras()
         if self.seed is not None:
@@ -200,7 +202,7 @@ class KerasClient(Client):
         if self.batch_size is not None:
             check_batch(self.batch_size, self.replicas)
         # A PyDataset or a generator becomes the Dataset of the batches Keras' own data adapter makes of it.
-        self.source = _read_by_keras("x", self.source, shuffle=self.shuffle, class_weight=self.class_weight,
+        self.source = read_by_keras("x", self.source, shuffle=self.shuffle, class_weight=self.class_weight,
                                      steps_per_epoch=self.steps_per_epoch)
         self.validation = self._validation_batches()
         self.spec = self.source.spec()  # the type of its batches: the input is not read before training
@@ -318,7 +320,9 @@ class KerasClient(Client):
         it (in order)."""
         if self.validation is None:
             return None
-        return _read_by_keras("validation_data", self.validation, steps_per_epoch=self.validation_steps,
+        from tfdist.fitting.keras_data import read_by_keras
+
+        return read_by_keras("validation_data", self.validation, steps_per_epoch=self.validation_steps,
                               evaluation=True)
 
     @property
@@ -326,26 +330,6 @@ class KerasClient(Client):
         """The shuffle's seed where TensorFlow's global seed is not set (``seed``, else 0): the same on every
         worker."""
         return 0 if self.seed is None else self.seed
-
-
-def _read_by_keras(name: str, source, **kwargs):
-    """``source.keras_batches(**kwargs)``: Keras' data adapter's first read of a PyDataset or generator ``name``
-    (its first batches, for their type). What it refuses, what the user's ``__getitem__`` or generator raises
-    there, and batches of a form Keras' ``fit`` does not take (``args.check_dataset_elements``) are one line naming
-    ``name``, before the run directory's first write."""
-    try:
-        read = source.keras_batches(**kwargs)
-    except (UserError, KeyboardInterrupt):
-        raise
-    except Exception as e:  # noqa: BLE001 - the user's own code, or Keras' refusal of its batches
-        text = " ".join(str(e).split()) or type(e).__name__
-        raise UserError(f"Invalid `{name}`: Keras' data adapter cannot read its first batches. Received: "
-                        f"{type(e).__name__}: {text[:300]}. Expected a PyDataset or generator of (x,), (x, y) or "
-                        "(x, y, sample_weight) batches of arrays with a dimension of examples, as Keras' fit "
-                        "reads them.") from e
-    if read.read_by_keras:
-        check_dataset_elements(name, read.x, f"a {type(source.x).__name__} whose batches are")
-    return read
 
 
 def _check_own_logs(steps, strategy, train_fn) -> None:

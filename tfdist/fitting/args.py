@@ -7,6 +7,8 @@ import numbers
 
 from tfdist.config import MAX_STEPS, check_total_steps
 from tfdist.errors import UserError, article, short
+from tfdist.fitting.callback_args import check_callbacks
+from tfdist.fitting.class_weight import check_class_weight
 
 
 def _flat(value) -> list:
@@ -59,9 +61,13 @@ def _validation_source(validation_data):
 
     whole = Source.of(validation_data)
     if whole.is_dataset:
+        from tfdist.fitting.keras_data import check_dataset_elements
+
         check_dataset_elements("validation_data", validation_data)
         return whole
     if whole.own_batches:  # a PyDataset or a generator, read by Keras' own data adapter
+        from tfdist.fitting.keras_data import check_py_dataset
+
         check_py_dataset("validation_data", validation_data)
         return whole
     if isinstance(validation_data, (tuple, list)) and len(validation_data) in (2, 3):
@@ -92,72 +98,11 @@ def _validation_source(validation_data):
                     "(x_val, y_val, sample_weight_val), or a tf.data.Dataset of (x, y) global batches.")
 
 
-def check_py_dataset(name: str, value) -> None:
-    """Refuse a ``keras.utils.PyDataset`` whose ``workers``, ``use_multiprocessing`` or ``max_queue_size`` Keras'
-    data adapter cannot run with: a ``workers`` that is not a number (Keras compares it with 1), or, where Keras
-    reads it with a pool (``workers > 1``, or ``> 0`` with ``use_multiprocessing``), a ``workers`` that is not a
-    whole number or a ``max_queue_size`` that is not one (its queue waits for ever). What Keras' ``fit`` trains
-    with (``workers=0`` or ``-1``: read in the loop; ``max_queue_size <= 0``: a queue without bound) passes.
-    Anything else than a PyDataset passes.
-    """
-    import keras
-
-    if not isinstance(value, keras.utils.PyDataset):
-        return
-    try:
-        length = value.num_batches
-    except Exception as e:  # noqa: BLE001 - the user's __len__
-        raise UserError(f"Invalid `{name}`: its length cannot be read. Received: a {type(value).__name__} whose "
-                        f"__len__ raised {type(e).__name__}: {short(str(e), 120)}. Expected __len__ to return the "
-                        "number of batches (or no __len__ for a PyDataset without end, with steps_per_epoch).") from e
-    if length is not None and (isinstance(length, bool) or not isinstance(length, numbers.Integral) or length < 1):
-        raise UserError(f"Invalid `{name}`: a {type(value).__name__} of {short(length, 40)} batches. Received: "
-                        f"len({name}) == {short(length, 40)}. Expected at least one batch, as Keras' fit reads it.")
-    workers, processes, queue = value.workers, value.use_multiprocessing, value.max_queue_size
-    expected = ("Expected workers a whole number (1: read in the training loop; N > 1: N threads, or processes "
-                "with use_multiprocessing) and max_queue_size a whole number (<= 0: no bound), as Keras' fit "
-                "reads them.")
-    if not isinstance(workers, numbers.Real):
-        raise UserError(f"Invalid `{name}`: its `workers` is not a number. Received: a {type(value).__name__} with "
-                        f"workers={short(workers, 40)}. {expected}")
-    pooled = workers > 1 or (workers > 0 and bool(processes))
-    if not pooled:
-        return
-    if not isinstance(workers, numbers.Integral):
-        raise UserError(f"Invalid `{name}`: its `workers` is not a whole number. Received: a {type(value).__name__} "
-                        f"with workers={workers!r}. {expected}")
-    if isinstance(queue, bool) or not isinstance(queue, numbers.Integral):
-        raise UserError(f"Invalid `{name}`: its `max_queue_size` is not a whole number. Received: a "
-                        f"{type(value).__name__} with workers={workers!r} and max_queue_size={short(queue, 40)}. "
-                        f"{expected}")
-
-
 def _is_layer(value) -> bool:
     """A Keras model or layer: callable, but not a function that builds one."""
     import keras
 
     return isinstance(value, keras.layers.Layer)
-
-
-def check_dataset_elements(name: str, dataset, kind: str = "a tf.data.Dataset") -> None:
-    """A Dataset must yield batches as Keras' ``fit`` reads them: ``(x, y)``, ``(x, y, sample_weight)``, ``(x,)``
-    or ``x`` alone (a tensor or a dict of them, for a model whose own ``train_step`` takes its inputs alone).
-
-    A scalar part is a single example's (a batch has a dimension of examples): the Dataset was not batched. An
-    empty Dataset (known to be) has no batch to train or validate on. ``kind``: what the user passed, in words.
-    """
-    spec = dataset.element_spec
-    if isinstance(spec, tuple) and len(spec) not in (1, 2, 3):
-        raise UserError(f"Invalid `{name}`: {kind} of {len(spec)}-tuples. Expected (x, y) or (x, y, sample_weight) "
-                        "batches, or inputs x alone, as Keras' fit reads them.")
-    if int(dataset.cardinality()) == 0:
-        raise UserError(f"Invalid `{name}`: an empty tf.data.Dataset. Received: a Dataset of 0 elements. Expected "
-                        "a Dataset of (x, y) batches with at least one batch.")
-    scalars = [part for part in _flat(spec) if getattr(part, "shape", None) is not None and part.shape.rank == 0]
-    if scalars:
-        raise UserError(f"Invalid `{name}`: a tf.data.Dataset of single examples (a part of its elements is a "
-                        f"scalar, {scalars[0]}). Expected a Dataset of (x, y) batches, e.g. dataset.batch(64), as "
-                        "Keras' fit reads it.")
 
 
 def check_run_args(*, strategy, cpu_devices, cluster, task, connect_timeout, progress_timeout, seed, model_dir,
@@ -192,62 +137,13 @@ def check_run_args(*, strategy, cpu_devices, cluster, task, connect_timeout, pro
                         "(shuffle within each batch), as Keras' fit takes it.")
     if verbose != "auto" and not isinstance(verbose, numbers.Integral):
         raise UserError(f"Invalid value for `verbose`. Received: verbose={verbose!r}. Expected 0, 1, 2 or 'auto'.")
-    _check_callbacks(callbacks)
+    check_callbacks(callbacks)
     if cluster_resolver is not None and not callable(getattr(cluster_resolver, "cluster_spec", None)):
         raise UserError(f"Invalid `cluster_resolver`. Received: {short(cluster_resolver, 60)} "
                         f"({type(cluster_resolver).__name__}). Expected None (TF_CONFIG, or `cluster`) or a "
                         "tf.distribute.cluster_resolver.ClusterResolver, e.g. tfdist.deploy.in_process."
                         "in_process_cluster(...).")
     return runtime
-
-
-def _check_callbacks(callbacks) -> None:
-    """``callbacks``: None, or a list of ``keras.callbacks.Callback`` (as Keras' ``fit`` takes them)."""
-    if callbacks is None:
-        return
-    import keras
-
-    items = list(callbacks) if isinstance(callbacks, (list, tuple)) else None
-    wrong = [c for c in items if not isinstance(c, keras.callbacks.Callback)] if items is not None else [callbacks]
-    if wrong:
-        raise UserError(f"Invalid `callbacks`. Received: {short(wrong[0])} ({type(wrong[0]).__name__}). Expected a "
-                        "list of keras.callbacks.Callback.")
-    for callback in items:
-        _check_callback_paths(callback)
-
-
-def _check_callback_paths(callback) -> None:
-    """Refuse, before anything trains, a directory of a Keras callback that cannot be one (a file, under a file, a
-    FIFO, a symbolic link loop, where nothing can be written): Keras' ``fit`` would fail at the callback's first
-    save, after an epoch. ``BackupAndRestore``'s ``backup_dir``, ``TensorBoard``'s ``log_dir`` and the folder of a
-    ``ModelCheckpoint``'s or ``CSVLogger``'s file."""
-    import os
-
-    import keras
-
-    from tfdist.errors import check_directory
-
-    name = type(callback).__name__
-    if isinstance(callback, keras.callbacks.BackupAndRestore):
-        paths = [("backup_dir", callback.backup_dir, False)]
-    elif isinstance(callback, keras.callbacks.TensorBoard):
-        paths = [("log_dir", callback.log_dir, False)]
-    elif isinstance(callback, keras.callbacks.ModelCheckpoint):
-        paths = [("filepath", callback.filepath, True)]
-    elif isinstance(callback, keras.callbacks.CSVLogger):
-        paths = [("filename", callback.filename, True)]
-    else:
-        return
-    for attribute, path, of_file in paths:
-        argument = f"{attribute}` of the {name} in `callbacks"
-        if not isinstance(path, (str, os.PathLike)) or not os.fspath(path).strip():
-            raise UserError(f"Invalid `{argument}`. Received: {attribute}={short(path, 60)}. Expected a path.")
-        path = os.fspath(path)
-        if of_file and os.path.isdir(path):
-            raise UserError(f"Invalid `{argument}`: a directory. Received: {path!r}. Expected the path of a file.")
-        folder = os.path.dirname(os.path.abspath(path)) if of_file else path
-        check_directory(folder, argument, f"Expected a {'folder for the file' if of_file else 'directory'} that "
-                        "can be made and written, as Keras' callback saves there.")
 
 
 def check_fit_args(model_fn, x, y, *, batch_size, epochs, initial_epoch, steps_per_epoch, validation_data,
@@ -275,7 +171,7 @@ def check_fit_args(model_fn, x, y, *, batch_size, epochs, initial_epoch, steps_p
     _check_inputs(source, batch_size)
     check_total_steps(epochs, steps_per_epoch or 1, epochs_name="epochs", steps_name="steps_per_epoch")
     if class_weight is not None:
-        _check_class_weight(class_weight, source)
+        check_class_weight(class_weight, source)
     validation = None if validation_data is None else _validation_source(validation_data)
     at = _check_validation_split(validation_split, source, validation_data)
     _check_validation_freq(validation_freq)
@@ -422,6 +318,8 @@ def _check_inputs(source, batch_size) -> None:
             raise UserError("Invalid `sample_weight` with a dataset `x`. Received: sample_weight given. Expected "
                             "the dataset to yield (x, y, sample_weight) batches and sample_weight=None, as Keras' "
                             "fit takes it.")
+        from tfdist.fitting.keras_data import check_dataset_elements, check_py_dataset
+
         if source.is_dataset:
             check_dataset_elements("x", x)
         check_py_dataset("x", x)
@@ -453,54 +351,3 @@ def _check_some_rows(name: str, counts: set[int]) -> None:
     """Arrays of one number of rows (``counts``) hold at least one example."""
     if counts == {0}:
         raise UserError(f"Invalid `{name}`: no rows. Received: arrays of 0 rows. Expected at least one example.")
-
-
-#: Classes a ``class_weight`` may name: Keras' data adapters turn it into a table of ``max(class) + 1`` weights.
-MAX_CLASSES = 2**24
-
-
-def _class_index(key) -> int | None:
-    """A ``class_weight`` key as the class it names (an int, a NumPy int, or a float of a whole number, which Keras'
-    ``fit`` looks numpy labels up by), or None where it names none (a string, a negative or fractional number, one
-    past ``MAX_CLASSES``)."""
-    if isinstance(key, bool) or not isinstance(key, numbers.Real):
-        return None
-    if not isinstance(key, numbers.Integral) and not (math.isfinite(key) and float(key).is_integer()):
-        return None
-    return int(key) if 0 <= key < MAX_CLASSES else None
-
-
-def keras_class_weight(class_weight):
-    """``class_weight`` (checked) with each key the Python int of its class and each weight a Python float, as
-    the table of weights is made of them; None as it is."""
-    if class_weight is None:
-        return None
-    return {_class_index(k): float(v) for k, v in class_weight.items()} if isinstance(class_weight, dict) else \
-        class_weight
-
-
-def _check_class_weight(class_weight, source) -> None:
-    """``{class index: weight}``, for one target, without sample weights (as Keras' ``fit`` takes it)."""
-    if not isinstance(class_weight, dict) or not class_weight or not all(
-            _class_index(k) is not None and isinstance(v, numbers.Real) and not isinstance(v, bool)
-            and 0 <= v < float("inf") for k, v in class_weight.items()):
-        raise UserError(f"Invalid `class_weight`. Received: {class_weight!r:.80}. Expected a dict "
-                        f"{{class index >= 0: finite weight >= 0}}, e.g. {{0: 1.0, 1: 5.0}}, its classes below "
-                        f"{MAX_CLASSES}.")
-    from tfdist.fitting.inputs import GENERATOR
-
-    if source.kind == GENERATOR:
-        raise UserError(f"Invalid `class_weight` with a Python generator `x`. Received: class_weight="
-                        f"{class_weight!r:.60}. Expected the generator to yield (x, y, sample_weight) batches, as "
-                        "Keras' fit takes them (it refuses class_weight with a generator).")
-    x, y, dataset = source.x, source.y, source.is_dataset
-    spec = x.element_spec if dataset else None
-    if (y is None and source.is_arrays) or (dataset and not (isinstance(spec, tuple) and len(spec) >= 2)):
-        raise UserError("Invalid `class_weight` without targets. Received: class_weight and inputs alone (no y). "
-                        "Expected y (or a Dataset of (x, y) batches) whose classes the weights weigh.")
-    if source.sample_weight is not None or (dataset and len(spec) == 3):
-        raise UserError("Invalid `class_weight` with sample weights. Received: both. Expected one of "
-                        "class_weight and sample_weight, as Keras' fit takes them.")
-    if (y is not None and len(_flat(y)) != 1) or (dataset and len(_flat(x.element_spec[1])) != 1):
-        raise UserError("Invalid `class_weight` for several targets. Received: y with several outputs. "
-                        "Expected class_weight for a model with a single output, as in Keras.")
