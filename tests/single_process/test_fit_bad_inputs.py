@@ -273,6 +273,24 @@ numpy_ints = tfdist.fit(fresh, x, y, batch_size=np.int64(16), epochs=np.int64(2)
                         steps_per_epoch=np.int32(2), seed=np.int64(3), strategy="mirrored", verbose=0)
 out["numpy ints"] = {"epochs": len(numpy_ints.history["loss"])}
 
+# Accepted: class_weight keys as NumPy ints or whole-number floats, as Keras' fit looks numpy labels up by them.
+labels = (np.arange(64) % 3).astype("int64")
+weights = {np.int64(0): 1.0, 1.0: np.float32(3.0)}
+
+
+def seeded_classifier():
+    keras.utils.set_random_seed(2)
+    return classifier()
+
+
+keras_classes = seeded_classifier()
+keras_classes.fit(x, np.eye(3, dtype=np.float32)[labels], batch_size=16, epochs=2, shuffle=False, verbose=0,
+                  class_weight=weights)
+ours = tfdist.fit(seeded_classifier, x, np.eye(3, dtype=np.float32)[labels], batch_size=16, epochs=2, shuffle=False,
+                  verbose=0, strategy="mirrored", class_weight=weights)
+out["class_weight keys"] = {"weights": max(float(np.abs(a - b).max()) for a, b in
+                                           zip(keras_classes.get_weights(), ours.model.get_weights()))}
+
 # Accepted: `..` resolved as the kernel would, with no directory made for what it steps out of.
 tfdist.fit(fresh, **{**base, "epochs": 1}, model_dir=str(root / "dots" / "missing" / ".." / "run"))
 out["dots"] = {"run": (root / "dots" / "run" / "fit.yaml").is_file(), "stray": (root / "dots" / "missing").exists()}
@@ -391,6 +409,11 @@ def test_a_bad_input_is_one_user_error_and_writes_nothing(case, tmp_path_factory
 @pytest.mark.xdist_group("fit_bad_inputs")
 def test_numpy_integers_are_taken_as_keras_fit_takes_them(tmp_path_factory):
     assert results(tmp_path_factory)["numpy ints"] == {"epochs": 1}
+
+
+@pytest.mark.xdist_group("fit_bad_inputs")
+def test_class_weight_keys_of_numpy_ints_and_whole_floats_train_as_keras_fit_on_one_device(tmp_path_factory):
+    assert results(tmp_path_factory)["class_weight keys"]["weights"] < 1e-6
 
 
 @pytest.mark.xdist_group("fit_bad_inputs")
