@@ -40,3 +40,19 @@ def test_a_users_setup_that_differs_on_two_replicas_is_reported_with_the_command
     assert "one_device: 1 equal" in proc.stdout
     assert "differs  mirrored on local: user_model.py:setup" in proc.stdout
     assert "alone: python -m tfdist.check --model user_model.py:setup --modes mirrored" in proc.stdout
+
+
+def test_a_setup_whose_fit_kwargs_keras_fit_does_not_take_is_one_line_with_status_2(tmp_path):
+    """The setup is called before any process starts: fit_kwargs with a name Keras' fit does not take ('epoch'),
+    or one the check passes itself ('x'), is one line naming --model, with nothing written."""
+    from helpers.clis import assert_user_error
+
+    (tmp_path / "misnamed.py").write_text(SETUP.replace('"epochs": 2', '"epoch": 2'))
+    (tmp_path / "own.py").write_text(SETUP.replace('"epochs": 2', '"x": x'))
+    before = sorted(p.name for p in tmp_path.iterdir())
+    for name, match in (("misnamed", r"`--model`: its fit_kwargs hold 'epoch', which Keras fit does not take"),
+                        ("own", r"`--model`: its fit_kwargs hold 'x', which the check passes itself")):
+        proc = run_cli("tfdist.check", "--model", f"{name}.py:setup", "--modes", "one_device", timeout=300,
+                       cwd=tmp_path)
+        assert_user_error((proc.returncode, proc.stdout, proc.stderr), match)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "__pycache__") == before

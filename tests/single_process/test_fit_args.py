@@ -56,7 +56,7 @@ CASES = {
                             "Invalid value for `validation_steps`. Received: validation_steps=-2."),
     "validation_steps '3'": ({"validation_steps": "3"},
                              "Invalid value for `validation_steps`. Received: validation_steps='3'."),
-    "epochs 0": ({"epochs": 0}, "Invalid `epochs`/`initial_epoch`. Received: epochs=0, initial_epoch=0."),
+    "epochs 0": ({"epochs": 0}, "Invalid value for `epochs`. Received: epochs=0. Expected a positive integer"),
     "x/y rows": ({"y": Y[:5]}, "Invalid `x`/`y`: their numbers of rows differ. Received: [5, 8]."),
     "sample_weight rows": ({"sample_weight": np.ones(5)},
                            "Invalid `x`/`y`/`sample_weight`: their numbers of rows differ. Received: [5, 8]."),
@@ -70,7 +70,7 @@ CASES = {
     "no batch_size": ({"batch_size": None}, "Missing `batch_size`. Received: batch_size=None."),
     "model_fn a model": ({"model_fn": "a model"}, "Invalid `model_fn`. Received: a Sequential"),
     "initial_epoch True": ({"epochs": 2, "initial_epoch": True},
-                           "Invalid `epochs`/`initial_epoch`. Received: epochs=2, initial_epoch=True."),
+                           "Invalid value for `initial_epoch`. Received: initial_epoch=True with epochs=2."),
     "validation_data y None": ({"validation_data": (X, None)}, "Invalid `validation_data`. Received: x_val="),
     "class_weight NaN": ({"class_weight": {0: float("nan")}}, "Invalid `class_weight`. Received: {0: nan}."),
     "class_weight negative": ({"class_weight": {0: -1.0}}, "Invalid `class_weight`. Received: {0: -1.0}."),
@@ -134,7 +134,134 @@ CASES = {
                             "Invalid value for `validation_freq`. Received: validation_freq=2.0."),
     "model_dir unwritable": ({"model_dir": "/proc/1/run"},
                              "Invalid value for `model_dir`: /proc/1 is not writable. Received: '/proc/1/run'."),
+    "initial_epoch epochs": ({"epochs": 2, "initial_epoch": 2},
+                             "Invalid value for `initial_epoch`. Received: initial_epoch=2 with epochs=2. Expected an "
+                             "integer with 0 <= initial_epoch < epochs."),
+    "initial_epoch -1": ({"epochs": 2, "initial_epoch": -1}, "Invalid value for `initial_epoch`. Received: "
+                                                              "initial_epoch=-1 with epochs=2."),
+    "initial_epoch 1.0": ({"epochs": 2, "initial_epoch": 1.0}, "Invalid value for `initial_epoch`. Received: "
+                                                                "initial_epoch=1.0 with epochs=2."),
+    "epochs 2.0": ({"epochs": 2.0}, "Invalid value for `epochs`. Received: epochs=2.0."),
+    "class_weight a string key": ({"class_weight": {"a": 1.0}}, "Invalid `class_weight`. Received: {'a': 1.0}."),
+    "class_weight a fraction key": ({"class_weight": {0.5: 1.0}}, "Invalid `class_weight`. Received: {0.5: 1.0}."),
+    "class_weight a class past 2**24": ({"class_weight": {10**12: 1.0}},
+                                        "Invalid `class_weight`. Received: {1000000000000: 1.0}. Expected a dict "
+                                        "{class index >= 0: finite weight >= 0}, e.g. {0: 1.0, 1: 5.0}, its classes "
+                                        "below 16777216."),
+    "y of objects": ({"y": np.array([None] * 8)}, "Invalid `y`: an array of Python objects. Received: an array of "
+                                                  "dtype object, shape (8,)."),
+    "x of objects": ({"x": np.array([[None] * 3] * 8)}, "Invalid `x`: an array of Python objects."),
+    "validation_data of objects": ({"validation_data": (X, np.array([None] * 8))},
+                                   "Invalid `validation_data`: an array of Python objects."),
+    "PyDataset workers '2'": ({"x": "pydataset", "workers": "2"},
+                              "Invalid `x`: its `workers` is not a number. Received: a Batches with workers='2'."),
+    "PyDataset workers None": ({"x": "pydataset", "workers": None},
+                               "Invalid `x`: its `workers` is not a number. Received: a Batches with workers=None."),
+    "PyDataset workers 2.5": ({"x": "pydataset", "workers": 2.5},
+                              "Invalid `x`: its `workers` is not a whole number. Received: a Batches with "
+                              "workers=2.5."),
+    "PyDataset max_queue_size '10'": ({"x": "pydataset", "workers": 2, "max_queue_size": "10"},
+                                      "Invalid `x`: its `max_queue_size` is not a whole number. Received: a Batches "
+                                      "with workers=2 and max_queue_size='10'."),
+    "PyDataset max_queue_size None": ({"x": "pydataset", "workers": 1, "use_multiprocessing": True,
+                                       "max_queue_size": None},
+                                      "Invalid `x`: its `max_queue_size` is not a whole number."),
+    "PyDataset of 0 batches": ({"x": "pydataset", "length": 0},
+                               "Invalid `x`: a Batches of 0 batches. Received: len(x) == 0."),
+    "PyDataset whose len raises": ({"x": "pydataset", "length": -1},
+                                   "Invalid `x`: its length cannot be read. Received: a Batches whose __len__ raised "
+                                   "ValueError"),
+    "validation PyDataset workers '2'": ({"validation_data": "pydataset", "workers": "2"},
+                                         "Invalid `validation_data`: its `workers` is not a number."),
+    "TFDIST_STAGE_LIMIT 2GB": ({"TFDIST_STAGE_LIMIT": "2GB"},
+                               "Invalid TFDIST_STAGE_LIMIT. Received: TFDIST_STAGE_LIMIT='2GB'. Expected a positive "
+                               "number of bytes"),
+    "TFDIST_STAGE_LIMIT -5": ({"TFDIST_STAGE_LIMIT": "-5"}, "Invalid TFDIST_STAGE_LIMIT. Received: "
+                                                            "TFDIST_STAGE_LIMIT='-5'."),
+    "TFDIST_STAGE_LIMIT nan": ({"TFDIST_STAGE_LIMIT": "nan"}, "Invalid TFDIST_STAGE_LIMIT."),
+    "BackupAndRestore backup_dir a file": ({"callbacks": ["backup", "{d}/file"]},
+                                           "Invalid value for `backup_dir` of the BackupAndRestore in `callbacks`: not "
+                                           "a directory. Received: '{d}/file', an existing file."),
+    "BackupAndRestore backup_dir under a file": ({"callbacks": ["backup", "{d}/file/backup"]},
+                                                 "Invalid value for `backup_dir` of the BackupAndRestore in `callbacks`:"
+                                                 " {d}/file is a file."),
+    "BackupAndRestore backup_dir a FIFO": ({"callbacks": ["backup", "{d}/fifo"]},
+                                           "Invalid value for `backup_dir` of the BackupAndRestore in `callbacks`: not "
+                                           "a directory."),
+    "BackupAndRestore backup_dir a symlink loop": ({"callbacks": ["backup", "{d}/loop/backup"]},
+                                                   "Invalid value for `backup_dir` of the BackupAndRestore in "
+                                                   "`callbacks`: Too many levels of symbolic links."),
+    "BackupAndRestore backup_dir under /proc": ({"callbacks": ["backup", "/proc/tfdist-backup"]},
+                                                "Invalid value for `backup_dir` of the BackupAndRestore in `callbacks`:"
+                                                " /proc is not writable."),
+    "BackupAndRestore backup_dir an int": ({"callbacks": ["backup", 5]},
+                                           "Invalid `backup_dir` of the BackupAndRestore in `callbacks`. Received: "
+                                           "backup_dir=5. Expected a path."),
+    "TensorBoard log_dir a file": ({"callbacks": ["tensorboard", "{d}/file"]},
+                                   "Invalid value for `log_dir` of the TensorBoard in `callbacks`: not a directory."),
+    "ModelCheckpoint under a file": ({"callbacks": ["checkpoint", "{d}/file/m.keras"]},
+                                     "Invalid value for `filepath` of the ModelCheckpoint in `callbacks`: not a "
+                                     "directory."),
+    "CSVLogger a directory": ({"callbacks": ["csv", "{d}"]},
+                              "Invalid `filename` of the CSVLogger in `callbacks`: a directory. Received: '{d}'."),
 }
+
+
+def made(arguments: dict, where) -> dict:
+    """``arguments`` with the inputs a case names made here: a Dataset, a PyDataset (its ``workers``,
+    ``use_multiprocessing``, ``max_queue_size`` and ``length``), a callback of a path in ``where`` (``{d}``), or
+    an environment variable."""
+    import keras
+
+    arguments = dict(arguments)
+    pydataset = {k: arguments.pop(k) for k in ("workers", "use_multiprocessing", "max_queue_size", "length")
+                 if k in arguments}
+    for name in ("x", "validation_data"):
+        if isinstance(arguments.get(name), str) and arguments[name] == "dataset":
+            arguments[name] = dataset()
+        if isinstance(arguments.get(name), str) and arguments[name] == "pydataset":
+            arguments[name] = batches(**pydataset)
+            if name == "x":
+                arguments["y"], arguments["batch_size"] = None, None
+    if "TFDIST_STAGE_LIMIT" in arguments:
+        where["environ"].setenv("TFDIST_STAGE_LIMIT", arguments.pop("TFDIST_STAGE_LIMIT"))
+    if isinstance(arguments.get("callbacks"), list) and isinstance(arguments["callbacks"][0], str):
+        kind, path = arguments["callbacks"]
+        path = path.format(d=where["d"]) if isinstance(path, str) else path
+        maker = {"backup": keras.callbacks.BackupAndRestore, "tensorboard": keras.callbacks.TensorBoard,
+                 "checkpoint": keras.callbacks.ModelCheckpoint, "csv": keras.callbacks.CSVLogger}[kind]
+        callback = maker("placeholder.keras" if kind == "checkpoint" else "placeholder")
+        setattr(callback, {"backup": "backup_dir", "tensorboard": "log_dir", "checkpoint": "filepath",
+                           "csv": "filename"}[kind], path)
+        arguments["callbacks"] = [callback]
+    return arguments
+
+
+def batches(workers=1, use_multiprocessing=False, max_queue_size=10, length=2):
+    """A ``keras.utils.PyDataset`` of ``length`` batches of ``X``, ``Y`` (a negative ``length``: ``len`` raises)."""
+    import keras
+
+    class Batches(keras.utils.PyDataset):
+        def __len__(self):
+            return length
+
+        def __getitem__(self, index):
+            return X[:4], Y[:4]
+
+    found = Batches()
+    found.workers, found.use_multiprocessing, found.max_queue_size = workers, use_multiprocessing, max_queue_size
+    return found
+
+
+@pytest.fixture
+def paths(tmp_path, monkeypatch):
+    """A folder holding a file, a FIFO and a symbolic link loop, and the environment to set variables in."""
+    import os
+
+    (tmp_path / "file").write_text("x")
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "loop").symlink_to("loop")
+    return {"d": tmp_path, "environ": monkeypatch}
 
 
 @pytest.fixture
@@ -148,12 +275,12 @@ def never_set_up(monkeypatch):
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_a_bad_argument_is_one_line_naming_it_before_any_set_up(case, never_set_up):
+def test_a_bad_argument_is_one_line_naming_it_before_any_set_up(case, never_set_up, paths):
     overrides, expected = CASES[case]
-    arguments = {"model_fn": model_fn, "x": X, "y": Y, "batch_size": 4, "epochs": 1, "strategy": "mirrored",
-                 "verbose": 0, **overrides}
-    if isinstance(arguments["x"], str):  # "dataset": made here, in the test
-        arguments["x"] = dataset()
+    arguments = made({"model_fn": model_fn, "x": X, "y": Y, "batch_size": 4, "epochs": 1, "strategy": "mirrored",
+                      "verbose": 0, **overrides}, paths)
+    expected = expected.replace("{d}", str(paths["d"]))
+    before = sorted(p.name for p in paths["d"].iterdir())
     if arguments["model_fn"] == "a model":  # a built model where a function that builds one belongs
         arguments["model_fn"] = dense(3, compiled=False)
     with pytest.raises(UserError) as caught:
@@ -161,6 +288,32 @@ def test_a_bad_argument_is_one_line_naming_it_before_any_set_up(case, never_set_
     message = str(caught.value)
     assert message.startswith(expected), message
     assert "\n" not in message
+    assert sorted(p.name for p in paths["d"].iterdir()) == before  # nothing made where a callback would write
+
+
+#: What Keras' fit on one device takes, and so must tfdist.fit: each reaches the set-up (arguments over X, Y).
+ACCEPTED = {
+    "shuffle None": {"shuffle": None},  # no shuffle, as Keras' adapters read a false value
+    "shuffle a NumPy bool": {"shuffle": np.bool_(True)},
+    "verbose None": {"verbose": None},  # silent, as Keras' fit reads a false value
+    "class_weight NumPy keys and weights": {"class_weight": {np.int64(0): np.float32(1.0), np.int64(1): 2.0}},
+    "class_weight whole-number float keys": {"class_weight": {0.0: 1.0, 1.0: 2.0}},
+    "class_weight empty": {"class_weight": {}},
+    "PyDataset workers 0": {"x": "pydataset", "workers": 0, "max_queue_size": "ignored without a pool"},
+    "PyDataset workers -1 with multiprocessing": {"x": "pydataset", "workers": -1, "use_multiprocessing": True},
+    "PyDataset max_queue_size 0": {"x": "pydataset", "workers": 2, "max_queue_size": 0},
+    "PyDataset workers True": {"x": "pydataset", "workers": True},
+    "callbacks' paths new": {"callbacks": ["backup", "{d}/new/backup"]},
+}
+
+
+@pytest.mark.parametrize("case", sorted(ACCEPTED))
+def test_what_keras_fit_takes_reaches_the_set_up(case, never_set_up, paths):
+    arguments = made({"x": X, "y": Y, "batch_size": 4, "epochs": 1, "strategy": "mirrored", "verbose": 0,
+                      **ACCEPTED[case]}, paths)
+    with pytest.raises(AssertionError, match="the process was set up"):
+        tfdist.fit(model_fn, arguments.pop("x"), arguments.pop("y"), **arguments)
+    assert not (paths["d"] / "new").exists()
 
 
 def test_good_arguments_reach_the_set_up(never_set_up):

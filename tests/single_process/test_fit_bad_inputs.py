@@ -146,6 +146,28 @@ def cut_latest(path):
         item.write_bytes(item.read_bytes()[:10])
 
 
+class Batches(keras.utils.PyDataset):
+    """Two batches of ``make(index)``."""
+
+    def __init__(self, make, **kwargs):
+        super().__init__(**kwargs)
+        self.make = make
+
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, index):
+        return self.make(index)
+
+
+def batches_of(make, count=2):
+    """A Python generator of ``count`` batches ``make(index)``."""
+    return (make(index) for index in range(count))
+
+
+four_parts = lambda index: (x[:16], y[:16], np.ones(16), np.ones(16))  # noqa: E731
+
+
 # name -> (tfdist.fit's arguments over `base`, how its model_dir is made or None: a new one). A case on a copy of
 # the run asks for an epoch more, which it would train.
 fresh = regression()
@@ -213,6 +235,19 @@ CASES = {
     "cluster_resolver a name": (dict(model_fn=fresh, cluster_resolver="in_process"), None),
     "model_dir a symlink loop": (dict(model_fn=fresh, model_dir=str(root / "loop" / "run")), "skip"),
     "model_dir blank": (dict(model_fn=fresh, model_dir="   "), "skip"),
+    "a PyDataset of 4-part batches": (dict(model_fn=fresh, x=Batches(four_parts), y=None, batch_size=None), None),
+    "a PyDataset whose batches raise": (dict(model_fn=fresh, x=Batches(lambda index: 1 / 0), y=None,
+                                             batch_size=None), None),
+    "a PyDataset of scalars": (dict(model_fn=fresh, x=Batches(lambda index: (1.0, 2.0)), y=None, batch_size=None),
+                               None),
+    "a generator of 4-part batches": (dict(model_fn=fresh, x=batches_of(four_parts), y=None, batch_size=None,
+                                           epochs=1), None),
+    "a generator of None": (dict(model_fn=fresh, x=batches_of(lambda index: None), y=None, batch_size=None,
+                                 epochs=1), None),
+    "a generator whose shapes change": (dict(model_fn=fresh, x=batches_of(lambda index: (x[:16, :4 - (index > 1)],
+                                                                                       y[:16]), count=3),
+                                             y=None, batch_size=None, epochs=1), None),
+    "validation_data a PyDataset of 4-part batches": (dict(model_fn=fresh, validation_data=Batches(four_parts)), None),
 }
 (root / "loop").symlink_to("loop")
 out = {}
@@ -237,6 +272,24 @@ for index, (name, (arguments, make)) in enumerate(CASES.items()):
 numpy_ints = tfdist.fit(fresh, x, y, batch_size=np.int64(16), epochs=np.int64(2), initial_epoch=np.int64(1),
                         steps_per_epoch=np.int32(2), seed=np.int64(3), strategy="mirrored", verbose=0)
 out["numpy ints"] = {"epochs": len(numpy_ints.history["loss"])}
+
+# Accepted: class_weight keys as NumPy ints or whole-number floats, as Keras' fit looks numpy labels up by them.
+labels = (np.arange(64) % 3).astype("int64")
+weights = {np.int64(0): 1.0, 1.0: np.float32(3.0)}
+
+
+def seeded_classifier():
+    keras.utils.set_random_seed(2)
+    return classifier()
+
+
+keras_classes = seeded_classifier()
+keras_classes.fit(x, np.eye(3, dtype=np.float32)[labels], batch_size=16, epochs=2, shuffle=False, verbose=0,
+                  class_weight=weights)
+ours = tfdist.fit(seeded_classifier, x, np.eye(3, dtype=np.float32)[labels], batch_size=16, epochs=2, shuffle=False,
+                  verbose=0, strategy="mirrored", class_weight=weights)
+out["class_weight keys"] = {"weights": max(float(np.abs(a - b).max()) for a, b in
+                                           zip(keras_classes.get_weights(), ours.model.get_weights()))}
 
 # Accepted: `..` resolved as the kernel would, with no directory made for what it steps out of.
 tfdist.fit(fresh, **{**base, "epochs": 1}, model_dir=str(root / "dots" / "missing" / ".." / "run"))
@@ -317,6 +370,18 @@ EXPECTED = {
     "cluster_resolver a name": r"Invalid `cluster_resolver`. Received: 'in_process' \(str\)",
     "model_dir a symlink loop": r"Invalid value for `model_dir`: Too many levels of symbolic links",
     "model_dir blank": r"Invalid value for `model_dir`. Received: model_dir=' '",  # one line: spaces collapse
+    "a PyDataset of 4-part batches": r"^Invalid `x`: Keras' data adapter cannot read its first batches. Received: "
+                                     r"ValueError: PyDataset.__getitem__\(\) must return a tuple or a dict",
+    "a PyDataset whose batches raise": r"^Invalid `x`: Keras' data adapter cannot read its first batches. Received: "
+                                       r"ZeroDivisionError: division by zero",
+    "a PyDataset of scalars": r"^Invalid `x`: .* the arrays must be at least rank 1",
+    "a generator of 4-part batches": r"^Invalid `x`: a generator whose batches are of 4-tuples. Expected \(x, y\) or "
+                                     r"\(x, y, sample_weight\) batches",
+    "a generator of None": r"^Invalid `x`: .*the generator must return a tuple.*Received: None",
+    "a generator whose shapes change": r"^Invalid `x`: .*Generator yielded an element of shape \(16, 3\) where an "
+                                       r"element of shape \(None, 4\) was expected",
+    "validation_data a PyDataset of 4-part batches": r"^Invalid `validation_data`: Keras' data adapter cannot read "
+                                                     r"its first batches",
     "a Dataset of other examples": r"Invalid `x` for this model: the model cannot take its examples \(a Dataset "
                                    r"must yield batches: dataset.batch\(n\)\). Received: inputs of shapes "
                                    r"\[\(None, 3\)\]",
@@ -344,6 +409,11 @@ def test_a_bad_input_is_one_user_error_and_writes_nothing(case, tmp_path_factory
 @pytest.mark.xdist_group("fit_bad_inputs")
 def test_numpy_integers_are_taken_as_keras_fit_takes_them(tmp_path_factory):
     assert results(tmp_path_factory)["numpy ints"] == {"epochs": 1}
+
+
+@pytest.mark.xdist_group("fit_bad_inputs")
+def test_class_weight_keys_of_numpy_ints_and_whole_floats_train_as_keras_fit_on_one_device(tmp_path_factory):
+    assert results(tmp_path_factory)["class_weight keys"]["weights"] < 1e-6
 
 
 @pytest.mark.xdist_group("fit_bad_inputs")

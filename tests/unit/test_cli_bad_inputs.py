@@ -47,6 +47,20 @@ def end_waits(fifos: list[Path], stop: threading.Event) -> None:
                     pass
 
 
+#: ``--model`` files of ``tfdist.check`` that are no setup: each name and its text.
+USER_MODELS = {
+    "model_syntax.py": "def setup(:\n",
+    "model_raises.py": "raise RuntimeError('at import')\n",
+    "model_exits.py": "import sys\nsys.exit(0)\n",
+    "model_of_three.py": "def setup():\n    return (lambda: None, None, None)\n",
+    "model_kwargs_a_list.py": "def setup():\n    return (lambda: None, None, None, [])\n",
+    "model_setup_raises.py": "def setup():\n    raise ValueError('no data')\n",
+    "model_setup_of_an_argument.py": "def setup(path):\n    return path\n",
+    "model_nul.py": "x = 1\0\n",
+    "model_without_kwargs.py": "def setup():\n    return (lambda: None, None, None, {})\n",
+}
+
+
 @pytest.fixture
 def inputs(tmp_path):
     """A folder of inputs: a good image, images too large, FIFOs nobody writes, a run with a zeroed model."""
@@ -66,6 +80,11 @@ def inputs(tmp_path):
     (tmp_path / "loop").symlink_to("loop")
     (tmp_path / "config_dir.yaml").mkdir()
     os.mkfifo(tmp_path / "fifo.h5")
+    for name, text in USER_MODELS.items():
+        (tmp_path / name).write_text(text)
+    (tmp_path / "model_dir.py").mkdir()
+    os.mkfifo(tmp_path / "model_fifo.py")
+    (tmp_path / "model_loop.py").symlink_to("model_loop.py")
     stop = threading.Event()
     writer = threading.Thread(target=end_waits, args=([tmp_path / "fifo.png", tmp_path / "fifo.yaml",
                                                        tmp_path / "fifo.h5"], stop),
@@ -201,6 +220,33 @@ BAD = [
     ("check_output_in_proc", check("--output=/proc/tfdist-check.json"), "`--output`: it cannot be written"),
     ("check_markdown_fifo", check("--markdown={d}/fifo.yaml"),
      r"`--markdown`: it cannot be written \(a FIFO"),
+    ("check_model_empty", check("--model="), r"`--model`. Received: ''. Expected MODULE:FUNCTION"),
+    ("check_model_syntax_error", check("--model=model_syntax.py:setup"),
+     r"`--model`: importing model_syntax.py raised SyntaxError"),
+    ("check_model_raises_on_import", check("--model=model_raises.py:setup"),
+     r"`--model`: importing model_raises.py raised RuntimeError \(at import\)"),
+    ("check_model_exits_on_import", check("--model=model_exits.py:setup"),
+     r"`--model`: importing model_exits.py raised SystemExit \(0\)"),
+    ("check_model_a_module_raising", check("--model=model_raises:setup"),
+     r"`--model`: importing model_raises raised RuntimeError"),
+    ("check_model_nul_byte", check("--model=model_nul.py:setup"), r"`--model`: importing model_nul.py raised SyntaxError"),
+    ("check_model_a_directory", check("--model=model_dir.py:setup"), r"`--model`: model_dir.py is a directory"),
+    ("check_model_a_fifo", check("--model=model_fifo.py:setup"), r"`--model`: model_fifo.py is a FIFO"),
+    ("check_model_a_symlink_loop", check("--model=model_loop.py:setup"),
+     r"`--model`: model_loop.py is not readable \(Too many levels of symbolic links\)"),
+    ("check_model_returns_three", check("--model=model_of_three.py:setup"),
+     r"`--model`. Received: 'model_of_three.py:setup', which returns a tuple of 3"),
+    ("check_model_kwargs_a_list", check("--model=model_kwargs_a_list.py:setup"),
+     r"which returns fit_kwargs of list, not a dict"),
+    ("check_model_setup_raises", check("--model=model_setup_raises.py:setup"),
+     r"`--model`: model_setup_raises.py:setup raised ValueError \(no data\)"),
+    ("check_model_setup_of_an_argument", check("--model=model_setup_of_an_argument.py:setup"),
+     r"`--model`: .*raised TypeError \(setup\(\) missing 1 required positional argument"),
+    ("check_model_a_module_function", check("--model=os:getcwd"), r"`--model`. Received: 'os:getcwd', which returns a str"),
+    ("check_case_with_model", check("--model=model_without_kwargs.py:setup", "--case=3"),
+     r"Invalid `--case` with `--model`. Received: --case=3 and --model=model_without_kwargs.py:setup"),
+    ("check_case_a_superscript", check("--case=\u00b2"), r"`--case`. Received: \u00b2"),
+    ("check_cases_past_the_bound", check(f"--cases={2**40}"), r"--cases=1099511627776: .* in the range \[1, 100000\]"),
     ("predict_a_stray_word", ("tfdist.predict", "--model_dir={d}/run", "--input_image={d}/ok.png",
                               "--overlay_output={d}/o.png", "stray"), "Unexpected arguments. Received: 'stray'"),
     ("predict_overlay_onto_the_input", ("tfdist.predict", "--model_dir={d}/run", "--input_image={d}/ok.png",

@@ -25,10 +25,14 @@ FLAGS = flags.FLAGS
 DEFAULT_MODES = tuple(name for name, mode in runs.MODES.items() if not mode.asynchronous)
 
 
+#: The most cases one run draws (each runs in every mode: a run of more would not end).
+MAX_CASES = 100_000
+
+
 def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
     """Define this CLI's flags; called by ``entry`` so that importing the module defines none."""
     fv = {"flag_values": flag_values}
-    flags.DEFINE_integer("cases", 20, "Cases to draw from the space.", lower_bound=1, **fv)
+    flags.DEFINE_integer("cases", 20, "Cases to draw from the space.", lower_bound=1, upper_bound=MAX_CASES, **fv)
     flags.DEFINE_integer("seed", 0, "The run's seed: the same seed draws the same cases.", lower_bound=0, **fv)
     flags.DEFINE_list("case", [], "Run exactly these cases (each the seed a report prints), instead of drawing.", **fv)
     flags.DEFINE_string("model", None, "Check your own setup instead of drawn cases: MODULE:FUNCTION (or "
@@ -48,7 +52,7 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
 def _seeds() -> list[int]:
     if not FLAGS.case:
         return space.seeds(FLAGS.cases, FLAGS.seed)
-    bad = [c for c in FLAGS.case if not c.isdigit()]
+    bad = [c for c in FLAGS.case if not (c.isascii() and c.isdigit())]
     if bad:
         raise UserError(f"Invalid value for `--case`. Received: {','.join(FLAGS.case)}. Expected case seeds, "
                         "non-negative integers as a report prints them.")
@@ -161,8 +165,12 @@ def main(argv: list[str]) -> int:
     only_flags(argv)
     check_outputs()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))  # through run_groups' cleanup
-    if FLAGS.model:
+    if FLAGS.model is not None:
         check_name(FLAGS.model)
+        if FLAGS.case:
+            raise UserError(f"Invalid `--case` with `--model`. Received: --case={','.join(FLAGS.case)} and "
+                            f"--model={FLAGS.model}. Expected one of them: --model checks the setup it names, "
+                            "--case the drawn cases it names.")
     seeds, modes = ([0] if FLAGS.model else _seeds()), _modes()
     cases = {} if FLAGS.model else {seed: space.draw(seed) for seed in seeds}
     with tempfile.TemporaryDirectory(prefix="tfdist-check-") as directory:

@@ -20,7 +20,8 @@ from tfdist.engine.controller import Schedule
 from tfdist.engine.task import Task
 from tfdist.errors import Preempted, preempted_exit, UserError, check_keras_backend, short
 from tfdist.fitting import patch
-from tfdist.fitting.args import check_fit_args, check_run_args, python_int
+from tfdist.fitting.args import check_fit_args, check_run_args, keras_shuffle, python_int
+from tfdist.fitting.class_weight import keras_class_weight
 from tfdist.rundir import RunDir
 from tfdist.runtime import driver, who
 
@@ -97,7 +98,10 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy=
         resumes there.
     """
     check_keras_backend()
-    strategy = _strategy_name(strategy)
+    strategy, shuffle = _strategy_name(strategy), keras_shuffle(shuffle)
+    verbose = 0 if verbose is None else verbose  # silent, as Keras' fit reads a false value
+    if isinstance(class_weight, dict) and not class_weight:
+        class_weight = None  # Keras' fit weighs no class for an empty dict
     batch_size, epochs, initial_epoch, steps_per_epoch, validation_steps, seed, cpu_devices = map(
         python_int, (batch_size, epochs, initial_epoch, steps_per_epoch, validation_steps, seed, cpu_devices))
     source, validation = check_fit_args(
@@ -105,6 +109,7 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy=
         steps_per_epoch=steps_per_epoch, validation_data=validation_data, validation_steps=validation_steps,
         sample_weight=sample_weight, class_weight=class_weight, validation_split=validation_split,
         validation_freq=validation_freq)
+    class_weight = keras_class_weight(class_weight)
     runtime = check_run_args(strategy=strategies.AUTO if strategy is None else strategy, cpu_devices=cpu_devices,
                              cluster=cluster, task=task, connect_timeout=connect_timeout,
                              progress_timeout=progress_timeout, seed=seed, model_dir=model_dir, shuffle=shuffle,
@@ -186,6 +191,8 @@ class KerasClient(Client):
         from tfdist.fitting import central_storage
         from tfdist.fitting.inputs import check_batch
 
+        from tfdist.fitting.keras_data import read_by_keras
+
         central_storage.install()  # Keras' metric updates add each replica's examples once there
         _patch_keras()
         if self.seed is not None:
@@ -195,8 +202,8 @@ class KerasClient(Client):
         if self.batch_size is not None:
             check_batch(self.batch_size, self.replicas)
         # A PyDataset or a generator becomes the Dataset of the batches Keras' own data adapter makes of it.
-        self.source = self.source.keras_batches(shuffle=self.shuffle, class_weight=self.class_weight,
-                                                steps_per_epoch=self.steps_per_epoch)
+        self.source = read_by_keras("x", self.source, shuffle=self.shuffle, class_weight=self.class_weight,
+                                     steps_per_epoch=self.steps_per_epoch)
         self.validation = self._validation_batches()
         self.spec = self.source.spec()  # the type of its batches: the input is not read before training
 
@@ -313,7 +320,10 @@ class KerasClient(Client):
         it (in order)."""
         if self.validation is None:
             return None
-        return self.validation.keras_batches(steps_per_epoch=self.validation_steps, evaluation=True)
+        from tfdist.fitting.keras_data import read_by_keras
+
+        return read_by_keras("validation_data", self.validation, steps_per_epoch=self.validation_steps,
+                              evaluation=True)
 
     @property
     def _seed(self) -> int:

@@ -7,6 +7,8 @@ import numbers
 
 from tfdist.config import MAX_STEPS, check_total_steps
 from tfdist.errors import UserError, article, short
+from tfdist.fitting.callback_args import check_callbacks
+from tfdist.fitting.class_weight import check_class_weight
 
 
 def _flat(value) -> list:
@@ -27,6 +29,14 @@ def _rows(name: str, value) -> set[int]:
                             "arrays (or a nested structure of them) with one row per example.")
         counts.add(int(shape[0]))
     return counts
+
+
+def keras_shuffle(shuffle):
+    """``shuffle`` as Keras' ``fit`` reads it: None as False (Keras' adapters take any false value so), a NumPy bool
+    as Python's; anything else as it is, for ``check_run_args`` to judge."""
+    import numpy as np
+
+    return False if shuffle is None else bool(shuffle) if isinstance(shuffle, np.bool_) else shuffle
 
 
 def python_int(value):
@@ -51,9 +61,14 @@ def _validation_source(validation_data):
 
     whole = Source.of(validation_data)
     if whole.is_dataset:
-        _check_dataset_elements("validation_data", validation_data)
+        from tfdist.fitting.keras_data import check_dataset_elements
+
+        check_dataset_elements("validation_data", validation_data)
         return whole
     if whole.own_batches:  # a PyDataset or a generator, read by Keras' own data adapter
+        from tfdist.fitting.keras_data import check_py_dataset
+
+        check_py_dataset("validation_data", validation_data)
         return whole
     if isinstance(validation_data, (tuple, list)) and len(validation_data) in (2, 3):
         x_val, y_val, *weights = validation_data
@@ -67,6 +82,7 @@ def _validation_source(validation_data):
             raise UserError("Invalid `validation_data`. Received: a tuple holding a dataset. Expected (x_val, "
                             "y_val) numpy arrays, (x_val, y_val, sample_weight_val), or a tf.data.Dataset of "
                             "(x, y) global batches.")
+        _check_dtypes("validation_data", (x_val, y_val))
         counts = _rows("validation_data", (x_val, y_val, sample_weight))
         if len(counts) != 1:
             raise UserError(f"Invalid `validation_data`: its arrays' numbers of rows differ. Received: "
@@ -87,27 +103,6 @@ def _is_layer(value) -> bool:
     import keras
 
     return isinstance(value, keras.layers.Layer)
-
-
-def _check_dataset_elements(name: str, dataset) -> None:
-    """A Dataset must yield batches as Keras' ``fit`` reads them: ``(x, y)``, ``(x, y, sample_weight)``, ``(x,)``
-    or ``x`` alone (a tensor or a dict of them, for a model whose own ``train_step`` takes its inputs alone).
-
-    A scalar part is a single example's (a batch has a dimension of examples): the Dataset was not batched. An
-    empty Dataset (known to be) has no batch to train or validate on.
-    """
-    spec = dataset.element_spec
-    if isinstance(spec, tuple) and len(spec) not in (1, 2, 3):
-        raise UserError(f"Invalid `{name}`: a tf.data.Dataset of {len(spec)}-tuples. Expected a Dataset of (x, y) "
-                        "or (x, y, sample_weight) batches, or of inputs x alone, as Keras' fit reads them.")
-    if int(dataset.cardinality()) == 0:
-        raise UserError(f"Invalid `{name}`: an empty tf.data.Dataset. Received: a Dataset of 0 elements. Expected "
-                        "a Dataset of (x, y) batches with at least one batch.")
-    scalars = [part for part in _flat(spec) if getattr(part, "shape", None) is not None and part.shape.rank == 0]
-    if scalars:
-        raise UserError(f"Invalid `{name}`: a tf.data.Dataset of single examples (a part of its elements is a "
-                        f"scalar, {scalars[0]}). Expected a Dataset of (x, y) batches, e.g. dataset.batch(64), as "
-                        "Keras' fit reads it.")
 
 
 def check_run_args(*, strategy, cpu_devices, cluster, task, connect_timeout, progress_timeout, seed, model_dir,
@@ -134,31 +129,21 @@ def check_run_args(*, strategy, cpu_devices, cluster, task, connect_timeout, pro
     config_lib.check_seed(int(seed or 0))
     if model_dir is not None:
         RunDir(model_dir).check_place("model_dir")
+    from tfdist.fitting.staging import limit_bytes
+
+    limit_bytes()  # TFDIST_STAGE_LIMIT, read before anything is written (a parameter-server stage reads it later)
     if not isinstance(shuffle, (bool, numbers.Integral)) and shuffle != "batch":
         raise UserError(f"Invalid value for `shuffle`. Received: shuffle={shuffle!r}. Expected a bool, or 'batch' "
                         "(shuffle within each batch), as Keras' fit takes it.")
     if verbose != "auto" and not isinstance(verbose, numbers.Integral):
         raise UserError(f"Invalid value for `verbose`. Received: verbose={verbose!r}. Expected 0, 1, 2 or 'auto'.")
-    _check_callbacks(callbacks)
+    check_callbacks(callbacks)
     if cluster_resolver is not None and not callable(getattr(cluster_resolver, "cluster_spec", None)):
         raise UserError(f"Invalid `cluster_resolver`. Received: {short(cluster_resolver, 60)} "
                         f"({type(cluster_resolver).__name__}). Expected None (TF_CONFIG, or `cluster`) or a "
                         "tf.distribute.cluster_resolver.ClusterResolver, e.g. tfdist.deploy.in_process."
                         "in_process_cluster(...).")
     return runtime
-
-
-def _check_callbacks(callbacks) -> None:
-    """``callbacks``: None, or a list of ``keras.callbacks.Callback`` (as Keras' ``fit`` takes them)."""
-    if callbacks is None:
-        return
-    import keras
-
-    items = list(callbacks) if isinstance(callbacks, (list, tuple)) else None
-    wrong = [c for c in items if not isinstance(c, keras.callbacks.Callback)] if items is not None else [callbacks]
-    if wrong:
-        raise UserError(f"Invalid `callbacks`. Received: {short(wrong[0])} ({type(wrong[0]).__name__}). Expected a "
-                        "list of keras.callbacks.Callback.")
 
 
 def check_fit_args(model_fn, x, y, *, batch_size, epochs, initial_epoch, steps_per_epoch, validation_data,
@@ -172,10 +157,12 @@ def check_fit_args(model_fn, x, y, *, batch_size, epochs, initial_epoch, steps_p
         raise UserError(f"Invalid `model_fn`. Received: a {type(model_fn).__name__} ({model_fn!r:.60}). Expected "
                         "a function that builds and compiles a keras.Model, called inside the strategy's scope.")
     _check_no_arguments(model_fn)
-    if not (isinstance(epochs, int) and not isinstance(epochs, bool) and isinstance(initial_epoch, int)
-            and not isinstance(initial_epoch, bool) and epochs >= 1 and 0 <= initial_epoch < epochs):
-        raise UserError(f"Invalid `epochs`/`initial_epoch`. Received: epochs={epochs!r}, "
-                        f"initial_epoch={initial_epoch!r}. Expected 0 <= initial_epoch < epochs.")
+    if not (isinstance(epochs, int) and not isinstance(epochs, bool) and epochs >= 1):
+        raise UserError(f"Invalid value for `epochs`. Received: epochs={epochs!r}. Expected a positive integer, the "
+                        "epoch to train to.")
+    if not (isinstance(initial_epoch, int) and not isinstance(initial_epoch, bool) and 0 <= initial_epoch < epochs):
+        raise UserError(f"Invalid value for `initial_epoch`. Received: initial_epoch={initial_epoch!r} with "
+                        f"epochs={epochs!r}. Expected an integer with 0 <= initial_epoch < epochs.")
     check_positive_int("steps_per_epoch", steps_per_epoch)
     check_positive_int("validation_steps", validation_steps)
     from tfdist.fitting.inputs import Source
@@ -184,7 +171,7 @@ def check_fit_args(model_fn, x, y, *, batch_size, epochs, initial_epoch, steps_p
     _check_inputs(source, batch_size)
     check_total_steps(epochs, steps_per_epoch or 1, epochs_name="epochs", steps_name="steps_per_epoch")
     if class_weight is not None:
-        _check_class_weight(class_weight, source)
+        check_class_weight(class_weight, source)
     validation = None if validation_data is None else _validation_source(validation_data)
     at = _check_validation_split(validation_split, source, validation_data)
     _check_validation_freq(validation_freq)
@@ -331,12 +318,17 @@ def _check_inputs(source, batch_size) -> None:
             raise UserError("Invalid `sample_weight` with a dataset `x`. Received: sample_weight given. Expected "
                             "the dataset to yield (x, y, sample_weight) batches and sample_weight=None, as Keras' "
                             "fit takes it.")
+        from tfdist.fitting.keras_data import check_dataset_elements, check_py_dataset
+
         if source.is_dataset:
-            _check_dataset_elements("x", x)
+            check_dataset_elements("x", x)
+        check_py_dataset("x", x)
         return
     if y is None and sample_weight is not None:
         raise UserError("Invalid `sample_weight` without `y`. Received: numpy x and sample_weight, y=None. Expected "
                         "the targets the weights weigh (y=...), or no sample_weight.")
+    _check_dtypes("x", x)
+    _check_dtypes("y", y)
     counts = _rows("x", x) | _rows("y", y) | _rows("sample_weight", sample_weight)
     if len(counts) != 1:
         raise UserError(f"Invalid `x`/`y`{'/`sample_weight`' if sample_weight is not None else ''}: their numbers "
@@ -345,33 +337,17 @@ def _check_inputs(source, batch_size) -> None:
     _check_weights("sample_weight", sample_weight, y)
 
 
+def _check_dtypes(name: str, value) -> None:
+    """Refuse a numpy array of Python objects in ``value``: Keras' ``fit`` takes no tensor of them ("Invalid dtype:
+    object")."""
+    for leaf in _flat(value):
+        if getattr(getattr(leaf, "dtype", None), "kind", None) == "O":
+            raise UserError(f"Invalid `{name}`: an array of Python objects. Received: an array of dtype object, shape "
+                            f"{tuple(leaf.shape)}. Expected numbers (or strings) of one dtype, e.g. "
+                            "np.asarray(values, dtype='float32'), as Keras' fit takes them.")
+
+
 def _check_some_rows(name: str, counts: set[int]) -> None:
     """Arrays of one number of rows (``counts``) hold at least one example."""
     if counts == {0}:
         raise UserError(f"Invalid `{name}`: no rows. Received: arrays of 0 rows. Expected at least one example.")
-
-
-def _check_class_weight(class_weight, source) -> None:
-    """``{class index: weight}``, for one target, without sample weights (as Keras' ``fit`` takes it)."""
-    if not isinstance(class_weight, dict) or not class_weight or not all(
-            isinstance(k, numbers.Integral) and not isinstance(k, bool) and k >= 0 and isinstance(v, numbers.Real)
-            and not isinstance(v, bool) and 0 <= v < float("inf") for k, v in class_weight.items()):
-        raise UserError(f"Invalid `class_weight`. Received: {class_weight!r:.80}. Expected a dict "
-                        "{class index >= 0: finite weight >= 0}, e.g. {0: 1.0, 1: 5.0}.")
-    from tfdist.fitting.inputs import GENERATOR
-
-    if source.kind == GENERATOR:
-        raise UserError(f"Invalid `class_weight` with a Python generator `x`. Received: class_weight="
-                        f"{class_weight!r:.60}. Expected the generator to yield (x, y, sample_weight) batches, as "
-                        "Keras' fit takes them (it refuses class_weight with a generator).")
-    x, y, dataset = source.x, source.y, source.is_dataset
-    spec = x.element_spec if dataset else None
-    if (y is None and source.is_arrays) or (dataset and not (isinstance(spec, tuple) and len(spec) >= 2)):
-        raise UserError("Invalid `class_weight` without targets. Received: class_weight and inputs alone (no y). "
-                        "Expected y (or a Dataset of (x, y) batches) whose classes the weights weigh.")
-    if source.sample_weight is not None or (dataset and len(spec) == 3):
-        raise UserError("Invalid `class_weight` with sample weights. Received: both. Expected one of "
-                        "class_weight and sample_weight, as Keras' fit takes them.")
-    if (y is not None and len(_flat(y)) != 1) or (dataset and len(_flat(x.element_spec[1])) != 1):
-        raise UserError("Invalid `class_weight` for several targets. Received: y with several outputs. "
-                        "Expected class_weight for a model with a single output, as in Keras.")
