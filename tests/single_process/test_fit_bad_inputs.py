@@ -191,6 +191,7 @@ CASES = {
     "x width": (dict(model_fn=fresh, x=np.zeros((64, 5), np.float32)), None),
     "validation_data width": (dict(model_fn=fresh, validation_data=(np.zeros((8, 5), np.float32), y[:8])), None),
     "y targets": (dict(model_fn=classifier, y=np.zeros((64, 2), np.float32)), None),
+    "y targets that broadcast on two rows": (dict(model_fn=fresh, y=np.zeros((64, 2, 2), np.float32)), None),
     "validation_data targets": (dict(model_fn=classifier, y=np.eye(3, dtype=np.float32)[np.arange(64) % 3],
                                      validation_data=(x[:8], np.zeros((8, 2), np.float32))), None),
     "unbatched Dataset": (dict(model_fn=fresh, x=examples, y=None, batch_size=None), None),
@@ -291,6 +292,14 @@ ours = tfdist.fit(seeded_classifier, x, np.eye(3, dtype=np.float32)[labels], bat
 out["class_weight keys"] = {"weights": max(float(np.abs(a - b).max()) for a, b in
                                            zip(keras_classes.get_weights(), ours.model.get_weights()))}
 
+# Accepted: one output's targets as a list of one array, as Keras' fit takes them.
+keras_listed = seeded_classifier()
+keras_listed.fit(x, [np.eye(3, dtype=np.float32)[labels]], batch_size=16, epochs=2, shuffle=False, verbose=0)
+ours = tfdist.fit(seeded_classifier, x, [np.eye(3, dtype=np.float32)[labels]], batch_size=16, epochs=2,
+                  shuffle=False, verbose=0, strategy="mirrored")
+out["listed y"] = {"weights": max(float(np.abs(a - b).max()) for a, b in
+                                  zip(keras_listed.get_weights(), ours.model.get_weights()))}
+
 # Accepted: `..` resolved as the kernel would, with no directory made for what it steps out of.
 tfdist.fit(fresh, **{**base, "epochs": 1}, model_dir=str(root / "dots" / "missing" / ".." / "run"))
 out["dots"] = {"run": (root / "dots" / "run" / "fit.yaml").is_file(), "stray": (root / "dots" / "missing").exists()}
@@ -326,6 +335,8 @@ EXPECTED = {
     "y targets": r"Invalid `y` for this model's loss: .* targets of shapes \[\(2, 2\)\].* the loss says: "
                  r"Arguments `target` and `output` must have the same shape",
     "validation_data targets": r"Invalid `validation_data` for this model's loss: .* targets of shapes \[\(2, 2\)\]",
+    "y targets that broadcast on two rows": r"Invalid `y` for this model's loss: .* targets of shapes \[\(2, 2, 2\)\].* "
+                                            r"the loss says: Incompatible shapes: \[3,2,2\] vs. \[3,1\]\. Expected",
     "unbatched Dataset": r"Invalid `x`: a tf.data.Dataset of single examples .* dataset.batch\(64\)",
     "unbatched validation Dataset": r"Invalid `validation_data`: a tf.data.Dataset of single examples",
     "empty model_dir": r"Invalid value for `model_dir`. Received: model_dir=''",
@@ -414,6 +425,11 @@ def test_numpy_integers_are_taken_as_keras_fit_takes_them(tmp_path_factory):
 @pytest.mark.xdist_group("fit_bad_inputs")
 def test_class_weight_keys_of_numpy_ints_and_whole_floats_train_as_keras_fit_on_one_device(tmp_path_factory):
     assert results(tmp_path_factory)["class_weight keys"]["weights"] < 1e-6
+
+
+@pytest.mark.xdist_group("fit_bad_inputs")
+def test_one_outputs_targets_as_a_list_of_one_train_as_keras_fit_on_one_device(tmp_path_factory):
+    assert results(tmp_path_factory)["listed y"]["weights"] < 1e-6
 
 
 @pytest.mark.xdist_group("fit_bad_inputs")

@@ -43,6 +43,7 @@ class KerasSteps:
             x, y = rows
             with model.distribute_strategy.scope():
                 y_pred = model(x, training=False)
+                y = _targets_as_keras_packs(y, y_pred)
                 if not compile_loss.built:
                     compile_loss.build(y, y_pred)
                 if compiled is not None and not compiled.built:
@@ -244,3 +245,13 @@ def refuse_unsupported_xla(model) -> None:
             "devices. Received: jit_compile=True with BatchNormalization(synchronized=True). Expected "
             "jit_compile=False on CPU, or one replica."
         )
+
+
+def _targets_as_keras_packs(y, y_pred):
+    """Targets packed as Keras' ``CompileLoss`` packs them before it builds on them: one model output's targets
+    given as a list (or tuple) of one array are that array, as in Keras' own ``fit``."""
+    import keras
+
+    if not keras.tree.is_nested(y_pred) and keras.tree.is_nested(y) and len(keras.tree.flatten(y)) == 1:
+        return keras.tree.flatten(y)[0]
+    return y

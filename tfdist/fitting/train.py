@@ -118,8 +118,10 @@ def optimizer_settings(optimizer) -> dict:
 
 def _first_line(error: Exception) -> str:
     """An error's first informative line, for a one-line message: not Keras' frame of which layer's call raised
-    it ("Exception encountered when calling ..."), without its terminal colours."""
-    text = re.sub(r"\x1b\[[0-9;]*m", "", str(error))
+    it ("Exception encountered when calling ..."), without its terminal colours nor the name TensorFlow gives the
+    op's function ("{{function_node __wrapped__Sub_device_...}}") and op ("[Op:Sub] name:")."""
+    text = re.sub(r"\x1b\[[0-9;]*m|\{\{function_node [^}]*\}\}\s*|\s*\[Op:[^\]]*\]( name:[^\n]*)?", "",
+                  str(error))
     lines = [line.strip() for line in text.splitlines()
              if line.strip() and not line.strip().startswith("Exception encountered when calling")]
     return " ".join((lines or [type(error).__name__])[0].split())[:200].rstrip(".")
@@ -164,11 +166,22 @@ def _check_loss(model, y, predicted, name: str) -> None:
                 _compat.output_spec(loss, keras_tensors(y), predicted)
             else:
                 with keras.StatelessScope():
-                    loss(y, predicted)
+                    for rows in (y, predicted), _three_rows(y, predicted):
+                        loss(*rows)
     except (ValueError, TypeError, tf.errors.InvalidArgumentError) as e:
         raise UserError(f"Invalid `{name}` for this model's loss: it cannot compare the targets with the model's "
                         f"outputs. Received: targets of shapes {_shapes(y)}, and the loss says: {_first_line(e)}. "
                         "Expected targets of the shape the compiled loss takes.") from None
+
+
+def _three_rows(y, predicted) -> tuple:
+    """Numpy targets and outputs of a few rows as three rows: a target's dimension that broadcasts against the
+    outputs' rows on two rows but not on three (a target of shape (rows, 2, 2) for outputs (rows, 1)) fails on
+    one of the two counts, as it fails on a batch of any other size in training."""
+    count = len(tf.nest.flatten(predicted)[0])
+    pick = [i % count for i in range(3)]
+    return (tf.nest.map_structure(lambda a: None if a is None else np.asarray(a)[pick], y),
+            tf.nest.map_structure(lambda t: tf.gather(t, pick), predicted))
 
 
 def _typed(value) -> bool:
