@@ -253,7 +253,11 @@ class Source:
             if training:
                 as_keras = (self.is_dataset and not self.read_by_keras and steps is not None and steps_per_epoch is None
                             and stage_dir is None)  # a staged Dataset is one order, saved
-                batches = (keras_epochs(batches) if as_keras else batches.repeat()).skip(start_step)
+                if as_keras:  # the epochs to the run's last step: no iterator is made past it
+                    batches = keras_epochs(batches, None if total_steps is None else math.ceil(total_steps / steps))
+                else:
+                    batches = batches.repeat()
+                batches = batches.skip(start_step)
                 if self.read_by_keras and total_steps is not None and not own_order_per_worker:
                     batches = batches.take(total_steps - start_step)
             return batches.flat_map(_cut(context, batch_size))
@@ -304,17 +308,21 @@ STAGE_INSTEAD = ("fewer epochs or steps_per_epoch, or x as a dataset_fn (a funct
                  "tf.distribute.InputContext that returns the Dataset), which each worker calls to build its own")
 
 
-def keras_epochs(dataset):
-    """``dataset`` repeated as Keras' ``fit`` reads a Dataset of known length without ``steps_per_epoch``: each
-    epoch from an iterator of its own, and one more iterator made and left unread between two epochs (Keras'
-    epoch iterator makes one as an epoch ends, and a new one as the next begins).
+def keras_epochs(dataset, epochs: int | None = None):
+    """``dataset`` repeated ``epochs`` times (None: without end) as Keras' ``fit`` reads a Dataset of known length
+    without ``steps_per_epoch``: each epoch from an iterator of its own, and one more made and left unread as
+    the epoch ends (Keras' epoch iterator makes one then, and a new one as the next epoch begins).
 
     An iterator draws the seeds of a ``shuffle(..., reshuffle_each_iteration=True)`` as it is made, so that
-    Keras' epoch k sees the Dataset's order 2k-1. The unread iterator is ``choose_from_datasets`` with no
-    choices: it makes the Dataset's iterator and reads none of it.
+    Keras' epoch k sees the Dataset's order 2k-1, and after ``epochs`` the Dataset has drawn 2 * ``epochs``
+    orders, as after Keras' ``fit``. An epoch here is ``choose_from_datasets`` of the Dataset twice, always
+    the first: it makes both iterators, in that order, and reads the first alone. The epochs follow each
+    other by ``flat_map``, which makes no iterator after the last (``repeat`` makes one more).
     """
-    unread = tf.data.Dataset.choose_from_datasets([dataset], tf.data.Dataset.range(0))
-    return dataset.concatenate(unread.concatenate(dataset).repeat())
+    first = tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).repeat()
+    epoch = tf.data.Dataset.choose_from_datasets([dataset, dataset], first)
+    count = tf.data.Dataset.range(epochs) if epochs is not None else first
+    return count.flat_map(lambda _: epoch)
 
 
 def _source(dataset, stage_dir, *, rows: int | None, total_steps: int | None):
