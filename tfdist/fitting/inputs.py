@@ -226,10 +226,10 @@ class Source:
           stage_dir: under a coordinator, where the chief saves numpy rows or a Dataset (``Dataset.save``) for
             the workers to load: a dataset function sent to a remote worker cannot carry its data as constants
             (gRPC refuses messages over 4 MB: "Unable to parse tensor proto"). On storage every task shares.
-          total_steps: with ``stage_dir``, the global step the run trains to: of a Dataset that repeats without
+          total_steps: the global step the run trains to: with ``stage_dir``, of a Dataset that repeats without
             end, or whose length TensorFlow does not know, only that many batches are staged (``_source``).
           steps_per_epoch: ``fit``'s; without it, a user's Dataset of known length is repeated in Keras' epochs
-            (``keras_epochs``).
+            up to ``total_steps`` (``keras_epochs``).
         """
         weigh = class_weights_map(class_weight) if class_weight and not self.read_by_keras else None
         if self.kind == DATASET_FN:
