@@ -46,6 +46,37 @@ def install() -> None:
     import tensorflow as tf
 
     tf.GradientTape.gradient = _scalar_loss_as_mean(tf.GradientTape.gradient)
+    import keras
+
+    keras.metrics.Mean.update_state = _scalar_mean_weighted(keras.metrics.Mean.update_state)
+
+
+def _scalar_mean_weighted(update_state):
+    """``keras.metrics.Mean.update_state`` that, in a model's own step under ``replica_share`` whose loss Keras
+    did not scale, weighs a scalar value without ``sample_weight`` by ``replicas`` times the replica's share
+    of the step's examples.
+
+    Such a value is the replica's mean over its slice (a ``train_step`` computing ``ops.mean``, as keras.io's
+    VAE does), and one device's ``Mean`` adds the global batch's mean once a step. Each replica's update
+    counts once, so unweighted the step's figure is the mean of the replicas' means, off one device's where
+    a batch splits unevenly; weighted, the replicas' updates add up to ``replicas`` times the global batch's
+    mean over a count of ``replicas``, one device's figure (1 on an even split: as it was). A loss Keras
+    scaled (``_unless_shared``), a per-example vector and a weighted value are kept as they are.
+    """
+
+    @functools.wraps(update_state)
+    def wrapped(self, values, sample_weight=None):
+        import tensorflow as tf
+
+        examples = getattr(_share, "examples", None)
+        if (examples is None or sample_weight is not None or getattr(_share, "scaled", False)
+                or getattr(_share, "per_output", False) or tf.convert_to_tensor(values).shape.rank != 0):
+            return update_state(self, values, sample_weight=sample_weight)
+        replicas = tf.distribute.get_strategy().num_replicas_in_sync
+        weight = _cast(replicas * examples, values) / _cast(_share.total, values)
+        return update_state(self, values, sample_weight=weight)
+
+    return wrapped
 
 
 def _scalar_loss_as_mean(gradient):

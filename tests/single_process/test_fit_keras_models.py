@@ -5,11 +5,17 @@ In one fresh process (2 logical CPUs), each case trains with Keras' own ``fit`` 
 ``tfdist.fit`` under ``one_device``, ``mirrored`` and ``central_storage``, then with Keras' own ``fit`` under
 ``tfdist.setup("mirrored")``; each equals the first (losses and final weights, to the float32 noise floor):
 
-- ``gan arrays``/``gan dataset``: the keras.io GAN's shape, a model without ``call()``, two optimizers, its own
-  ``train_step`` over the real images alone (numpy ``x`` without ``y``; a Dataset of single tensors);
+- ``gan arrays``/``gan dataset``: the keras.io GAN's shape, a model without ``call()``, its parts without an
+  ``Input``, two optimizers (Adam and Nadam, whose ``u_product`` is a trainable variable made as the traced step
+  applies it), its own ``train_step`` over the real images alone (numpy ``x`` without ``y``; a Dataset of single
+  tensors);
 - ``vae arrays``: the keras.io VAE's shape, no ``call()``, ``fit(x)`` without ``y``, its own trackers;
-- ``reshuffled``: a Dataset that reshuffles each iteration: its first epoch is the order Keras' first epoch sees
-  (a batch read before training would start its first iteration);
+- ``mean loss uneven``: an autoencoder whose own ``train_step`` feeds the batch's mean loss (a scalar Keras does
+  not scale) to a ``keras.metrics.Mean``, on 81 rows: the last batch of 17 splits 9 and 8 over the replicas, and
+  the tracker reports one device's mean of the global batches' losses;
+- ``reshuffled``: a Dataset that reshuffles each iteration, over 3 epochs: each epoch is the order Keras' sees
+  (a batch read before training would start its first iteration; Keras' fit makes an iterator it does not read
+  between two epochs, so its epoch k sees the Dataset's order 2k-1);
 - ``generator``: a ``Dataset.from_generator`` that counts its starts: training starts it once, as Keras' does.
 
 A compiled model's loss without targets (``fit(x)``) is one line, as Keras' own ``fit`` fails on it too.
@@ -20,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from helpers.models import source
 from helpers.outputs import script_results, spread
 
 SCRIPT = r'''
@@ -79,7 +86,7 @@ def gan_fn():
     generator = keras.Sequential([layers.Dense(8, activation="relu"), layers.Dense(16), layers.Reshape((4, 4, 1))],
                                  name="generator")
     gan = GAN(discriminator, generator, latent_dim=4)
-    gan.compile(keras.optimizers.Adam(1e-2), keras.optimizers.Adam(1e-2),
+    gan.compile(keras.optimizers.Adam(1e-2), keras.optimizers.Nadam(1e-2),
                 keras.losses.BinaryCrossentropy(from_logits=True))
     return gan
 
@@ -158,7 +165,8 @@ CASES = {
     "gan arrays": (gan_fn, lambda: images, {"batch_size": 32}),
     "gan dataset": (gan_fn, lambda: tf.data.Dataset.from_tensor_slices(images).batch(32), {}),
     "vae arrays": (vae_fn, lambda: rows, {"batch_size": 32}),
-    "reshuffled": (dense_fn, reshuffled, {"epochs": 1}),
+    "mean loss uneven": (lambda: autoencoder(mean=True), lambda: rows[:81], {"batch_size": 32}),
+    "reshuffled": (dense_fn, reshuffled, {"epochs": 3}),
     "generator": (dense_fn, generated, {"steps_per_epoch": 2}),
 }
 
@@ -196,13 +204,13 @@ for name, (model_fn, x, kwargs) in CASES.items():
 print("RESULTS " + json.dumps(out))
 '''
 
-CASES = ("gan arrays", "gan dataset", "vae arrays", "reshuffled", "generator")
+CASES = ("gan arrays", "gan dataset", "vae arrays", "mean loss uneven", "reshuffled", "generator")
 MODES = ("tfdist one_device", "tfdist mirrored", "tfdist central_storage", "keras_after_setup mirrored")
 
 
 def results() -> dict:
     return script_results("fit_keras_models",
-                          "from tfdist.strategies import setup_host\nsetup_host(cpu_devices=2)\n" + SCRIPT)
+                          "from tfdist.strategies import setup_host\nsetup_host(cpu_devices=2)\n" + source() + SCRIPT)
 
 
 @pytest.mark.xdist_group("fit_keras_models")

@@ -251,7 +251,7 @@ class KerasClient(Client):
             self.source.dataset_fns, class_weight=self.class_weight, batch_size=self.batch_size,
             shuffle=self.shuffle, seed=self._seed, training=True, start_step=skipped,
             own_order_per_worker=coordinator, stage_dir=run_dir.fit_inputs if coordinator else None,
-            total_steps=total_steps - self.start_step + skipped)
+            total_steps=total_steps - self.start_step + skipped, steps_per_epoch=self.steps_per_epoch)
         train_fn = None
         if overrides_steps(model):  # never under a coordinator (refused), so its inputs stage nothing
             train_fn, _ = train_fns()

@@ -210,7 +210,7 @@ class Source:
 
     def dataset_fns(self, *, batch_size, shuffle: bool, seed: int, training: bool, start_step: int = 0,
                     class_weight: dict | None = None, own_order_per_worker: bool = False, stage_dir=None,
-                    total_steps: int | None = None):
+                    total_steps: int | None = None, steps_per_epoch: int | None = None):
         """``(InputContext -> Dataset of (x, y[, sample_weight], p)``, steps per epoch or None) of this input.
 
         Args:
@@ -226,8 +226,10 @@ class Source:
           stage_dir: under a coordinator, where the chief saves numpy rows or a Dataset (``Dataset.save``) for
             the workers to load: a dataset function sent to a remote worker cannot carry its data as constants
             (gRPC refuses messages over 4 MB: "Unable to parse tensor proto"). On storage every task shares.
-          total_steps: with ``stage_dir``, the global step the run trains to: of a Dataset that repeats without
+          total_steps: the global step the run trains to: with ``stage_dir``, of a Dataset that repeats without
             end, or whose length TensorFlow does not know, only that many batches are staged (``_source``).
+          steps_per_epoch: ``fit``'s; without it, a user's Dataset of known length is repeated in Keras' epochs
+            up to ``total_steps`` (``keras_epochs``).
         """
         weigh = class_weights_map(class_weight) if class_weight and not self.read_by_keras else None
         if self.kind == DATASET_FN:
@@ -249,7 +251,13 @@ class Source:
             if weigh:
                 batches = batches.map(weigh)
             if training:
-                batches = batches.repeat().skip(start_step)
+                as_keras = (self.is_dataset and not self.read_by_keras and steps is not None and steps_per_epoch is None
+                            and stage_dir is None)  # a staged Dataset is one order, saved
+                if as_keras:  # the epochs to the run's last step: no iterator is made past it
+                    batches = keras_epochs(batches, None if total_steps is None else math.ceil(total_steps / steps))
+                else:
+                    batches = batches.repeat()
+                batches = batches.skip(start_step)
                 if self.read_by_keras and total_steps is not None and not own_order_per_worker:
                     batches = batches.take(total_steps - start_step)
             return batches.flat_map(_cut(context, batch_size))
@@ -298,6 +306,23 @@ STAGED_ROWS = 1024
 #: What to pass instead of an input too large to stage.
 STAGE_INSTEAD = ("fewer epochs or steps_per_epoch, or x as a dataset_fn (a function of a "
                  "tf.distribute.InputContext that returns the Dataset), which each worker calls to build its own")
+
+
+def keras_epochs(dataset, epochs: int | None = None):
+    """``dataset`` repeated ``epochs`` times (None: without end) as Keras' ``fit`` reads a Dataset of known length
+    without ``steps_per_epoch``: each epoch from an iterator of its own, and one more made and left unread as
+    the epoch ends (Keras' epoch iterator makes one then, and a new one as the next epoch begins).
+
+    An iterator draws the seeds of a ``shuffle(..., reshuffle_each_iteration=True)`` as it is made, so that
+    Keras' epoch k sees the Dataset's order 2k-1, and after ``epochs`` the Dataset has drawn 2 * ``epochs``
+    orders, as after Keras' ``fit``. An epoch here is ``choose_from_datasets`` of the Dataset twice, always
+    the first: it makes both iterators, in that order, and reads the first alone. The epochs follow each
+    other by ``flat_map``, which makes no iterator after the last (``repeat`` makes one more).
+    """
+    first = tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).repeat()
+    epoch = tf.data.Dataset.choose_from_datasets([dataset, dataset], first)
+    count = tf.data.Dataset.range(epochs) if epochs is not None else first
+    return count.flat_map(lambda _: epoch)
 
 
 def _source(dataset, stage_dir, *, rows: int | None, total_steps: int | None):

@@ -45,10 +45,13 @@ def trace_train_step(model, spec) -> None:
     """Create every variable ``model.train_step`` creates (its parts', its optimizers', its metrics') by tracing
     it on one replica's data of type ``spec``, under the model's strategy; nothing of the step runs.
 
-    Keras creates them while it traces its train function on one device. Under a strategy a variable is made
-    in the replica context of the trace, where a mirrored variable cannot initialize its copies from the
-    first; so each is made outside the trace (``tf.init_scope``), in the strategy's cross-replica context, as
-    a variable made under ``strategy.scope()``.
+    Keras creates them while it traces its train function on one device. Under a strategy a layer's variable
+    is made in the replica context of the trace, where a mirrored variable cannot initialize its copies from
+    the first, and an optimizer's in the merge call of its ``apply``, in the trace's graph, where a strategy's
+    creator of graph variables can fail (``CentralStorageStrategy`` compares a new trainable one, such as
+    Nadam's ``u_product``, with the graph's others as a Python bool). So each is made outside the trace
+    (``tf.init_scope``), as a variable made under ``strategy.scope()``: the creator is entered around
+    ``strategy.run``, so that the replicas' threads copy it and their merge calls run under it.
     """
     strategy = model.distribute_strategy
 
@@ -67,13 +70,12 @@ def trace_train_step(model, spec) -> None:
         with tf.init_scope():
             return next_creator(**kwargs)
 
-    def step(data):
-        with tf.variable_creator_scope(outside):
-            return model.train_step(data)
+    def trace(data):
+        with tf.variable_creator_scope(outside):  # the replicas' threads and their merge calls alike
+            return strategy.run(model.train_step, (data,))
 
     with strategy.scope():
-        tf.function(lambda data: strategy.run(step, (data,))).get_concrete_function(
-            tf.nest.map_structure(shaped, spec))
+        tf.function(trace).get_concrete_function(tf.nest.map_structure(shaped, spec))
 
 
 def zeros(spec):
