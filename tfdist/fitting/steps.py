@@ -71,6 +71,7 @@ class KerasSteps:
         self._dtypes = [v.dtype for v in variables]
         self._sizes = [int(np.prod(shape)) for shape in self._shapes]
         self._trackers = _compat.loss_trackers(compile_loss)
+        self._skips_empty = skips_empty_slices(model)
         # [loss_sum, examples], then with per-output losses: [batches, each output's batch mean].
         self._head = 2 + (1 + len(self._trackers) if self._trackers else 0)
 
@@ -139,9 +140,14 @@ class KerasSteps:
         applies them (``tfdist.global_gradients``): the all-reduce stays outside the XLA-compiled part.
         """
         x, y, sample_weight, p = _unpack(batch)
-        grads, y_pred, head = self._gradients(x, y, sample_weight, p)
+
+        def compute():
+            grads, y_pred, head = self._gradients(x, y, sample_weight, p)
+            return grads, self._stats(y, y_pred, sample_weight, head)
+
+        grads, stats = unless_empty(x, compute) if self._skips_empty else compute()
         self.optimizer.apply(grads, self.model.trainable_variables)
-        return self._stats(y, y_pred, sample_weight, head)
+        return stats
 
     def evaluate(self, batch):
         """Forward pass in inference mode on this replica's slice; returns its stats vector."""
@@ -171,6 +177,62 @@ class KerasSteps:
     @staticmethod
     def describe(split: str, result: dict) -> str:
         return describe(result)
+
+
+#: Keras' convolutions: TensorFlow's oneDNN kernels give an empty batch an output of its input's shape, on which
+#: the activation's gradient fails ("ReluGrad ... Input 0: [0,4,4,4] != input 1: [0,6,6,1]").
+CONVOLUTIONS = ("Conv1D", "Conv2D", "Conv3D", "Conv1DTranspose", "Conv2DTranspose", "Conv3DTranspose",
+                "SeparableConv1D", "SeparableConv2D", "DepthwiseConv1D", "DepthwiseConv2D")
+
+
+def skips_empty_slices(model) -> bool:
+    """Whether a replica with no rows skips the model's forward and backward pass (``unless_empty``).
+
+    A convolution fails on an empty batch. Batch norm all-reduces its statistics, or its moving statistics,
+    in the forward pass, which every replica must reach: a model with it runs the pass on every replica.
+    """
+    import keras
+
+    layers = _compat.sublayers(model)
+    convolutions = tuple(getattr(keras.layers, name) for name in CONVOLUTIONS)
+    return (any(isinstance(layer, convolutions) for layer in layers)
+            and not any(isinstance(layer, keras.layers.BatchNormalization) for layer in layers))
+
+
+def unless_empty(x, compute):
+    """``compute()`` (gradients and a stats vector) on a slice with rows; on an empty one, zeros of its structure.
+
+    A replica with no rows adds nothing to the step's sums, as on one device. The optimizer's all-reduce and
+    the stats' sum stay outside, so every replica reaches them. A batch of known, non-zero rows has no ``cond``.
+    """
+    rows = tf.shape(tf.nest.flatten(x)[0])[0]
+    static = tf.nest.flatten(x)[0].shape[0]
+    if static is not None and static > 0:
+        return compute()
+    built = {}
+
+    def computed():
+        grads, stats = compute()
+        built["grads"], built["stats"] = grads, stats
+        return [g for g in grads if g is not None], stats
+
+    def skipped():
+        return [_zeros(g) for g in built["grads"] if g is not None], tf.zeros(built["stats"].shape, tf.float32)
+
+    present, stats = tf.cond(rows > 0, computed, skipped)
+    present = iter(present)
+    return [None if g is None else next(present) for g in built["grads"]], stats
+
+
+def _zeros(gradient):
+    """A zero gradient of ``gradient``'s type: no rows of an ``IndexedSlices``, which an optimizer updates as such."""
+    if isinstance(gradient, tf.IndexedSlices):
+        values = gradient.values
+        dense_shape = None if gradient.dense_shape is None else tf.constant(
+            tf.get_static_value(gradient.dense_shape), gradient.dense_shape.dtype)
+        return tf.IndexedSlices(tf.zeros([0, *values.shape[1:]], values.dtype),
+                                tf.zeros([0], gradient.indices.dtype), dense_shape)
+    return tf.zeros(gradient.shape, gradient.dtype)
 
 
 def log_value(value):
