@@ -6,6 +6,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfdist.errors import UserError
+from tfdist.fitting.empty_slices import skips_empty_slices, unless_empty
 from tfdist.fitting.symbolic import keras_tensors
 from tfdist.strategies import traits_of
 from tfdist import _compat
@@ -177,62 +178,6 @@ class KerasSteps:
     @staticmethod
     def describe(split: str, result: dict) -> str:
         return describe(result)
-
-
-#: Keras' convolutions: TensorFlow's oneDNN kernels give an empty batch an output of its input's shape, on which
-#: the activation's gradient fails ("ReluGrad ... Input 0: [0,4,4,4] != input 1: [0,6,6,1]").
-CONVOLUTIONS = ("Conv1D", "Conv2D", "Conv3D", "Conv1DTranspose", "Conv2DTranspose", "Conv3DTranspose",
-                "SeparableConv1D", "SeparableConv2D", "DepthwiseConv1D", "DepthwiseConv2D")
-
-
-def skips_empty_slices(model) -> bool:
-    """Whether a replica with no rows skips the model's forward and backward pass (``unless_empty``).
-
-    A convolution fails on an empty batch. Batch norm all-reduces its statistics, or its moving statistics,
-    in the forward pass, which every replica must reach: a model with it runs the pass on every replica.
-    """
-    import keras
-
-    layers = _compat.sublayers(model)
-    convolutions = tuple(getattr(keras.layers, name) for name in CONVOLUTIONS)
-    return (any(isinstance(layer, convolutions) for layer in layers)
-            and not any(isinstance(layer, keras.layers.BatchNormalization) for layer in layers))
-
-
-def unless_empty(x, compute):
-    """``compute()`` (gradients and a stats vector) on a slice with rows; on an empty one, zeros of its structure.
-
-    A replica with no rows adds nothing to the step's sums, as on one device. The optimizer's all-reduce and
-    the stats' sum stay outside, so every replica reaches them. A batch of known, non-zero rows has no ``cond``.
-    """
-    rows = tf.shape(tf.nest.flatten(x)[0])[0]
-    static = tf.nest.flatten(x)[0].shape[0]
-    if static is not None and static > 0:
-        return compute()
-    built = {}
-
-    def computed():
-        grads, stats = compute()
-        built["grads"], built["stats"] = grads, stats
-        return [g for g in grads if g is not None], stats
-
-    def skipped():
-        return [_zeros(g) for g in built["grads"] if g is not None], tf.zeros(built["stats"].shape, tf.float32)
-
-    present, stats = tf.cond(rows > 0, computed, skipped)
-    present = iter(present)
-    return [None if g is None else next(present) for g in built["grads"]], stats
-
-
-def _zeros(gradient):
-    """A zero gradient of ``gradient``'s type: no rows of an ``IndexedSlices``, which an optimizer updates as such."""
-    if isinstance(gradient, tf.IndexedSlices):
-        values = gradient.values
-        dense_shape = None if gradient.dense_shape is None else tf.constant(
-            tf.get_static_value(gradient.dense_shape), gradient.dense_shape.dtype)
-        return tf.IndexedSlices(tf.zeros([0, *values.shape[1:]], values.dtype),
-                                tf.zeros([0], gradient.indices.dtype), dense_shape)
-    return tf.zeros(gradient.shape, gradient.dtype)
 
 
 def log_value(value):
