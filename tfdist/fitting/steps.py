@@ -6,7 +6,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfdist.errors import UserError
-from tfdist.fitting.empty_slices import skips_empty_slices, unless_empty
+from tfdist.fitting.empty_slices import skipping_convolutions
 from tfdist.fitting.symbolic import keras_tensors
 from tfdist.strategies import traits_of
 from tfdist import _compat
@@ -72,7 +72,6 @@ class KerasSteps:
         self._dtypes = [v.dtype for v in variables]
         self._sizes = [int(np.prod(shape)) for shape in self._shapes]
         self._trackers = _compat.loss_trackers(compile_loss)
-        self._skips_empty = skips_empty_slices(model)
         # [loss_sum, examples], then with per-output losses: [batches, each output's batch mean].
         self._head = 2 + (1 + len(self._trackers) if self._trackers else 0)
 
@@ -141,19 +140,16 @@ class KerasSteps:
         applies them (``tfdist.global_gradients``): the all-reduce stays outside the XLA-compiled part.
         """
         x, y, sample_weight, p = _unpack(batch)
-
-        def compute():
+        with skipping_convolutions(self.model):  # a replica with no rows (oneDNN mis-shapes an empty batch)
             grads, y_pred, head = self._gradients(x, y, sample_weight, p)
-            return grads, self._stats(y, y_pred, sample_weight, head)
-
-        grads, stats = unless_empty(x, compute) if self._skips_empty else compute()
         self.optimizer.apply(grads, self.model.trainable_variables)
-        return stats
+        return self._stats(y, y_pred, sample_weight, head)
 
     def evaluate(self, batch):
         """Forward pass in inference mode on this replica's slice; returns its stats vector."""
         x, y, sample_weight, p = _unpack(batch)
-        y_pred, _, head = self._objective(x, y, sample_weight, p, training=False)
+        with skipping_convolutions(self.model):
+            y_pred, _, head = self._objective(x, y, sample_weight, p, training=False)
         return self._stats(y, y_pred, sample_weight, head)
 
     def metrics(self, stats) -> dict:
