@@ -6,6 +6,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfdist.errors import UserError
+from tfdist.fitting.empty_slices import skipping_convolutions
 from tfdist.fitting.symbolic import keras_tensors
 from tfdist.strategies import traits_of
 from tfdist import _compat
@@ -140,14 +141,16 @@ class KerasSteps:
         applies them (``tfdist.global_gradients``): the all-reduce stays outside the XLA-compiled part.
         """
         x, y, sample_weight, p = _unpack(batch)
-        grads, y_pred, head = self._gradients(x, y, sample_weight, p)
+        with skipping_convolutions(self.model):  # a replica with no rows (oneDNN mis-shapes an empty batch)
+            grads, y_pred, head = self._gradients(x, y, sample_weight, p)
         self.optimizer.apply(grads, self.model.trainable_variables)
         return self._stats(y, y_pred, sample_weight, head)
 
     def evaluate(self, batch):
         """Forward pass in inference mode on this replica's slice; returns its stats vector."""
         x, y, sample_weight, p = _unpack(batch)
-        y_pred, _, head = self._objective(x, y, sample_weight, p, training=False)
+        with skipping_convolutions(self.model):
+            y_pred, _, head = self._objective(x, y, sample_weight, p, training=False)
         return self._stats(y, y_pred, sample_weight, head)
 
     def metrics(self, stats) -> dict:
