@@ -153,7 +153,7 @@ def test_bad_input_is_one_line_and_status_2(args, match):
 @pytest.mark.parametrize("model, match", [
     ("no_colon", "Expected MODULE:FUNCTION"),
     ("tfdist_no_such_module:setup", "cannot be imported"),
-    ("/nonexistent/model.py:setup", "cannot be imported"),
+    ("/nonexistent/model.py:setup", "/nonexistent/model.py is not there"),
     ("tfdist.check.space:no_such_function", "has no function 'no_such_function'"),
 ])
 def test_a_model_that_cannot_be_found_is_one_line_before_any_process_starts(model, match):
