@@ -5,7 +5,10 @@ worker's History, weights, optimizer state, ``evaluate`` and ``predict`` equal t
 The sample: synchronized batch norm with ``F1Score``, ``validation_split`` and ``validation_freq``; Lion on a
 last batch that splits evenly; a dict of two inputs with Ftrl, weight decay, a ``clipnorm`` that clips every
 step, ``sample_weight`` and ``steps_per_execution``; an ``Embedding`` (a sparse gradient) with
-``steps_per_execution=2`` on a last batch that splits unevenly (2 rows and 1).
+``steps_per_execution=2`` on a last batch that splits unevenly (2 rows and 1); keras.io's GAN (no ``call()``, two
+optimizers, one of them Nadam) on a Dataset of images alone with TensorBoard's files; an autoencoder on ``x``
+alone, shuffled, on a last batch that splits unevenly, stopped after its first epoch and resumed by
+``BackupAndRestore``.
 
 A verdict that crashes the collectives of its processes is followed by one in fresh processes.
 """
@@ -19,7 +22,7 @@ import pytest
 from helpers.clis import HELPERS, run_cli
 from tfdist.check import runs
 
-SAMPLE = ("288545019", "1222356006", "1722851097", "838732814")
+SAMPLE = ("288545019", "1222356006", "1722851097", "838732814", "2018194228", "5139")
 MODES = ("one_device", "mirrored", "keras_mirrored", "multi_worker_mirrored", "keras_multi_worker_mirrored")
 
 
