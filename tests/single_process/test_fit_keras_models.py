@@ -7,7 +7,8 @@ In one fresh process (2 logical CPUs), each case trains with Keras' own ``fit`` 
 
 - ``gan arrays``/``gan dataset``: the keras.io GAN's shape, a model without ``call()``, its parts without an
   ``Input``, two optimizers (Adam and Nadam, whose ``u_product`` is a trainable variable made as the traced step
-  applies it), its own ``train_step`` over the real images alone (numpy ``x`` without ``y``; a Dataset of single
+  applies it), a ``keras.random.SeedGenerator`` drawn in the step (weighed 0, so that every mode sees the same
+  numbers), its own ``train_step`` over the real images alone (numpy ``x`` without ``y``; a Dataset of single
   tensors);
 - ``vae arrays``: the keras.io VAE's shape, no ``call()``, ``fit(x)`` without ``y``, its own trackers;
 - ``mean loss uneven``: an autoencoder whose own ``train_step`` feeds the batch's mean loss (a scalar Keras does
@@ -48,6 +49,7 @@ class GAN(keras.Model):
     def __init__(self, discriminator, generator, latent_dim):
         super().__init__()
         self.discriminator, self.generator, self.latent_dim = discriminator, generator, latent_dim
+        self.seed_generator = keras.random.SeedGenerator(1337)  # its integer state advances in every step
 
     def compile(self, d_optimizer, g_optimizer, loss_fn):
         super().compile()
@@ -65,6 +67,7 @@ class GAN(keras.Model):
         generated = self.generator(ops.sin(7.0 * flat[:, :self.latent_dim]))
         combined = ops.concatenate([generated, real_images], axis=0)
         labels = ops.concatenate([ops.ones((batch_size, 1)), ops.zeros((batch_size, 1))], axis=0)
+        labels += 0.0 * keras.random.uniform(ops.shape(labels), seed=self.seed_generator)
         with tf.GradientTape() as tape:
             d_loss = self.loss_fn(labels, self.discriminator(combined))
         grads = tape.gradient(d_loss, self.discriminator.trainable_weights)

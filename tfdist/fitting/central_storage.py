@@ -9,7 +9,8 @@ this replica's change (``value - old``) with the ``AggregatingVariable``'s own `
 replicas' changes and adds them once: ``old + the additions``, what one device holds. Every replica reads
 ``old`` before the merged update runs. A variable without aggregation (batch norm's moving statistics),
 which TensorFlow refuses to update in a replica context there, takes the mean of the replicas' values: the
-value itself under synchronized batch norm, whose statistics are the global batch's on every replica.
+value itself under synchronized batch norm, whose statistics are the global batch's on every replica; an
+integer one (a ``keras.random.SeedGenerator``'s state) takes the value every replica advanced it to alike.
 """
 
 from __future__ import annotations
@@ -42,10 +43,8 @@ def _summed_once(assign):
             return assign(self, value)
         value = tf.cast(value, aggregating.dtype)
         if aggregating.aggregation == tf.VariableAggregation.NONE:
-            # Batch norm's moving statistics: equal on every replica when synchronized, their mean otherwise.
             return tf.distribute.get_replica_context().merge_call(
-                lambda strategy, v: aggregating.assign(strategy.reduce(tf.distribute.ReduceOp.MEAN, v, axis=None)),
-                args=(value,))
+                lambda strategy, v: aggregating.assign(_one_value(strategy, v, aggregating.dtype)), args=(value,))
         if aggregating.aggregation != tf.VariableAggregation.SUM:
             return assign(self, value)
         aggregating.assign_add(value - aggregating.read_value())
@@ -53,3 +52,14 @@ def _summed_once(assign):
 
     setattr(wrapped, MARK, True)
     return wrapped
+
+
+def _one_value(strategy, value, dtype):
+    """The value every replica assigned to a variable without aggregation, as one: batch norm's moving statistics
+    are equal on every replica when synchronized and their mean otherwise; an integer state (a
+    ``keras.random.SeedGenerator``'s) advances alike on every replica, and has no mean of its dtype."""
+    import tensorflow as tf
+
+    if dtype.is_floating:
+        return strategy.reduce(tf.distribute.ReduceOp.MEAN, value, axis=None)
+    return strategy.experimental_local_results(value)[0]
