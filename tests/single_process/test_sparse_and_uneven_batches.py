@@ -5,9 +5,9 @@ device, then with ``tfdist.fit`` and with Keras' own ``fit`` under the set-up's 
 Adam (whose update of ``IndexedSlices`` differs from that of the same gradient made dense) and under a
 ``clipnorm`` that clips some steps, a conv net on rows whose last batch splits 13/12 (one device's mean,
 not a mean of the replicas' means), that a split of the global batch in equal halves would leave one replica
-nothing (8 of 64), a dense net and a conv net whose last batch leaves one replica nothing whatever the split (1 of
-64: that replica adds nothing, not 0/0, and its convolution, which TensorFlow's oneDNN mis-shapes on an empty batch,
-is skipped), synchronized batch norm, whose cross-replica statistics carry gradients from one replica to another,
+nothing (8 of 64), a dense net and a conv net (with Keras' step and with its own ``train_step``) whose last batch
+leaves one replica nothing whatever the split (1 of 64: that replica adds nothing, not 0/0, and its convolution,
+which TensorFlow's oneDNN mis-shapes on an empty batch, is skipped), synchronized batch norm, whose cross-replica statistics carry gradients from one replica to another,
 and two outputs, whose per-output losses Keras' trackers count once a replica, on a last
 training batch of 21 and a validation batch of 17. The weights and every History entry are compared.
 ``RMSprop(centered=True)`` on the Embedding's sparse gradient, whose update Keras fails on one device, is one line.
@@ -47,6 +47,28 @@ def conv(rows):
     rng = np.random.default_rng(1)
     x = rng.normal(size=(rows, 6, 6, 1)).astype("float32")
     return make, x, (x.mean(axis=(1, 2, 3)) > 0).astype("int64")
+
+class OwnStep(keras.Model):
+    """A model with its own train_step, as keras.io's examples write one."""
+    def train_step(self, data):
+        import tensorflow as tf
+        x, y = data
+        with tf.GradientTape() as tape:
+            y_pred = self(x, training=True)
+            loss = self.compute_loss(x=x, y=y, y_pred=y_pred)
+        self.optimizer.apply(tape.gradient(loss, self.trainable_variables), self.trainable_variables)
+        for metric in self.metrics:
+            metric.update_state(loss) if metric.name == "loss" else metric.update_state(y, y_pred)
+        return {metric.name: metric.result() for metric in self.metrics}
+
+def own_step_conv(rows):
+    make_conv, x, y = conv(rows)
+    def make():
+        built = make_conv()
+        model = OwnStep(built.inputs, built.outputs)
+        model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9), loss="sparse_categorical_crossentropy")
+        return model
+    return make, x, y
 
 def dense(rows):
     def make():
@@ -98,6 +120,7 @@ cases = {"embedding adam": embedding(lambda: keras.optimizers.Adam(0.02)),
          "embedding rmsprop": embedding(lambda: keras.optimizers.RMSprop(0.01, momentum=0.5)),
          "last batch 25 of 64": conv(601), "last batch 8 of 64": conv(584),
          "dense, last batch 1 of 64": dense(577), "conv, last batch 1 of 64": conv(577),
+         "own train_step conv, last batch 1 of 64": own_step_conv(577),
          "synchronized batch norm, last batches 21 of 32 and 17 of 32": synchronized_bn(102),
          "two outputs, last batches 21 of 32 and 17 of 32": two_outputs(102)}
 results = {}
