@@ -24,7 +24,6 @@ REFUSED = {
     ("jit_compile=True", "central_storage"): "Invalid compile(jit_compile=True) under central_storage",
     ("jit_compile=True", "parameter_server"): "Invalid compile(jit_compile=True) under parameter_server",
     ("jit_compile=True", "keras_mirrored"): "Invalid compile(jit_compile=True) for Keras' own fit",
-    ("steps_per_execution=4", "keras_mirrored"): "Invalid compile(steps_per_execution=4) for Keras' own fit",
     ("jit_compile=True", "keras_multi_worker_mirrored"): "Invalid compile(jit_compile=True) for Keras' own fit",
     ("own train_step (compute_loss)", "parameter_server"): "Invalid model for tfdist.fit under",
     ("own train_step + clipnorm", "parameter_server"): "Invalid model for tfdist.fit under",

@@ -8,7 +8,8 @@ not a mean of the replicas' means), that a split of the global batch in equal ha
 nothing (8 of 64), a dense net and a conv net (with Keras' step and with its own ``train_step``) whose last batch
 leaves one replica nothing whatever the split (1 of 64: that replica adds nothing, not 0/0, and its convolution,
 which TensorFlow's oneDNN mis-shapes on an empty batch, is skipped), synchronized batch norm, whose cross-replica statistics carry gradients from one replica to another,
-and two outputs, whose per-output losses Keras' trackers count once a replica, on a last
+``compile(steps_per_execution=3)`` (Keras' own loop of steps cannot run over the replicas of one process; its
+steps run one call each, the last execution of an epoch shorter), and two outputs, whose per-output losses Keras' trackers count once a replica, on a last
 training batch of 21 and a validation batch of 17. The weights and every History entry are compared.
 ``RMSprop(centered=True)`` on the Embedding's sparse gradient, whose update Keras fails on one device, is one line.
 """
@@ -70,13 +71,13 @@ def own_step_conv(rows):
         return model
     return make, x, y
 
-def dense(rows):
+def dense(rows, steps_per_execution=1):
     def make():
         keras.utils.set_random_seed(1)
         model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(8, activation="relu"),
                                   keras.layers.Dense(2, activation="softmax")])
         model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9), loss="sparse_categorical_crossentropy",
-                      metrics=["accuracy"])
+                      metrics=["accuracy"], steps_per_execution=steps_per_execution)
         return model
     rng = np.random.default_rng(4)
     x = rng.normal(size=(rows, 8)).astype("float32")
@@ -119,7 +120,8 @@ cases = {"embedding adam": embedding(lambda: keras.optimizers.Adam(0.02)),
          "embedding clipnorm": embedding(lambda: keras.optimizers.SGD(1.0, clipnorm=0.02)),
          "embedding rmsprop": embedding(lambda: keras.optimizers.RMSprop(0.01, momentum=0.5)),
          "last batch 25 of 64": conv(601), "last batch 8 of 64": conv(584),
-         "dense, last batch 1 of 64": dense(577), "conv, last batch 1 of 64": conv(577),
+         "dense, last batch 1 of 64": dense(577),
+         "steps_per_execution=3 over 10 steps, last batch 1 of 64": dense(577, steps_per_execution=3), "conv, last batch 1 of 64": conv(577),
          "own train_step conv, last batch 1 of 64": own_step_conv(577),
          "synchronized batch norm, last batches 21 of 32 and 17 of 32": synchronized_bn(102),
          "two outputs, last batches 21 of 32 and 17 of 32": two_outputs(102)}

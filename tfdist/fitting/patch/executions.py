@@ -1,12 +1,16 @@
-"""``compile(steps_per_execution=N)`` in Keras' own ``fit`` and ``evaluate`` across workers."""
+"""``compile(steps_per_execution=N)`` in Keras' own ``fit`` and ``evaluate`` over several replicas.
+
+Across workers, Keras' loop of steps runs as Keras writes it, each collective keyed per execution. Over the
+replicas of one process, TensorFlow cannot run Keras' loop (a ``MirroredStrategy.run`` in a ``tf.cond`` in a
+``tf.while_loop`` fails: "You must feed a value for placeholder tensor"), so each execution runs its steps one
+call at a time: up to N steps, fewer where the data ends, the last step's logs returned, as Keras' loop does.
+"""
 
 from __future__ import annotations
 
-import contextlib
 import functools
 
 from tfdist import _compat
-from tfdist.errors import UserError
 
 
 def install() -> None:
@@ -23,10 +27,12 @@ def _keys_at_trace_time(make_function):
         function = make_function(self, step_function)
 
         def run(iterator):
-            if self.steps_per_execution > 1 and _compat.is_multi_worker(self.distribute_strategy):
+            if self.steps_per_execution == 1 or self.distribute_strategy.num_replicas_in_sync == 1:
+                return function(iterator)
+            if _compat.is_multi_worker(self.distribute_strategy):
                 with _compat.collective_keys_at_trace_time():
                     return function(iterator)
-            return function(iterator)
+            return _one_step_at_a_time(self, function, iterator)
 
         return run
 
@@ -34,25 +40,23 @@ def _keys_at_trace_time(make_function):
     return _make_function
 
 
-@contextlib.contextmanager
-def around(model, arguments, placement):
-    """One Keras ``fit`` over several replicas of one process (no ``placement``): ``refuse_in_one_process``."""
-    if placement is None and model.distribute_strategy.num_replicas_in_sync > 1:
-        refuse_in_one_process(model)
-    yield
+def _one_step_at_a_time(model, function, iterator):
+    """One execution of ``model.steps_per_execution`` steps, each a call of Keras' function on one batch.
 
-
-def refuse_in_one_process(model) -> None:
-    """Refuse ``steps_per_execution > 1`` in Keras' own ``fit`` over several replicas of one process (one line).
-
-    Raises:
-        UserError: ``model.steps_per_execution`` is above 1.
+    The next batch is an ``Optional``, as in Keras' loop: where the data has run out (a distributed iterator's
+    ``get_next`` would hand the replicas empty batches instead), the execution ends after the steps it ran.
+    Keras' function runs a list of batches one step each, as it runs a Python iterator.
     """
-    if model.steps_per_execution > 1:
-        raise UserError(
-            f"Invalid compile(steps_per_execution={model.steps_per_execution}) for Keras' own fit over "
-            f"{model.distribute_strategy.num_replicas_in_sync} replicas in one process: Keras runs the steps in "
-            "a loop whose collectives TensorFlow cannot feed there (Keras fails the same way without tfdist). "
-            "Received: steps_per_execution>1. Expected steps_per_execution=1, or tfdist.fit, which runs "
-            "steps_per_execution steps per call under every strategy."
-        )
+    import tensorflow as tf
+
+    if not isinstance(iterator, (tf.data.Iterator, tf.distribute.DistributedIterator)):
+        return function(iterator)  # Keras' own step-by-step loop over a Python iterator
+    outputs = None
+    for _ in range(model.steps_per_execution):
+        batch = iterator.get_next_as_optional()
+        if not batch.has_value():
+            break
+        outputs = function([batch.get_value()])
+    if outputs is None:
+        raise StopIteration
+    return outputs

@@ -17,7 +17,7 @@ FIXES = (
     xla,               # jit_compile over CPU replicas: refused in fit, evaluate's step without XLA
     x_alone,           # fit(x) without targets builds the model and optimizer; the compiled loss stays the step's
     owned_batches,     # a generator's or PyDataset's batches across replicas are copies, not the user's arrays
-    executions,        # steps_per_execution across workers (refused over replicas of one process)
+    executions,        # steps_per_execution over replicas: across workers as Keras loops, in one process a step a call
     strategy_once,     # one strategy per process: a second MultiWorkerMirroredStrategy is the first
     saving,            # a script's saves land once, the chief's, and every worker reads them whole
     user_errors,       # a UserError that leaves a script is one line and status 2
