@@ -375,7 +375,7 @@ def test_config_takes_its_strategy_names_from_the_registry():
 #: trainer, which replaces two of that module's functions (it checks their source first), and the fix of
 #: Keras' optimizer across replicas, which wraps the methods that reach other replicas (it checks they exist).
 COMPAT = {PACKAGE / "_compat.py", PACKAGE / "fitting" / "patch" / "trainer.py",
-          PACKAGE / "global_gradients.py"}
+          PACKAGE / "one_device" / "optimizer.py"}
 
 
 def _private_reaches(path: Path) -> list[str]:

@@ -187,8 +187,7 @@ class KerasClient(Client):
     def prepare(self, strategy, placement) -> None:
         import keras  # TensorFlow and Keras: once the process is set up
 
-        from tfdist import global_gradients
-        from tfdist.fitting import central_storage
+        from tfdist.one_device import central_storage, optimizer
         from tfdist.fitting.inputs import check_batch
 
         from tfdist.fitting.keras_data import read_by_keras
@@ -197,7 +196,7 @@ class KerasClient(Client):
         _patch_keras()
         if self.seed is not None:
             keras.utils.set_random_seed(self.seed)
-        global_gradients.install()  # the optimizer applies the global batch's gradient, as on one device
+        optimizer.install()  # the optimizer applies the global batch's gradient, as on one device
         self.placement, self.replicas = placement, strategy.num_replicas_in_sync
         if self.batch_size is not None:
             check_batch(self.batch_size, self.replicas)
@@ -218,7 +217,7 @@ class KerasClient(Client):
         from tfdist.config import check_total_steps
         from tfdist.fitting import train
         from tfdist.fitting.args import evaluates_after
-        from tfdist.fitting.batch_norm import warn_unsynchronized_batch_norm
+        from tfdist.one_device.batch_norm import warn_unsynchronized_batch_norm
         from tfdist.fitting.callbacks import KerasCallbacks, implements_batch_hooks, restore_backups
         from tfdist.fitting.custom_steps import overrides_steps
 

@@ -5,8 +5,8 @@ one list: each is a module with ``install()`` (once per process, into Keras or T
 
 from __future__ import annotations
 
-from tfdist import global_gradients
-from tfdist.fitting import batch_norm, callbacks, central_storage, empty_slices
+from tfdist.fitting import callbacks
+from tfdist.one_device import batch_norm, central_storage, empty_slices, optimizer
 from tfdist.fitting.patch import (centered_rmsprop, executions, finish, owned_batches, preemption, saving,
                                   strategy_once, user_errors, x_alone, xla)
 
@@ -24,7 +24,7 @@ FIXES = (
     centered_rmsprop,  # RMSprop(centered=True) on a sparse gradient: one line (Keras fails on one device)
     batch_norm,        # the warning for batch norm that normalizes each replica's slice alone
     empty_slices,      # a replica with no rows skips a conv net's pass (oneDNN mis-shapes an empty batch)
-    global_gradients,  # the optimizer applies the global batch's gradient; steps compute one device's loss
+    optimizer,         # the optimizer applies the global batch's gradient; steps compute one device's loss
     central_storage,   # assign_add on a variable kept apart from the replicas changes it once
     callbacks,         # callbacks on every worker, their files the chief's
     preemption,        # every worker stops at the same step, saves it, exits 42
