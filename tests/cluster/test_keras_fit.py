@@ -72,7 +72,7 @@ def assert_same_batch_logs(got: dict, expected: dict) -> None:
 
 def assert_same_x_alone(got: dict, expected: dict) -> None:
     """The autoencoder trained by ``fit(x)`` with no targets (``patch.x_alone``) equals one process's, its loss
-    per example or a scalar mean (``one_device.optimizer`` weighs the latter's gradients by each replica's share)."""
+    per example or a scalar mean (``one_device.shares`` weighs the latter's gradients by each replica's share)."""
     assert sorted(got["history"]) == ["code", "loss"], got["history"]
     for key, values in expected["history"].items():
         assert got["history"][key] == pytest.approx(values, rel=1e-5), key

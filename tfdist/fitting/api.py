@@ -187,16 +187,15 @@ class KerasClient(Client):
     def prepare(self, strategy, placement) -> None:
         import keras  # TensorFlow and Keras: once the process is set up
 
-        from tfdist.one_device import central_storage, optimizer
+        from tfdist import one_device
         from tfdist.fitting.inputs import check_batch
 
         from tfdist.fitting.keras_data import read_by_keras
 
-        central_storage.install()  # Keras' metric updates add each replica's examples once there
+        one_device.install()  # Keras under the strategy computes one device's step, whatever Keras' trainer
         _patch_keras()
         if self.seed is not None:
             keras.utils.set_random_seed(self.seed)
-        optimizer.install()  # the optimizer applies the global batch's gradient, as on one device
         self.placement, self.replicas = placement, strategy.num_replicas_in_sync
         if self.batch_size is not None:
             check_batch(self.batch_size, self.replicas)
@@ -292,7 +291,7 @@ class KerasClient(Client):
     def running(self, placement):
         import keras
 
-        from tfdist.fitting.callbacks import chief_only_files
+        from tfdist.one_device.chief_files import chief_only_files
 
         epoch_steps = self._schedule.steps_per_epoch
         # The list gives the callbacks their model inside chief_only_files (TensorBoard fixes its paths then);

@@ -8,7 +8,7 @@ import tensorflow as tf
 from tfdist.errors import UserError
 from tfdist.fitting.steps import describe, log_value
 from tfdist.one_device.symbolic import has_call, keras_tensors
-from tfdist.one_device.optimizer import replica_share
+from tfdist.one_device.shares import replica_share
 from tfdist import _compat
 
 

@@ -1,25 +1,29 @@
 """Keras' own ``model.fit``, ``evaluate`` and ``predict`` across replicas and workers, and a script's saves there.
 
-``install`` (``tfdist.patch_keras``, ``tfdist.setup``, and ``tfdist.fit`` for the model it returns) installs
-``trainer`` and each fix of ``fixes.FIXES``, the one list of them; on one replica, Keras runs untouched.
+``install`` (``tfdist.patch_keras``, ``tfdist.setup``, and ``tfdist.fit`` for the model it returns) installs what
+both fits need (``one_device.install``), ``trainer`` and each fix of ``fixes.FIXES``, the one list of them; on one
+replica, Keras runs untouched.
 """
 
 from __future__ import annotations
 
 
 def install(fit) -> None:
-    """Install the fixes into Keras' TensorFlow trainer: ``trainer``, then each of ``fixes.FIXES``; idempotent.
+    """Install ``one_device``, then the fixes into Keras' TensorFlow trainer: ``trainer``, then each of
+    ``fixes.FIXES``; idempotent.
 
     Args:
         fit: ``tfdist.fit``, which trains Keras' own ``fit`` under a parameter-server strategy (passed in:
           ``tfdist.fit`` installs this package).
 
     Raises:
-        UserError: this Keras' trainer differs from the one the fix was made for.
+        UserError: this Keras' trainer (or optimizer) differs from the one the fix was made for.
     """
+    from tfdist import one_device
     from tfdist.fitting.patch import trainer
     from tfdist.fitting.patch.fixes import FIXES
 
+    one_device.install()
     trainer.install(fit)
     for fix in FIXES:
         if hasattr(fix, "install"):

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator
 
 from tfdist import _compat
 from tfdist.errors import PeerLost, UserError
-from tfdist.fitting.callbacks import inside
+from tfdist.one_device.chief_files import inside
 
 #: The longest wait ``get_config_key_value`` takes, in milliseconds: a wait without bound (a progress timeout of 0).
 UNBOUNDED_MS = 2**31 - 1
