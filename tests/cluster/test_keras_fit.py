@@ -1,4 +1,4 @@
-"""Keras' own ``model.fit`` across workers (``tfdist.fitting.patch``): a user's script, real processes on 127.0.0.1.
+"""Keras' own ``model.fit`` across workers (``tfdist.keras_fit``): a user's script, real processes on 127.0.0.1.
 
 The script is ``keras_fit_worker.py``, in the shape of TensorFlow's
 "Multi-worker training with Keras" tutorial, run by ``tfdist.launch`` on two

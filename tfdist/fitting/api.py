@@ -19,7 +19,7 @@ from tfdist.engine.client import Client
 from tfdist.engine.controller import Schedule
 from tfdist.engine.task import Task
 from tfdist.errors import Preempted, preempted_exit, UserError, check_keras_backend, short
-from tfdist.fitting import patch
+from tfdist import keras_fit
 from tfdist.fitting.args import check_fit_args, check_run_args, keras_shuffle, python_int
 from tfdist.fitting.class_weight import keras_class_weight
 from tfdist.rundir import RunDir
@@ -360,7 +360,7 @@ def _every_worker(placement, timeout: float) -> None:
 
 
 def _patch_keras() -> None:
-    """Make Keras' own ``fit``, ``evaluate`` and ``predict`` work on the model ``fit`` returns (``patch.install``).
+    """Make Keras' own ``fit``, ``evaluate`` and ``predict`` work on the model ``fit`` returns (``keras_fit.install``).
 
     Its model lives under ``fit``'s strategy, where Keras' own trainer fails across workers without the patch.
     ``fit``'s own loop does not use Keras' trainer, so on a Keras whose trainer differs from the one the patch
@@ -369,7 +369,7 @@ def _patch_keras() -> None:
     from absl import logging
 
     try:
-        patch.install(fit)
+        keras_fit.install(fit)
     except UserError as e:
         logging.warning("tfdist.fit trains, but leaves Keras' own fit, evaluate and predict on the model it returns "
                         "as this Keras has them: %s", e)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 
 def install(fit) -> None:
-    """Install ``one_device``, then the fixes into Keras' TensorFlow trainer: ``trainer``, then each of
-    ``fixes.FIXES``; idempotent.
+    """Install what both fits need (``one_device.install``), then the fixes of Keras' TensorFlow trainer:
+    ``trainer``, then each of ``fixes.FIXES``; idempotent.
 
     Args:
         fit: ``tfdist.fit``, which trains Keras' own ``fit`` under a parameter-server strategy (passed in:
@@ -20,8 +20,8 @@ def install(fit) -> None:
         UserError: this Keras' trainer (or optimizer) differs from the one the fix was made for.
     """
     from tfdist import one_device
-    from tfdist.fitting.patch import trainer
-    from tfdist.fitting.patch.fixes import FIXES
+    from tfdist.keras_fit import trainer
+    from tfdist.keras_fit.fixes import FIXES
 
     one_device.install()
     trainer.install(fit)

@@ -140,7 +140,7 @@ def _strategy(objects) -> Any:
     """The strategy across workers a save runs under, or None: its objects' (a model's), the scope's, the process'."""
     import tensorflow as tf
 
-    from tfdist.fitting.patch import strategy_once
+    from tfdist.keras_fit import strategy_once
 
     candidates = [getattr(o, "distribute_strategy", None) for o in objects if _is_model(o)]
     candidates += [tf.distribute.get_strategy() if tf.distribute.has_strategy() else None, strategy_once.first()]

@@ -1,13 +1,13 @@
 """The fixes that make Keras' own ``fit``, ``evaluate`` and ``predict`` right across replicas and workers, as
-one list: each is a module with ``install()`` (once per process, into Keras or TensorFlow) and/or
-``around(model, arguments, placement)`` (a context around one ``fit``; the first in the list is outermost).
+one list: each is a module of this package with ``install()`` (once per process, into Keras or TensorFlow) and/or
+``around(model, arguments, placement)`` (a context around one ``fit``; the first in the list is outermost). What
+``tfdist.fit`` needs too is ``one_device``'s, installed before these; a fix here calls it where one ``fit`` needs it.
 """
 
 from __future__ import annotations
 
-from tfdist.fitting.patch import (batch_norm, centered_rmsprop, chief_files, empty_slices, executions, finish,
-                                  own_steps, owned_batches, preemption, saving, strategy_once, user_errors, x_alone,
-                                  xla)
+from tfdist.keras_fit import (batch_norm, centered_rmsprop, chief_files, empty_slices, executions, finish, own_steps,
+                              owned_batches, preemption, saving, strategy_once, user_errors, x_alone, xla)
 
 #: In order: ``finish`` waits for every worker once the others have ended; the refusals come before the
 #: step's changes; ``preemption``'s vote wraps whatever step the model has by then.

@@ -8,7 +8,7 @@ import inspect
 
 from tfdist.errors import UserError
 from tfdist import _compat
-from tfdist.fitting.patch.parameter_server import fit_under_coordinator, on_the_coordinator
+from tfdist.keras_fit.parameter_server import fit_under_coordinator, on_the_coordinator
 from tfdist.strategies import traits_of
 
 #: The line of ``reduce_per_replica`` that fails on scalar logs across workers.
@@ -181,7 +181,7 @@ def _wrapped_fit(original, multi_worker, coordinated_fit):
 
     @functools.wraps(original)
     def fit(self, *args, **kwargs):
-        from tfdist.fitting.patch.fixes import FIXES
+        from tfdist.keras_fit.fixes import FIXES
         from tfdist.runtime.who import placement_of
 
         strategy = self.distribute_strategy
