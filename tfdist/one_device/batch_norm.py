@@ -1,5 +1,5 @@
 """The warning that several replicas normalize their own slices in ``BatchNormalization(synchronized=False)``:
-``tfdist.fit`` and Keras' own ``fit`` after the patch both say it."""
+``tfdist.fit`` and Keras' own ``fit`` (``keras_fit``) both say it."""
 
 from __future__ import annotations
 
