@@ -1,8 +1,7 @@
 """Keras' optimizer across replicas, applied to the global batch's gradient: what one device applies.
 
-Keras' TensorFlow optimizer reduces each replica's gradients in its own methods, after clipping, accumulation
-and weight decay saw one replica's. Here the gradients are summed over the replicas before ``apply`` runs
-Keras' one-device code, so that code sees the global batch's gradient, once.
+The gradients are summed over the replicas before ``apply`` runs Keras' one-device code (clipping,
+accumulation, weight decay, EMA), so that code sees the global batch's gradient and applies it once.
 """
 
 from __future__ import annotations
