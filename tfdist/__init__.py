@@ -10,7 +10,7 @@ __all__ = ["fit", "setup", "patch_keras", "saves_on_every_worker", "__version__"
 
 #: The public calls and their modules, each loaded when first asked for (PEP 562).
 _API = {"fit": "tfdist.fitting.api", "setup": "tfdist.fitting.setup", "patch_keras": "tfdist.fitting.setup",
-        "saves_on_every_worker": "tfdist.fitting.patch.saving"}
+        "saves_on_every_worker": "tfdist.keras_fit.saving"}
 
 
 def __getattr__(name: str):

@@ -1,4 +1,4 @@
-"""Keras' own ``model.fit`` across workers (``tfdist.fitting.patch``): a user's script, real processes on 127.0.0.1.
+"""Keras' own ``model.fit`` across workers (``tfdist.keras_fit``): a user's script, real processes on 127.0.0.1.
 
 The script is ``keras_fit_worker.py``, in the shape of TensorFlow's
 "Multi-worker training with Keras" tutorial, run by ``tfdist.launch`` on two
@@ -71,8 +71,8 @@ def assert_same_batch_logs(got: dict, expected: dict) -> None:
 
 
 def assert_same_x_alone(got: dict, expected: dict) -> None:
-    """The autoencoder trained by ``fit(x)`` with no targets (``patch.x_alone``) equals one process's, its loss
-    per example or a scalar mean (``global_gradients`` weighs the latter's gradients by each replica's share)."""
+    """The autoencoder trained by ``fit(x)`` with no targets (``keras_fit.x_alone``) equals one process's, its loss
+    per example or a scalar mean (``one_device.shares`` weighs the latter's gradients by each replica's share)."""
     assert sorted(got["history"]) == ["code", "loss"], got["history"]
     for key, values in expected["history"].items():
         assert got["history"][key] == pytest.approx(values, rel=1e-5), key
@@ -81,7 +81,7 @@ def assert_same_x_alone(got: dict, expected: dict) -> None:
 
 
 def assert_same_generator_fits(got: list, expected: list) -> None:
-    """Each fit of a Python generator of numpy views with an ``F1Score`` metric (``patch.owned_batches``) leaves
+    """Each fit of a Python generator of numpy views with an ``F1Score`` metric (``keras_fit.owned_batches``) leaves
     the user's arrays as they were and trains every epoch as one process does, fit after fit."""
     assert len(got) == len(expected) == 3
     for fit, alone in zip(got, expected):

@@ -14,7 +14,7 @@ with ``tfdist.fit`` under the same strategy (``one_device``, ``mirrored``,
 Every epoch's figures of ``tfdist.fit`` under each strategy equal Keras' own
 ``fit`` on one device (the test allows 1e-6 relative for float rounding),
 ``central_storage`` too, where each replica's metric updates add up once
-(``tfdist.fitting.central_storage``).
+(``tfdist.one_device.central_storage``).
 Keras' own ``MirroredStrategy`` does not for ``guide_model``: it tracks the loss
 that ``compute_loss`` divided by the replicas, half of one device's, while
 ``tfdist.fit`` runs the step with the loss one device sees. A step that returns logs other than the model's

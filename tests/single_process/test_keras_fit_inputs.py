@@ -2,8 +2,8 @@
 trains, for the inputs Keras' data adapters take, what Keras' own ``fit`` trains on one device, in one process:
 
 - ``x`` alone (a NumPy array, a Dataset of single tensors) for an autoencoder whose own ``train_step`` computes
-  its loss from ``x``, compiled with a loss it never calls (``helpers.models.autoencoder``; ``patch.x_alone``),
-  per example or as the batch's mean (a scalar loss: ``global_gradients`` weighs its gradients by the replica's
+  its loss from ``x``, compiled with a loss it never calls (``helpers.models.autoencoder``; ``keras_fit.x_alone``),
+  per example or as the batch's mean (a scalar loss: ``one_device.shares`` weighs its gradients by the replica's
   share of the examples, where Keras' own ``MirroredStrategy`` sums the replicas' means);
 - a Python generator with ``steps_per_epoch`` (from epoch 0 and from ``initial_epoch=1``) and a ``PyDataset``
   with ``shuffle=True``: the batches reach the steps in one device's order (the model is built before training

@@ -108,9 +108,9 @@ def test_no_import_cycle_in_tfdist_even_inside_functions():
     assert _cycle(graph) == []
 
 
-#: The packages of the clients of the driver: they start a run through ``runtime.driver`` and ask who they are
-#: through ``runtime.who``, never through the start itself.
-CLIENTS = ("tfdist.segmentation", "tfdist.fitting")
+#: The packages of the clients of the driver, and Keras' own fit across workers under a script's strategy: they
+#: start a run through ``runtime.driver`` and ask who they are through ``runtime.who``, never through the start itself.
+CLIENTS = ("tfdist.segmentation", "tfdist.fitting", "tfdist.keras_fit")
 #: The modules of the one start, which the driver alone assembles.
 START = ("tfdist.runtime.session", "tfdist.runtime.lifecycle")
 
@@ -130,10 +130,58 @@ def test_no_client_imports_the_start_it_runs_through_the_driver():
 
 def test_the_start_check_finds_a_client_that_imports_the_start():
     graph = {"tfdist.fitting.api": {"tfdist.runtime.session", "tfdist.runtime.driver"},
-             "tfdist.fitting.patch.trainer": {"tfdist.runtime.lifecycle"},
+             "tfdist.keras_fit.trainer": {"tfdist.runtime.lifecycle"},
              "tfdist.runtime.driver": {"tfdist.runtime.session"}, "tfdist.deploy.local": {"tfdist.runtime.session"}}
     assert starts_imported_by_clients(graph) == {"tfdist.fitting.api": ["tfdist.runtime.session"],
-                                                 "tfdist.fitting.patch.trainer": ["tfdist.runtime.lifecycle"]}
+                                                 "tfdist.keras_fit.trainer": ["tfdist.runtime.lifecycle"]}
+
+
+#: Keras' own fit across workers: ``fixes.FIXES`` names every fix of this package and nothing outside it.
+KERAS_FIT = PACKAGE / "keras_fit"
+#: The modules of ``keras_fit`` with an ``install`` that are not fixes: the package's own, the trainer's fix (which
+#: ``install`` calls by name, first), and the list itself.
+NOT_FIXES = ("__init__", "trainer", "fixes")
+
+
+def fixes_outside_and_left_out(fixes_source: str, package: dict[str, str]) -> tuple[list[str], list[str]]:
+    """The modules that ``FIXES`` (assigned in ``fixes_source``) names outside ``tfdist.keras_fit``, and the
+    modules of ``package`` (``{name: source}``, keras_fit's) with a top-level ``install`` or ``around`` that it
+    leaves out (``NOT_FIXES`` excepted)."""
+    tree = ast.parse(fixes_source)
+    imported = {}
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom):
+            imported |= {alias.asname or alias.name: f"{node.module}.{alias.name}" for alias in node.names}
+        elif isinstance(node, ast.Import):
+            imported |= {alias.asname or alias.name: alias.name for alias in node.names}
+    listed = next(node.value for node in tree.body if isinstance(node, ast.Assign)
+                  and any(isinstance(t, ast.Name) and t.id == "FIXES" for t in node.targets))
+    named = []
+    for element in listed.elts:
+        first, _, rest = ast.unparse(element).partition(".")
+        named.append(".".join(filter(None, (imported.get(first, first), rest))))
+    ours = {name.removeprefix("tfdist.keras_fit.") for name in named
+            if name.startswith("tfdist.keras_fit.") and name.count(".") == 2}
+    outside = [name for name in named if name.removeprefix("tfdist.keras_fit.") not in ours & set(package)]
+    hooked = {name for name, source in package.items()
+              if any(isinstance(node, ast.FunctionDef) and node.name in ("install", "around")
+                     for node in ast.parse(source).body)}
+    return outside, sorted(hooked - ours - set(NOT_FIXES))
+
+
+def test_fixes_names_every_fix_of_keras_fit_and_nothing_outside():
+    package = {path.stem: path.read_text() for path in KERAS_FIT.glob("*.py")}
+    assert {"finish", "saving", "own_steps", "chief_files"} <= set(package)  # the package is read at all
+    assert fixes_outside_and_left_out(package["fixes"], package) == ([], [])
+
+
+def test_the_fixes_check_finds_a_fix_outside_and_one_left_out():
+    planted = ("from tfdist.keras_fit import finish\nfrom tfdist import one_device\n"
+               "from tfdist.one_device import optimizer\nFIXES = (finish, optimizer, one_device.shares)\n")
+    package = {"finish": "def around(model, arguments, placement): pass", "xla": "def install(): pass",
+               "trainer": "def install(fit): pass", "fixes": planted, "helpers": "def other(): pass"}
+    assert fixes_outside_and_left_out(planted, package) == (
+        ["tfdist.one_device.optimizer", "tfdist.one_device.shares"], ["xla"])
 
 
 def test_the_cycle_check_finds_a_cycle():
@@ -374,8 +422,8 @@ def test_config_takes_its_strategy_names_from_the_registry():
 #: Where a private TensorFlow or Keras name may be read: the compatibility module, the fix of Keras'
 #: trainer, which replaces two of that module's functions (it checks their source first), and the fix of
 #: Keras' optimizer across replicas, which wraps the methods that reach other replicas (it checks they exist).
-COMPAT = {PACKAGE / "_compat.py", PACKAGE / "fitting" / "patch" / "trainer.py",
-          PACKAGE / "global_gradients.py"}
+COMPAT = {PACKAGE / "_compat.py", PACKAGE / "keras_fit" / "trainer.py",
+          PACKAGE / "one_device" / "optimizer.py"}
 
 
 def _private_reaches(path: Path) -> list[str]:

@@ -106,13 +106,13 @@ def test_the_feature_tests_record_every_mode():
 def test_the_architecture_lists_the_fixes_of_keras_own_fit_as_the_code_does():
     """docs/architecture.md's table of Keras' own fit fixes is ``FIXES``, in order, each row saying what its
     module has: an ``install()`` and/or an ``around`` of one fit."""
-    from tfdist.fitting.patch.fixes import FIXES
+    from tfdist.keras_fit.fixes import FIXES
 
     page = (REPO / "docs" / "architecture.md").read_text()
     table = page.split("<!-- fixes -->")[1].split("<!-- /fixes -->")[0]
     rows = [[cell.strip() for cell in line.strip().strip("|").split("|")]
             for line in table.strip().splitlines()[2:]]
     documented = [(name.strip("`"), bool(install), bool(around)) for name, install, around in rows]
-    in_code = [(fix.__name__.removeprefix("tfdist.").removeprefix("fitting.").replace(".", "/"),
+    in_code = [(fix.__name__.removeprefix("tfdist.keras_fit."),
                 hasattr(fix, "install"), hasattr(fix, "around")) for fix in FIXES]
     assert documented == in_code

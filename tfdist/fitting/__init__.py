@@ -1,2 +1,2 @@
-"""``tfdist.fit`` (any compiled Keras model through tfdist's loop) and Keras' own ``fit`` across workers
-(``patch``)."""
+"""``tfdist.fit``: any compiled Keras model trained through tfdist's loop (Keras' own ``fit`` across workers is
+``keras_fit``; what both need, ``one_device``)."""

@@ -19,7 +19,7 @@ from tfdist.engine.client import Client
 from tfdist.engine.controller import Schedule
 from tfdist.engine.task import Task
 from tfdist.errors import Preempted, preempted_exit, UserError, check_keras_backend, short
-from tfdist.fitting import patch
+from tfdist import keras_fit
 from tfdist.fitting.args import check_fit_args, check_run_args, keras_shuffle, python_int
 from tfdist.fitting.class_weight import keras_class_weight
 from tfdist.rundir import RunDir
@@ -187,17 +187,15 @@ class KerasClient(Client):
     def prepare(self, strategy, placement) -> None:
         import keras  # TensorFlow and Keras: once the process is set up
 
-        from tfdist import global_gradients
-        from tfdist.fitting import central_storage
+        from tfdist import one_device
         from tfdist.fitting.inputs import check_batch
 
         from tfdist.fitting.keras_data import read_by_keras
 
-        central_storage.install()  # Keras' metric updates add each replica's examples once there
+        one_device.install()  # Keras under the strategy computes one device's step, whatever Keras' trainer
         _patch_keras()
         if self.seed is not None:
             keras.utils.set_random_seed(self.seed)
-        global_gradients.install()  # the optimizer applies the global batch's gradient, as on one device
         self.placement, self.replicas = placement, strategy.num_replicas_in_sync
         if self.batch_size is not None:
             check_batch(self.batch_size, self.replicas)
@@ -218,7 +216,7 @@ class KerasClient(Client):
         from tfdist.config import check_total_steps
         from tfdist.fitting import train
         from tfdist.fitting.args import evaluates_after
-        from tfdist.fitting.batch_norm import warn_unsynchronized_batch_norm
+        from tfdist.one_device.batch_norm import warn_unsynchronized_batch_norm
         from tfdist.fitting.callbacks import KerasCallbacks, implements_batch_hooks, restore_backups
         from tfdist.fitting.custom_steps import overrides_steps
 
@@ -293,7 +291,7 @@ class KerasClient(Client):
     def running(self, placement):
         import keras
 
-        from tfdist.fitting.callbacks import chief_only_files
+        from tfdist.one_device.chief_files import chief_only_files
 
         epoch_steps = self._schedule.steps_per_epoch
         # The list gives the callbacks their model inside chief_only_files (TensorBoard fixes its paths then);
@@ -362,7 +360,7 @@ def _every_worker(placement, timeout: float) -> None:
 
 
 def _patch_keras() -> None:
-    """Make Keras' own ``fit``, ``evaluate`` and ``predict`` work on the model ``fit`` returns (``patch.install``).
+    """Make Keras' own ``fit``, ``evaluate`` and ``predict`` work on the model ``fit`` returns (``keras_fit.install``).
 
     Its model lives under ``fit``'s strategy, where Keras' own trainer fails across workers without the patch.
     ``fit``'s own loop does not use Keras' trainer, so on a Keras whose trainer differs from the one the patch
@@ -371,7 +369,7 @@ def _patch_keras() -> None:
     from absl import logging
 
     try:
-        patch.install(fit)
+        keras_fit.install(fit)
     except UserError as e:
         logging.warning("tfdist.fit trains, but leaves Keras' own fit, evaluate and predict on the model it returns "
                         "as this Keras has them: %s", e)

@@ -8,8 +8,8 @@ import tensorflow as tf
 from tfdist.errors import UserError
 from tfdist.fitting.empty_slices import skipping_convolutions
 from tfdist.fitting.steps import describe, log_value
-from tfdist.fitting.symbolic import has_call, keras_tensors
-from tfdist.global_gradients import replica_share
+from tfdist.one_device.symbolic import has_call, keras_tensors
+from tfdist.one_device.shares import replica_share
 from tfdist import _compat
 
 

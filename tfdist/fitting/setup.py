@@ -67,6 +67,6 @@ def patch_keras() -> None:
     """
     check_keras_backend()
     from tfdist.fitting.api import fit
-    from tfdist.fitting.patch import install
+    from tfdist.keras_fit import install
 
     install(fit)

@@ -6,8 +6,8 @@ import numpy as np
 import tensorflow as tf
 
 from tfdist.errors import UserError
-from tfdist.fitting.empty_slices import skipping_convolutions
-from tfdist.fitting.symbolic import keras_tensors
+from tfdist.one_device.empty_slices import skipping_convolutions
+from tfdist.one_device.symbolic import keras_tensors
 from tfdist.strategies import traits_of
 from tfdist import _compat
 
@@ -138,7 +138,7 @@ class KerasSteps:
         """One optimisation step on this replica's slice; returns its stats vector.
 
         The gradients go to the optimizer, which sums them over replicas before it clips, accumulates or
-        applies them (``tfdist.global_gradients``): the all-reduce stays outside the XLA-compiled part.
+        applies them (``one_device.optimizer``): the all-reduce stays outside the XLA-compiled part.
         """
         x, y, sample_weight, p = _unpack(batch)
         with skipping_convolutions(self.model):  # a replica with no rows (oneDNN mis-shapes an empty batch)

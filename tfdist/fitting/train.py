@@ -13,8 +13,8 @@ from tfdist import _compat
 from tfdist.errors import UserError
 from tfdist.fitting.custom_steps import KerasModelSteps, overrides_steps, refuse_under_coordinator
 from tfdist.fitting.steps import KerasSteps
-from tfdist.fitting.symbolic import has_call, keras_tensors, zeros
-from tfdist.global_gradients import refuse_accumulation_under_coordinator
+from tfdist.one_device.symbolic import has_call, keras_tensors, zeros
+from tfdist.one_device.optimizer import refuse_accumulation_under_coordinator
 
 
 def build_model(model_fn, strategy_name: str, coordinator: bool, spec):
@@ -26,7 +26,7 @@ def build_model(model_fn, strategy_name: str, coordinator: bool, spec):
     """
     import keras
 
-    from tfdist.fitting import symbolic
+    from tfdist.one_device import symbolic
 
     model = model_fn()
     own_steps = isinstance(model, keras.Model) and overrides_steps(model)

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator
 
 from tfdist import _compat
 from tfdist.errors import PeerLost, UserError
-from tfdist.fitting.callbacks import inside
+from tfdist.one_device.chief_files import inside
 
 #: The longest wait ``get_config_key_value`` takes, in milliseconds: a wait without bound (a progress timeout of 0).
 UNBOUNDED_MS = 2**31 - 1
@@ -140,7 +140,7 @@ def _strategy(objects) -> Any:
     """The strategy across workers a save runs under, or None: its objects' (a model's), the scope's, the process'."""
     import tensorflow as tf
 
-    from tfdist.fitting.patch import strategy_once
+    from tfdist.keras_fit import strategy_once
 
     candidates = [getattr(o, "distribute_strategy", None) for o in objects if _is_model(o)]
     candidates += [tf.distribute.get_strategy() if tf.distribute.has_strategy() else None, strategy_once.first()]

@@ -1,4 +1,5 @@
-"""``global_gradients.check``: a Keras whose optimizer lacks a method the wrapping needs is one line."""
+"""``one_device.optimizer``: a Keras whose optimizer lacks a method the wrapping needs is one line; the
+optimizer's XLA and EMA under ``tfdist.fit``."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import pytest
 
 from helpers.models import dense
 from tfdist.errors import UserError
-from tfdist import global_gradients
+from tfdist.one_device import optimizer
 
 
 def test_an_optimizer_without_a_wrapped_method_is_refused_in_one_line():
@@ -18,9 +19,9 @@ def test_an_optimizer_without_a_wrapped_method_is_refused_in_one_line():
         _overwrite_model_variables_with_average_value = apply = staticmethod(lambda *a: None)
 
     with pytest.raises(UserError, match=r"^Unsupported Keras .*StandIn\._backend_update_step") as error:
-        global_gradients.check(StandIn, Optimizer, LossScaleOptimizer)
+        optimizer.check(StandIn, Optimizer, LossScaleOptimizer)
     assert "\n" not in str(error.value)
-    global_gradients.check(Optimizer, Optimizer, LossScaleOptimizer)  # Keras' own classes pass
+    optimizer.check(Optimizer, Optimizer, LossScaleOptimizer)  # Keras' own classes pass
 
 
 def test_jit_compile_is_honoured_by_tfdist_fit():

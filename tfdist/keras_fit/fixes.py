@@ -1,14 +1,13 @@
 """The fixes that make Keras' own ``fit``, ``evaluate`` and ``predict`` right across replicas and workers, as
-one list: each is a module with ``install()`` (once per process, into Keras or TensorFlow) and/or
-``around(model, arguments, placement)`` (a context around one ``fit``; the first in the list is outermost).
+one list: each is a module of this package with ``install()`` (once per process, into Keras or TensorFlow) and/or
+``around(model, arguments, placement)`` (a context around one ``fit``; the first in the list is outermost). What
+``tfdist.fit`` needs too is ``one_device``'s, installed before these; a fix here calls it where one ``fit`` needs it.
 """
 
 from __future__ import annotations
 
-from tfdist import global_gradients
-from tfdist.fitting import batch_norm, callbacks, central_storage, empty_slices
-from tfdist.fitting.patch import (centered_rmsprop, executions, finish, owned_batches, preemption, saving,
-                                  strategy_once, user_errors, x_alone, xla)
+from tfdist.keras_fit import (batch_norm, centered_rmsprop, chief_files, empty_slices, executions, finish, own_steps,
+                              owned_batches, preemption, saving, strategy_once, user_errors, x_alone, xla)
 
 #: In order: ``finish`` waits for every worker once the others have ended; the refusals come before the
 #: step's changes; ``preemption``'s vote wraps whatever step the model has by then.
@@ -24,8 +23,7 @@ FIXES = (
     centered_rmsprop,  # RMSprop(centered=True) on a sparse gradient: one line (Keras fails on one device)
     batch_norm,        # the warning for batch norm that normalizes each replica's slice alone
     empty_slices,      # a replica with no rows skips a conv net's pass (oneDNN mis-shapes an empty batch)
-    global_gradients,  # the optimizer applies the global batch's gradient; steps compute one device's loss
-    central_storage,   # assign_add on a variable kept apart from the replicas changes it once
-    callbacks,         # callbacks on every worker, their files the chief's
+    own_steps,         # Keras' steps and a model's own compute one device's loss on the replica's share
+    chief_files,       # callbacks on every worker, their files the chief's
     preemption,        # every worker stops at the same step, saves it, exits 42
 )

@@ -1,9 +1,7 @@
 """The warning that several replicas normalize their own slices in ``BatchNormalization(synchronized=False)``:
-``tfdist.fit`` and Keras' own ``fit`` after the patch both say it."""
+``tfdist.fit`` and Keras' own ``fit`` (``keras_fit``) both say it."""
 
 from __future__ import annotations
-
-import contextlib
 
 from tfdist import _compat
 
@@ -27,9 +25,3 @@ def warn_unsynchronized_batch_norm(model, replicas: int) -> None:
             "keras.layers.BatchNormalization(synchronized=True) all-reduces the statistics.",
             replicas, ", ".join(layers))
 
-
-@contextlib.contextmanager
-def around(model, arguments, placement):
-    """One Keras ``fit``: ``warn_unsynchronized_batch_norm`` before it runs."""
-    warn_unsynchronized_batch_norm(model, model.distribute_strategy.num_replicas_in_sync)
-    yield

@@ -8,7 +8,7 @@ import inspect
 
 from tfdist.errors import UserError
 from tfdist import _compat
-from tfdist.fitting.patch.parameter_server import fit_under_coordinator, on_the_coordinator
+from tfdist.keras_fit.parameter_server import fit_under_coordinator, on_the_coordinator
 from tfdist.strategies import traits_of
 
 #: The line of ``reduce_per_replica`` that fails on scalar logs across workers.
@@ -119,14 +119,14 @@ def _fixed_build(original, multi_worker):
     Keras reads the first batch (which starts an iteration: a Dataset that reshuffles each iteration shows the
     first epoch its second order) and reduces its replica slices into one, which fails across workers and, in
     one process, on a batch that splits unevenly. Here the model is built from one replica's ``element_spec``
-    (``fitting.symbolic.build``): symbolically, as Keras builds it, or, for a model without a ``call`` (a GAN
+    (``one_device.symbolic.build``): symbolically, as Keras builds it, or, for a model without a ``call`` (a GAN
     whose ``train_step`` calls its parts), from what its ``train_step`` creates, as Keras' ``fit`` builds it on
     one device.
     """
 
     @functools.wraps(original)
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):
-        from tfdist.fitting import symbolic
+        from tfdist.one_device import symbolic
 
         strategy = self._distribute_strategy
         if strategy is None or iterator is None:
@@ -181,7 +181,7 @@ def _wrapped_fit(original, multi_worker, coordinated_fit):
 
     @functools.wraps(original)
     def fit(self, *args, **kwargs):
-        from tfdist.fitting.patch.fixes import FIXES
+        from tfdist.keras_fit.fixes import FIXES
         from tfdist.runtime.who import placement_of
 
         strategy = self.distribute_strategy
