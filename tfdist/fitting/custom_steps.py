@@ -6,7 +6,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfdist.errors import UserError
-from tfdist.fitting.empty_slices import skipping_convolutions
+from tfdist.one_device.empty_slices import skipping_convolutions
 from tfdist.fitting.steps import describe, log_value
 from tfdist.one_device.symbolic import has_call, keras_tensors
 from tfdist.one_device.shares import replica_share
