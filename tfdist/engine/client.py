@@ -8,7 +8,7 @@ import contextlib
 from typing import Any, ContextManager
 
 from tfdist.engine.controller import Schedule
-from tfdist.engine.task import Task
+from tfdist.engine.plan import Plan
 
 
 class Client:
@@ -17,7 +17,7 @@ class Client:
     1. ``check(placement, run_dir)``, before TensorFlow starts; then, for an evaluator task, ``evaluate`` and
        nothing else.
     2. ``prepare(strategy, placement)`` once the task has started, ``build()`` under the strategy's scope (the
-       driver adds the step counter and restores the latest checkpoint), ``task(state, strategy, placement,
+       driver adds the step counter and restores the latest checkpoint), ``plan(state, strategy, placement,
        run_dir)``, ``schedule()`` and ``banner(...)``.
     3. The driver runs the loop inside ``running(placement)``, and ends there with ``finish(...)``, whose value
        the run returns.
@@ -58,8 +58,8 @@ class Client:
         """``(model, optimizer or None)``, called under the strategy's scope."""
         raise NotImplementedError
 
-    def task(self, state, strategy, placement, run_dir) -> Task:
-        """The engine ``Task`` that trains ``state`` (an ``engine.state.TrainingState``, restored).
+    def plan(self, state, strategy, placement, run_dir) -> Plan:
+        """The engine's ``Plan`` that trains ``state`` (an ``engine.state.TrainingState``, restored).
 
         The last place to refuse a run before anything is written into the run directory; it may move the
         state's step (an initial epoch of a fresh run).
@@ -67,7 +67,7 @@ class Client:
         raise NotImplementedError
 
     def schedule(self) -> Schedule:
-        """The run's ``Schedule`` (asked once the task is made)."""
+        """The run's ``Schedule`` (asked once the plan is made)."""
         raise NotImplementedError
 
     def banner(self, placement, replicas: int, schedule: Schedule) -> str:

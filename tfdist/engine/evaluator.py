@@ -15,7 +15,7 @@ from tfdist.engine.checkpoints import Checkpoints
 from tfdist.engine.controller import Controller
 from tfdist.engine.outputs import RunOutputs
 from tfdist.engine.state import TrainingState
-from tfdist.engine.task import Task
+from tfdist.engine.plan import Plan
 from tfdist.errors import RunFailed
 from tfdist.rundir import RunDir
 
@@ -58,7 +58,7 @@ def _never() -> bool:
     return False
 
 
-def evaluate_continuously(task: Task, state: TrainingState, *, leader: ClusterTask, connect_timeout: float,
+def evaluate_continuously(plan: Plan, state: TrainingState, *, leader: ClusterTask, connect_timeout: float,
                           final_step: int | None = None, finished: Callable[[], bool] = _never,
                           left_well: Callable[[], bool] = _never, verbose: bool = True) -> Evaluated:
     """Evaluate each checkpoint of the chief's ``model_dir/checkpoints`` with ``task``, oldest first.
@@ -105,10 +105,10 @@ def evaluate_continuously(task: Task, state: TrainingState, *, leader: ClusterTa
     ended = final_step is not None and any(step >= final_step for step, _ in checkpoints.kept())
     if not (ended or finished()):  # a run that is over already is evaluated without its chief
         watch.wait_up(connect_timeout, why="the evaluator follows its checkpoints")
-    loop = SyncLoop(strategy=tf.distribute.get_strategy(), steps=task.steps, step_counter=state.step,
-                    train_dataset_fn=None, eval_dataset_fn=task.eval_dataset_fn)
+    loop = SyncLoop(strategy=tf.distribute.get_strategy(), steps=plan.steps, step_counter=state.step,
+                    train_dataset_fn=None, eval_dataset_fn=plan.eval_dataset_fn)
     outputs = RunOutputs(run_dir=run_dir, is_chief=True, evaluator=True)
-    controller = Controller(loop=loop, task=task, schedule=None, checkpoints=None, outputs=outputs, verbose=verbose)
+    controller = Controller(loop=loop, plan=plan, schedule=None, checkpoints=None, outputs=outputs, verbose=verbose)
     done = _steps_in(run_dir.evaluator_metrics)
     results: dict[int, dict] = {}
     gone_well = False

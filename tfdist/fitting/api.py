@@ -17,7 +17,7 @@ from tfdist import config as config_lib
 from tfdist import strategies
 from tfdist.engine.client import Client
 from tfdist.engine.controller import Schedule
-from tfdist.engine.task import Task
+from tfdist.engine.plan import Plan
 from tfdist.errors import Preempted, preempted_exit, UserError, check_keras_backend, short
 from tfdist.fitting import patch
 from tfdist.fitting.args import check_fit_args, check_run_args, keras_shuffle, python_int
@@ -208,25 +208,25 @@ class KerasClient(Client):
         self.spec = self.source.spec()  # the type of its batches: the input is not read before training
 
     def build(self):
-        from tfdist.fitting.train import build_model
+        from tfdist.fitting.keras_model import build_model
 
         return build_model(self.model_fn, self.placement.strategy, self.placement.coordinator, self.spec)
 
-    def task(self, state, strategy, placement, run_dir) -> Task:
+    def plan(self, state, strategy, placement, run_dir) -> Plan:
         import keras
 
         from tfdist.config import check_total_steps
-        from tfdist.fitting import train
+        from tfdist.fitting.keras_model import keras_steps, learning_rate, optimizer_settings
         from tfdist.fitting.args import evaluates_after
         from tfdist.fitting.batch_norm import warn_unsynchronized_batch_norm
         from tfdist.fitting.callbacks import KerasCallbacks, implements_batch_hooks, restore_backups
         from tfdist.fitting.custom_steps import overrides_steps
 
         model, optimizer, is_chief = state.model, state.optimizer, placement.is_chief
-        settings = {"batch_size": self.batch_size, **train.optimizer_settings(optimizer)}
+        settings = {"batch_size": self.batch_size, **optimizer_settings(optimizer)}
         run_dir.check_fit_settings(settings)
         warn_unsynchronized_batch_norm(model, self.replicas)
-        steps = train.keras_steps(model, optimizer, self.spec, source=self.source, validation=self.validation)
+        steps = keras_steps(model, optimizer, self.spec, source=self.source, validation=self.validation)
         # An input of unknown length without steps_per_epoch is refused before.
         epoch_steps = self.steps_per_epoch or self.source.rows_and_steps(self.batch_size)[1]
         check_total_steps(self.epochs, epoch_steps, epochs_name="epochs", steps_name="steps_per_epoch")
@@ -278,8 +278,8 @@ class KerasClient(Client):
             total_steps=total_steps, steps_per_epoch=epoch_steps, steps_per_loop=per_execution,
             log_every=epoch_steps, checkpoint_every=epoch_steps, grow=not batch_hooks,
             evaluates_after=lambda epoch: evaluates_after(epoch, self.validation_freq))
-        return Task(steps=steps, train_dataset_fn=train_fn, eval_dataset_fn=eval_fn,
-                    learning_rate=lambda _: train.learning_rate(optimizer), global_batch_size=self.batch_size or 0,
+        return Plan(steps=steps, train_dataset_fn=train_fn, eval_dataset_fn=eval_fn,
+                    learning_rate=lambda _: learning_rate(optimizer), global_batch_size=self.batch_size or 0,
                     hooks=(keras_callbacks,))
 
     def schedule(self) -> Schedule:

@@ -12,7 +12,7 @@ import tempfile
 from typing import Any, Callable
 
 from tfdist import _compat
-from tfdist.engine.task import Hook
+from tfdist.engine.plan import Hook
 from tfdist.runtime.placement import Placement
 
 #: Keys of a train or eval result that are not Keras logs.

@@ -72,7 +72,7 @@ class KerasModelSteps:
 
     Args:
       model: a compiled Keras model, made under the strategy's scope (one without a ``call`` built from its
-        ``train_step``: ``fitting.train``).
+        ``train_step``: ``fitting.keras_model``).
       spec: the type of a global batch (``inputs.Source.spec``), to build a model with a ``call``, its compiled
         loss and metrics outside any step (Keras' symbolic build).
       takes_tuples: ``{"train_step": bool, "test_step": bool}``: whether the step's data is a tuple ``(x, y[,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tfdist.engine.task import Hook
+from tfdist.engine.plan import Hook
 from tfdist.errors import UserError
 from tfdist.rundir import RunDir
 from tfdist.runtime.placement import Placement
@@ -124,10 +124,10 @@ def evaluate_fit(model_fn, source, validation, *, placement: Placement, model_di
     import keras
 
     from tfdist.engine.evaluator import evaluate_continuously, evaluation_state
-    from tfdist.engine.task import Task
+    from tfdist.engine.plan import Task
     from tfdist.fitting.custom_steps import KerasModelSteps, overrides_steps
     from tfdist.fitting.steps import KerasSteps
-    from tfdist.fitting.train import build_model
+    from tfdist.fitting.keras_model import build_model
 
     run_dir = RunDir(model_dir)
     epoch_steps = steps_per_epoch or source.rows_and_steps(batch_size)[1]

@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 from tfdist import config as config_lib
 from tfdist.engine.client import Client
-from tfdist.engine.task import Hook
+from tfdist.engine.plan import Hook
 from tfdist.rundir import RunDir
 from tfdist.runtime import lifecycle, session
 
@@ -20,7 +20,7 @@ def run(client: Client, runtime, run_dir: RunDir, *, cluster_resolver=None, verb
 
     Place the task (or take over ``tfdist.setup``'s session), ``client.check`` before TensorFlow starts, then by
     role: an evaluator runs ``client.evaluate``; a serving task serves and never returns; a training task starts
-    under preemption and among its peers (``lifecycle.training_task``), builds the state, makes the client's task
+    under preemption and among its peers (``lifecycle.training_task``), builds the state, makes the client's plan
     and schedule, opens the outputs (``params.yaml``), prints the chief's first line, runs the loop
     (``run_loop``) and ends with ``client.finish``.
 
@@ -30,7 +30,7 @@ def run(client: Client, runtime, run_dir: RunDir, *, cluster_resolver=None, verb
       run_dir: the run directory.
       cluster_resolver: an in-process cluster that this process coordinates, or None (--cluster, TF_CONFIG).
       verbose: print progress on the chief (and a serving task's lines).
-      hooks: ``engine.task.Hook``s of the caller, run between chunks of steps before the client's own.
+      hooks: ``engine.plan.Hook``s of the caller, run between chunks of steps before the client's own.
 
     Raises:
       UserError: bad input (the cluster, the run directory, the client's own checks), or arguments that a
@@ -56,8 +56,8 @@ def run(client: Client, runtime, run_dir: RunDir, *, cluster_resolver=None, verb
         strategy, is_chief = training.strategy, placement.is_chief
         client.prepare(strategy, placement)
         state = build_state(strategy, client.build, run_dir=run_dir, is_chief=is_chief, task=placement.name)
-        task = client.task(state, strategy, placement, run_dir)
-        task = dataclasses.replace(task, hooks=(*hooks, *task.hooks))
+        plan = client.plan(state, strategy, placement, run_dir)
+        plan = dataclasses.replace(plan, hooks=(*hooks, *plan.hooks))
         schedule = client.schedule()
         outputs = RunOutputs(run_dir=run_dir, is_chief=is_chief)
         if client.params is not None:
@@ -65,7 +65,7 @@ def run(client: Client, runtime, run_dir: RunDir, *, cluster_resolver=None, verb
         if verbose and is_chief:
             print(f"{client.banner(placement, strategy.num_replicas_in_sync, schedule)}; {state.start()}", flush=True)
         with client.running(placement):
-            result = run_loop(training, state, task, schedule, outputs=outputs, checkpoints=client.checkpoints,
+            result = run_loop(training, state, plan, schedule, outputs=outputs, checkpoints=client.checkpoints,
                               verbose=verbose and is_chief)
             return client.finish(state, result, placement, outputs)
 

@@ -58,12 +58,12 @@ def evaluate_checkpoints(task: Task, config, *, model, eval_dataset=None, verbos
     """
     import tensorflow as tf
 
-    from tfdist.segmentation.task import unet_task
+    from tfdist.segmentation.plan import unet_plan
 
     run_dir = RunDir(config.train.model_dir)
     started = time.time()
     state = evaluation_state(model, run_dir)
-    unet = unet_task(config, state, tf.distribute.get_strategy(), total_steps=0, start_step=0, coordinator=False)
+    unet = unet_plan(config, state, tf.distribute.get_strategy(), total_steps=0, start_step=0, coordinator=False)
     if eval_dataset is not None:
         unet = dataclasses.replace(unet, eval_dataset_fn=lambda context: eval_dataset)
 
