@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import itertools
 import shutil
 import sys
 import tempfile
@@ -174,17 +173,9 @@ class KerasClient(Client):
             check_evaluator_args(placement, model_dir=run_dir.path if self.checkpoints else None,
                                  validation=self.validation)
 
-    def evaluate(self, placement, run_dir, *, verbose: bool):
-        """A side-car evaluator: it follows the chief's checkpoints (``fitting.evaluator.evaluate_fit``)."""
-        from tfdist.fitting.evaluator import evaluate_fit
-
-        return evaluate_fit(self.model_fn, self.source, self._validation_batches(), placement=placement,
-                            model_dir=run_dir.path if self.checkpoints else None, batch_size=self.batch_size,
-                            epochs=self.epochs, steps_per_epoch=self.steps_per_epoch,
-                            validation_steps=self.validation_steps, connect_timeout=self.connect_timeout,
-                            verbose=self.verbose)
-
     def prepare(self, strategy, placement) -> None:
+        if placement.role == "evaluate":
+            return self._prepare_evaluator(placement)
         import keras  # TensorFlow and Keras: once the process is set up
 
         from tfdist import global_gradients
@@ -206,11 +197,15 @@ class KerasClient(Client):
                                      steps_per_epoch=self.steps_per_epoch)
         self.validation = self._validation_batches()
         self.spec = self.source.spec()  # the type of its batches: the input is not read before training
+        self.epoch_steps = self._epoch_steps()
 
     def build(self):
         from tfdist.fitting.keras_model import build_model
 
-        return build_model(self.model_fn, self.placement.strategy, self.placement.coordinator, self.spec)
+        placement = self.placement
+        self.model, optimizer = build_model(self.model_fn, placement.strategy,
+                                            placement.coordinator and placement.role == "train", self.spec)
+        return self.model, optimizer
 
     def plan(self, state, strategy, placement, run_dir) -> Plan:
         import keras
@@ -219,8 +214,9 @@ class KerasClient(Client):
         from tfdist.fitting.keras_model import keras_steps, learning_rate, optimizer_settings
         from tfdist.fitting.args import evaluates_after
         from tfdist.fitting.batch_norm import warn_unsynchronized_batch_norm
-        from tfdist.fitting.callbacks import KerasCallbacks, implements_batch_hooks, restore_backups
+        from tfdist.fitting.callbacks import KerasCallbacks, implements_batch_hooks
         from tfdist.fitting.custom_steps import overrides_steps
+        from tfdist.fitting.start import start_of
 
         model, optimizer, is_chief = state.model, state.optimizer, placement.is_chief
         settings = {"batch_size": self.batch_size, **optimizer_settings(optimizer)}
@@ -232,20 +228,9 @@ class KerasClient(Client):
         check_total_steps(self.epochs, epoch_steps, epochs_name="epochs", steps_name="steps_per_epoch")
         eval_fn = None if self.validation is None else self.validation.eval_dataset_fn(
             batch_size=self.batch_size, validation_steps=self.validation_steps, seed=self._seed)
-        # A BackupAndRestore's backup sets the epoch to start at, as in Keras' fit (over initial_epoch), unless
-        # tfdist's own checkpoint holds a later one.
-        with strategy.scope():
-            backup_epoch = restore_backups(self.callbacks or [], model, epoch_steps=epoch_steps,
-                                           resumed_step=int(state.step.numpy()) if state.restored else None,
-                                           wait=functools.partial(_every_worker, placement, self.connect_timeout))
-        if backup_epoch:
-            state.step.assign(backup_epoch * epoch_steps)
-        elif not state.restored and self.initial_epoch:
-            state.step.assign(self.initial_epoch * epoch_steps)
-        self.start_step, total_steps = int(state.step.numpy()), self.epochs * epoch_steps
-        # A fit that starts at initial_epoch or at a backup's epoch reads its input from the beginning, as Keras'
-        # fit does (a new iterator); one that resumes tfdist's own checkpoint reads on from the step it holds.
-        skipped = 0 if backup_epoch or (not state.restored and self.initial_epoch) else self.start_step
+        start = start_of(state, strategy, placement, callbacks=self.callbacks or [], epoch_steps=epoch_steps,
+                         initial_epoch=self.initial_epoch, connect_timeout=self.connect_timeout)
+        self.start_step, total_steps, skipped = start.step, self.epochs * epoch_steps, start.skipped
         coordinator = placement.coordinator
         train_fns = functools.partial(
             self.source.dataset_fns, class_weight=self.class_weight, batch_size=self.batch_size,
@@ -315,6 +300,33 @@ class KerasClient(Client):
             shutil.rmtree(outputs.run_dir.fit_inputs, ignore_errors=True)
         return self.history
 
+    def evaluation(self, state, placement, run_dir):
+        """A side-car evaluator's: ``validation_data`` on each checkpoint (``fitting.evaluator``)."""
+        from tfdist.fitting.evaluator import validation_evaluation
+
+        return validation_evaluation(state.model, self.validation, run_dir=run_dir, leader=placement.task.leader.name,
+                                     final_step=self.epochs * self.epoch_steps if self.epoch_steps else None,
+                                     batch_size=self.batch_size, validation_steps=self.validation_steps)
+
+    def evaluated(self, evaluated):
+        from tfdist.fitting.evaluator import validation_history
+
+        return validation_history(evaluated, self.model, epoch_steps=self.epoch_steps, epochs=self.epochs,
+                                  verbose=self.verbose)
+
+    def _prepare_evaluator(self, placement) -> None:
+        """An evaluator task's ``prepare``: it trains nothing, so its model is built from the validation batches'
+        type, and the training input is only counted (its steps an epoch), never read."""
+        self.placement, self.replicas = placement, 1
+        self.validation = self._validation_batches()
+        self.spec = self.validation.spec()
+        self.epoch_steps = self._epoch_steps()
+
+    def _epoch_steps(self) -> int | None:
+        """Steps an epoch: ``steps_per_epoch``, else the training input's batches (None where not known: an input
+        of unknown length without ``steps_per_epoch`` is refused before it trains)."""
+        return self.steps_per_epoch or self.source.rows_and_steps(self.batch_size)[1]
+
     def _validation_batches(self):
         """The validation Source, a PyDataset or a generator read by Keras' own data adapter as its evaluate reads
         it (in order)."""
@@ -347,18 +359,6 @@ def _check_own_logs(steps, strategy, train_fn) -> None:
     spec = train_fn(tf.distribute.InputContext()).element_spec
     tf.function(lambda batch: strategy.run(steps.train, args=(batch,))).get_concrete_function(spec)
     steps.metrics(np.zeros(2))
-
-
-_backup_reads = itertools.count(1)
-
-
-def _every_worker(placement, timeout: float) -> None:
-    """Wait until every worker of a strategy that ends with a barrier (``multi_worker_mirrored``) is here: before a
-    ``BackupAndRestore`` backup is read (one barrier per ``fit``, named by its rank in the process)."""
-    from tfdist import _compat
-
-    if placement.traits.ends_with_barrier and placement.task.training_spec.num_tasks >= 2:
-        _compat.wait_at_barrier(f"tfdist-fit-backup-{next(_backup_reads)}", int(timeout * 1000))
 
 
 def _patch_keras() -> None:

@@ -93,11 +93,6 @@ class UNetClient(Client):
             data_lib.validate_data(self.config.data)
         run_dir.check_resume(config_lib.to_dict(self.config))
 
-    def evaluate(self, placement, run_dir, *, verbose: bool) -> dict:
-        from tfdist.segmentation.evaluator import run_evaluator
-
-        return run_evaluator(self.config, placement, verbose=verbose)
-
     def prepare(self, strategy, placement) -> None:
         train, self.replicas = self.config.train, strategy.num_replicas_in_sync
         strategies.setup_keras(self.config.runtime.precision, seed=train.seed, deterministic=train.deterministic)
@@ -165,3 +160,13 @@ class UNetClient(Client):
         if self.weights_dir is not None:
             state.dump_weights(self.weights_dir, placement.task.slug)
         return summary
+
+    def evaluation(self, state, placement, run_dir):
+        from tfdist.segmentation.evaluator import unet_evaluation
+
+        return unet_evaluation(self.config, state, run_dir)
+
+    def evaluated(self, evaluated) -> dict:
+        from tfdist.segmentation.evaluator import evaluator_summary
+
+        return evaluator_summary(evaluated, RunDir(self.config.train.model_dir))
