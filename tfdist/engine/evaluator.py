@@ -41,7 +41,7 @@ class Evaluated:
     """What one evaluator evaluated.
 
     Attributes:
-      results: each evaluated checkpoint's step -> its metrics (the task's steps' ``metrics``), oldest first.
+      results: each evaluated checkpoint's step -> its metrics (the plan's steps' ``metrics``), oldest first.
     """
 
     results: dict[int, dict]

@@ -140,3 +140,17 @@ class KerasModelSteps:
     @staticmethod
     def describe(split: str, result: dict) -> str:
         return describe(result)
+
+
+def check_own_logs(steps, strategy, train_fn) -> None:
+    """Trace a model's own ``train_step`` once on the batches of ``train_fn`` (their ``element_spec``: nothing is
+    read, and the trace runs nowhere) and check the logs it returns against the model's metrics, as
+    ``steps.metrics`` checks them at each epoch's end, so that a step returning other logs is refused before the
+    run directory's first write.
+
+    Raises:
+      UserError: the step returns logs other than the model's metrics (``steps.metrics``).
+    """
+    spec = train_fn(tf.distribute.InputContext()).element_spec
+    tf.function(lambda batch: strategy.run(steps.train, args=(batch,))).get_concrete_function(spec)
+    steps.metrics(np.zeros(2))
