@@ -10,13 +10,13 @@ import sys
 import time
 
 import tfdist.train  # noqa: F401 - sets TF_CPP_MIN_LOG_LEVEL before TensorFlow is imported
-from tfdist.segmentation import task
+from tfdist.segmentation import plan
 
 
 def stalled(after: int):
     import tensorflow as tf
 
-    original = task.train_dataset_fn
+    original = plan.train_dataset_fn
 
     def train_dataset_fn(*args, **kwargs):
         fn = original(*args, **kwargs)
@@ -32,5 +32,5 @@ def stalled(after: int):
 
 
 if __name__ == "__main__":
-    task.train_dataset_fn = stalled(int(sys.argv.pop(1)))
+    plan.train_dataset_fn = stalled(int(sys.argv.pop(1)))
     tfdist.train.entry()

@@ -1,4 +1,5 @@
-"""The evaluator side-car over checkpoints written faster than it evaluates them, in this process.
+"""The UNet's evaluator side-car (the driver's evaluator run of its client) over checkpoints written faster than it
+evaluates them, in this process.
 
 The chief's checkpoints are written before the evaluator looks (as when
 training outruns an evaluation), so only an evaluator that walks the list
@@ -17,13 +18,16 @@ import numpy as np
 import tensorflow as tf
 
 from tfdist import cluster as cluster_lib
+from tfdist import strategies
 from tfdist.segmentation import config as experiment_config
 from tfdist.models import build_from_config
 from tfdist.segmentation import inputs
 from tfdist.engine.checkpoints import Checkpoints
-from tfdist.segmentation.evaluator import evaluate_checkpoints
 from tfdist.segmentation.steps import metrics_from_stats
 from tfdist.rundir import RunDir
+from tfdist.runtime import driver
+from tfdist.runtime.placement import Placement
+from tfdist.segmentation.experiment import UNetClient
 from tfdist.segmentation.steps import Steps
 
 
@@ -60,9 +64,10 @@ def test_the_evaluator_evaluates_every_kept_checkpoint_once_oldest_first(tmp_pat
         spec = cluster_lib.parse_cluster_spec(
             {"chief": f"127.0.0.1:{chief.getsockname()[1]}", "worker": "127.0.0.1:1", "evaluator": "127.0.0.1:2"},
             source="test")
-        task = cluster_lib.Task(spec=spec, type="evaluator", index=0)
-        result = evaluate_checkpoints(task, config, model=build_from_config(config.model, config.data),
-                                      eval_dataset=inputs.local_eval_dataset(config), verbose=False)
+        placement = Placement(strategy="multi_worker_mirrored", traits=strategies.traits("multi_worker_mirrored"),
+                              task=cluster_lib.Task(spec=spec, type="evaluator", index=0))
+        result = driver.evaluate(UNetClient(config, started=time.perf_counter()), placement, run_dir,
+                                 connect_timeout=config.runtime.connect_timeout, verbose=False)
 
     assert result["evaluated"] == [30, 40]  # 10 rotated away, 20 already there; not only the latest
     rows = [json.loads(line) for line in run_dir.evaluator_metrics.read_text().splitlines()]

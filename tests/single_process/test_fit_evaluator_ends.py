@@ -25,9 +25,10 @@ from tfdist.cluster import parse_cluster_spec
 from tfdist.cluster.task import Task
 from tfdist.engine.state import build_state
 from tfdist.errors import RunFailed
-from tfdist.fitting.evaluator import evaluate_fit
+from tfdist.fitting.api import KerasClient
 from tfdist.fitting.inputs import Source
 from tfdist.rundir import RunDir
+from tfdist.runtime import driver
 from tfdist.runtime.placement import Placement
 from tfdist.runtime.watchdog import heartbeat_name
 
@@ -84,14 +85,22 @@ def evaluator_placement(chief: socket.socket) -> Placement:
                      task=Task(spec=spec, type="evaluator", index=0))
 
 
+def evaluate_fit(make, placement: Placement, run_dir: RunDir, *, epochs: int):
+    """``tfdist.fit(make, X, Y, batch_size=8, epochs=epochs, validation_data=(X, Y), verbose=0)`` on the evaluator
+    task ``placement``, once started: the driver's evaluator run of its client."""
+    client = KerasClient(make, Source.of(X, Y), Source.of(X, Y), batch_size=8, epochs=epochs, validation_freq=1,
+                         steps_per_epoch=None, validation_steps=None, shuffle=True, initial_epoch=0, callbacks=None,
+                         verbose=0, class_weight=None, seed=None, connect_timeout=120.0)
+    return driver.evaluate(client, placement, run_dir, connect_timeout=120.0, verbose=False)
+
+
 def test_a_models_own_test_step_evaluates_each_checkpoint_as_keras_evaluate(tmp_path):
     run_dir = RunDir(tmp_path / "run")
     expected = chief_checkpoints(run_dir, own_model_fn)
     with socket.socket() as chief:
         chief.bind(("127.0.0.1", 0))
         chief.listen()
-        history = evaluate_fit(own_model_fn, Source.of(X, Y), Source.of(X, Y), placement=evaluator_placement(chief),
-                               model_dir=run_dir.path, batch_size=8, epochs=2, verbose=0)
+        history = evaluate_fit(own_model_fn, evaluator_placement(chief), run_dir, epochs=2)
     assert history.epoch == [0, 1]
     for name in ("loss", "accuracy"):  # its metrics reset before each checkpoint, as Keras' evaluate resets them
         got, want = history.history[f"val_{name}"], [expected[step][name] for step in (4, 8)]
@@ -132,9 +141,7 @@ def test_an_evaluator_ends_with_the_runs_last_epoch_or_a_chief_that_ended_well_a
 
         stopper = threading.Thread(target=chief_stops, daemon=True)
         stopper.start()
-        call = lambda: evaluate_fit(model_fn, Source.of(X, Y), Source.of(X, Y), placement=placement,  # noqa: E731
-                                    model_dir=run_dir.path, batch_size=8, epochs=2 if end == "last-epoch" else 4,
-                                    verbose=0)
+        call = lambda: evaluate_fit(model_fn, placement, run_dir, epochs=2 if end == "last-epoch" else 4)  # noqa: E731
         try:
             if end == "killed":
                 with pytest.raises(RunFailed, match=r"The leader chief:0 at 127\.0\.0\.1:\d+ stopped answering "

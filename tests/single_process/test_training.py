@@ -311,7 +311,7 @@ def test_jit_compile_is_used_where_xla_can_compile_and_refused_with_a_warning_el
 
     from tfdist.models import build_from_config
     from tfdist.strategies import make_strategy
-    from tfdist.segmentation.task import can_jit
+    from tfdist.segmentation.plan import can_jit
     from tfdist.segmentation.optimizers import make_optimizer
     from tfdist.segmentation.steps import Steps
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tfdist.engine.controller import Controller, Schedule, next_boundary
-from tfdist.engine.task import Clock, Hook, Task
+from tfdist.engine.plan import Clock, Hook, Plan
 from tfdist.errors import Preempted, TrainingDiverged
 
 BATCH = 4
@@ -104,9 +104,9 @@ class Asked:
 
 
 def controller(loop, schedule, hooks=(), checkpoints=True, preemption=None):
-    task = Task(steps=loop.steps, train_dataset_fn=lambda context: None, eval_dataset_fn=lambda context: None,
+    plan = Plan(steps=loop.steps, train_dataset_fn=lambda context: None, eval_dataset_fn=lambda context: None,
                 learning_rate=lambda step: 0.1, global_batch_size=BATCH, hooks=hooks)
-    return Controller(loop=loop, task=task, schedule=schedule, checkpoints=Saves() if checkpoints else None,
+    return Controller(loop=loop, plan=plan, schedule=schedule, checkpoints=Saves() if checkpoints else None,
                       outputs=Rows(), verbose=False, preemption=preemption)
 
 

@@ -220,7 +220,7 @@ def _tfdist_config(spec: RowSpec, model_dir: str):
 
 def _measure_tfdist(spec: RowSpec, cluster_resolver=None, clock: list | None = None) -> tuple[Measured, float]:
     """A tfdist run with its defaults; a multi_worker_mirrored task finds its cluster in TF_CONFIG."""
-    from tfdist.engine.task import Clock
+    from tfdist.engine.plan import Clock
     from tfdist.segmentation import run
 
     clock = [] if clock is None else clock

@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping, Sequence
 from tfdist.bench.rows import BASE
 from tfdist.bench.children import POLL_SECONDS, Process, train_command
 from tfdist.cluster.task import slug_of
-from tfdist.engine.task import Hook
+from tfdist.engine.plan import Hook
 from tfdist.errors import DONE_EXIT_CODE, PREEMPTED_EXIT_CODE, RunFailed
 
 #: ``error: Preempted at step N of M`` (each task's, prefixed ``[worker:i] `` under the launcher).

@@ -14,7 +14,7 @@ import numpy as np
 from tfdist.errors import Preempted, TrainingDiverged
 from tfdist.engine.chunks import ChunkSize, chunk_seconds
 from tfdist.engine.steps import StatsAccumulator
-from tfdist.engine.task import Task
+from tfdist.engine.plan import Plan
 
 
 def next_boundary(step: int, every: int) -> int:
@@ -31,7 +31,7 @@ class Schedule:
     steps_per_loop: int = 1
     log_every: int = 1
     checkpoint_every: int = 1
-    #: Whether the epoch that ends (counted from 1) is evaluated; the task's eval runs after every epoch by default.
+    #: Whether the epoch that ends (counted from 1) is evaluated; the plan's eval runs after every epoch by default.
     evaluates_after: Callable[[int], bool] = lambda epoch: True
     #: Whether a chunk may join several ``steps_per_loop`` into one call of the loop (``engine.chunks``): only
     #: where no hook needs each loop's end (Keras callbacks without batch hooks).
@@ -42,8 +42,8 @@ class Controller:
     """Drives ``loop`` from ``start_step`` to the schedule's ``total_steps``: train -> log -> checkpoint -> evaluate.
 
     Args:
-      loop: a ``Loop`` (``engine.loop``) over the task's steps.
-      task: the client's ``Task`` (its steps' metrics, learning rate, hooks; whether it evaluates).
+      loop: a ``Loop`` (``engine.loop``) over the plan's steps.
+      plan: the client's ``Plan`` (its steps' metrics, learning rate, hooks; whether it evaluates).
       schedule: a ``Schedule``; None for a controller that only evaluates (``evaluate``, as an evaluator's).
       checkpoints: a ``Checkpoints`` (or None to never save).
       outputs: a ``RunOutputs``.
@@ -52,10 +52,10 @@ class Controller:
       verbose: print progress lines (the chief only).
     """
 
-    def __init__(self, *, loop, task: Task, schedule: Schedule | None, checkpoints, outputs, preemption=None,
+    def __init__(self, *, loop, plan: Plan, schedule: Schedule | None, checkpoints, outputs, preemption=None,
                  watchdog=None, verbose=True):
         self.loop = loop
-        self.task = task
+        self.plan = plan
         self.schedule = schedule
         self.checkpoints = checkpoints
         self.outputs = outputs
@@ -91,16 +91,16 @@ class Controller:
             saved = self._checkpoint(step)
             if stop:
                 self._preempted(step, saved=saved)
-            for hook in self.task.hooks:
+            for hook in self.plan.hooks:
                 hook.chunk_done(begin, step, self)
             if step % self.schedule.steps_per_epoch == 0:
                 due = self.schedule.evaluates_after(step // self.schedule.steps_per_epoch)
-                skipped = skipped or (self.task.evaluates and not due)
-                evaluated = self.evaluate(step) if self.task.evaluates and due else None
+                skipped = skipped or (self.plan.evaluates and not due)
+                evaluated = self.evaluate(step) if self.plan.evaluates and due else None
                 final = evaluated if evaluated is not None else final
                 if self._epoch_end(step, evaluated):
                     break
-        if final is None and self.task.evaluates and not skipped:
+        if final is None and self.plan.evaluates and not skipped:
             final = self.evaluate(step)  # nothing ran (resumed at the end): evaluate what was restored
         return final
 
@@ -129,7 +129,7 @@ class Controller:
           Preempted: a coordinator stopped before any closure of the chunk returned.
           TrainingDiverged: the chunk's loss is not finite.
         """
-        for hook in self.task.hooks:
+        for hook in self.plan.hooks:
             hook.chunk_begin(begin, end)
         first_chunk = self.chunk_ended_at is None
         t0 = time.perf_counter()
@@ -157,7 +157,7 @@ class Controller:
                 f"The last good checkpoint is kept: {last or 'none was saved yet'}. "
                 "Expected a finite loss; try a lower --learning_rate or --precision float32."
             )
-        for hook in self.task.hooks:
+        for hook in self.plan.hooks:
             hook.chunk_end(begin, end, self._window.result())
         return stop
 
@@ -170,7 +170,7 @@ class Controller:
         # Train time only: evals and checkpoints in between are not counted.
         count = result[self.steps.count_key]
         result[self.throughput_key] = count / self._window_seconds if self._window_seconds > 0 else 0.0
-        result["learning_rate"] = float(self.task.learning_rate(step))
+        result["learning_rate"] = float(self.plan.learning_rate(step))
         self.outputs.log("train", step, result)
         self.last_train = result
         self._print(f"train  step {step}/{total_steps}: {self.steps.describe('train', result)}  "
@@ -190,18 +190,18 @@ class Controller:
         """One eval pass of the weights at ``step``; logged as ``split`` (an evaluator's: ``"evaluator"``), shown
         to the hooks and returned."""
         with self._phase("evaluating", step):
-            for hook in self.task.hooks:
+            for hook in self.plan.hooks:
                 hook.eval_begin()
             result = self.steps.metrics(self.loop.evaluate())
         self.outputs.log(split, step, result)
-        for hook in self.task.hooks:
+        for hook in self.plan.hooks:
             hook.evaluated(step, result, self)
         self._print(f"{split:<6} step {step}: {self.steps.describe('eval', result)}")
         return result
 
     def _epoch_end(self, step: int, evaluated: dict | None) -> bool:
         """The hooks' votes at an epoch's end; whether any task's hook stops the run (every task gets the same)."""
-        votes = [hook.epoch_end(step, self.last_train, evaluated) for hook in self.task.hooks]
+        votes = [hook.epoch_end(step, self.last_train, evaluated) for hook in self.plan.hooks]
         cast = [vote for vote in votes if vote is not None]
         return bool(cast) and self.loop.agree(any(bool(vote) for vote in cast))
 
@@ -253,5 +253,5 @@ class Controller:
     def throughput(self) -> float:
         """Examples (or images) per second of training after the first (compiling) chunk."""
         if self.timed_steps and self.train_seconds > 0:
-            return self.timed_steps * self.task.global_batch_size / self.train_seconds
+            return self.timed_steps * self.plan.global_batch_size / self.train_seconds
         return float("nan")

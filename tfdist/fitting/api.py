@@ -7,23 +7,21 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import itertools
 import shutil
 import sys
 import tempfile
 from typing import Any, Callable
 
-from tfdist import config as config_lib
 from tfdist import strategies
 from tfdist.engine.client import Client
 from tfdist.engine.controller import Schedule
-from tfdist.engine.task import Task
-from tfdist.errors import Preempted, preempted_exit, UserError, check_keras_backend, short
+from tfdist.engine.plan import Plan
+from tfdist.errors import Preempted, preempted_exit, UserError, check_keras_backend
 from tfdist import keras_fit
-from tfdist.fitting.args import check_fit_args, check_run_args, keras_shuffle, python_int
+from tfdist.fitting.args import check_fit_args, check_run_args, keras_shuffle, python_int, strategy_name
 from tfdist.fitting.class_weight import keras_class_weight
 from tfdist.rundir import RunDir
-from tfdist.runtime import driver, who
+from tfdist.runtime import driver
 
 
 def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy=None,
@@ -98,7 +96,7 @@ def fit(model_fn, x=None, y=None, *, batch_size=None, epochs: int = 1, strategy=
         resumes there.
     """
     check_keras_backend()
-    strategy, shuffle = _strategy_name(strategy), keras_shuffle(shuffle)
+    strategy, shuffle = strategy_name(strategy), keras_shuffle(shuffle)
     verbose = 0 if verbose is None else verbose  # silent, as Keras' fit reads a false value
     if isinstance(class_weight, dict) and not class_weight:
         class_weight = None  # Keras' fit weighs no class for an empty dict
@@ -174,17 +172,9 @@ class KerasClient(Client):
             check_evaluator_args(placement, model_dir=run_dir.path if self.checkpoints else None,
                                  validation=self.validation)
 
-    def evaluate(self, placement, run_dir, *, verbose: bool):
-        """A side-car evaluator: it follows the chief's checkpoints (``fitting.evaluator.evaluate_fit``)."""
-        from tfdist.fitting.evaluator import evaluate_fit
-
-        return evaluate_fit(self.model_fn, self.source, self._validation_batches(), placement=placement,
-                            model_dir=run_dir.path if self.checkpoints else None, batch_size=self.batch_size,
-                            epochs=self.epochs, steps_per_epoch=self.steps_per_epoch,
-                            validation_steps=self.validation_steps, connect_timeout=self.connect_timeout,
-                            verbose=self.verbose)
-
     def prepare(self, strategy, placement) -> None:
+        if placement.role == "evaluate":
+            return self._prepare_evaluator(placement)
         import keras  # TensorFlow and Keras: once the process is set up
 
         from tfdist import one_device
@@ -204,84 +194,39 @@ class KerasClient(Client):
                                      steps_per_epoch=self.steps_per_epoch)
         self.validation = self._validation_batches()
         self.spec = self.source.spec()  # the type of its batches: the input is not read before training
+        self.epoch_steps = self._epoch_steps()
 
     def build(self):
-        from tfdist.fitting.train import build_model
+        from tfdist.fitting.keras_model import build_model
 
-        return build_model(self.model_fn, self.placement.strategy, self.placement.coordinator, self.spec)
+        placement = self.placement
+        self.model, optimizer = build_model(self.model_fn, placement.strategy,
+                                            placement.coordinator and placement.role == "train", self.spec)
+        return self.model, optimizer
 
-    def task(self, state, strategy, placement, run_dir) -> Task:
-        import keras
+    def plan(self, state, strategy, placement, run_dir) -> Plan:
+        from tfdist.fitting.keras_model import learning_rate
+        from tfdist.fitting.start import start_of
 
-        from tfdist.config import check_total_steps
-        from tfdist.fitting import train
-        from tfdist.fitting.args import evaluates_after
-        from tfdist.one_device.batch_norm import warn_unsynchronized_batch_norm
-        from tfdist.fitting.callbacks import KerasCallbacks, implements_batch_hooks, restore_backups
-        from tfdist.fitting.custom_steps import overrides_steps
-
-        model, optimizer, is_chief = state.model, state.optimizer, placement.is_chief
-        settings = {"batch_size": self.batch_size, **train.optimizer_settings(optimizer)}
-        run_dir.check_fit_settings(settings)
-        warn_unsynchronized_batch_norm(model, self.replicas)
-        steps = train.keras_steps(model, optimizer, self.spec, source=self.source, validation=self.validation)
-        # An input of unknown length without steps_per_epoch is refused before.
-        epoch_steps = self.steps_per_epoch or self.source.rows_and_steps(self.batch_size)[1]
-        check_total_steps(self.epochs, epoch_steps, epochs_name="epochs", steps_name="steps_per_epoch")
-        eval_fn = None if self.validation is None else self.validation.eval_dataset_fn(
-            batch_size=self.batch_size, validation_steps=self.validation_steps, seed=self._seed)
-        # A BackupAndRestore's backup sets the epoch to start at, as in Keras' fit (over initial_epoch), unless
-        # tfdist's own checkpoint holds a later one.
-        with strategy.scope():
-            backup_epoch = restore_backups(self.callbacks or [], model, epoch_steps=epoch_steps,
-                                           resumed_step=int(state.step.numpy()) if state.restored else None,
-                                           wait=functools.partial(_every_worker, placement, self.connect_timeout))
-        if backup_epoch:
-            state.step.assign(backup_epoch * epoch_steps)
-        elif not state.restored and self.initial_epoch:
-            state.step.assign(self.initial_epoch * epoch_steps)
-        self.start_step, total_steps = int(state.step.numpy()), self.epochs * epoch_steps
-        # A fit that starts at initial_epoch or at a backup's epoch reads its input from the beginning, as Keras'
-        # fit does (a new iterator); one that resumes tfdist's own checkpoint reads on from the step it holds.
-        skipped = 0 if backup_epoch or (not state.restored and self.initial_epoch) else self.start_step
-        coordinator = placement.coordinator
-        train_fns = functools.partial(
-            self.source.dataset_fns, class_weight=self.class_weight, batch_size=self.batch_size,
-            shuffle=self.shuffle, seed=self._seed, training=True, start_step=skipped,
-            own_order_per_worker=coordinator, stage_dir=run_dir.fit_inputs if coordinator else None,
-            total_steps=total_steps - self.start_step + skipped, steps_per_epoch=self.steps_per_epoch)
-        train_fn = None
-        if overrides_steps(model):  # never under a coordinator (refused), so its inputs stage nothing
-            train_fn, _ = train_fns()
-            _check_own_logs(steps, strategy, train_fn)
-        # Every check is done: the run directory's first write.
-        if is_chief and self.checkpoints:
-            run_dir.write_fit_record(settings)
-        if train_fn is None:
-            train_fn, _ = train_fns()
-        # Every task that runs this loop runs the callbacks (their list is made in ``running``), with the same
-        # global logs, so that what they change (the learning rate, the weights, stop_training) changes alike
-        # on every worker; their files are the chief's.
-        self.model, self.history, self.total_steps = model, keras.callbacks.History(), total_steps
-        own_steps = bool(overrides_steps(model))
-        reset = steps.reset if own_steps else (lambda: None)  # a model's own metrics: reset as Keras' fit does
-        reset()
-        per_execution = max(1, int(getattr(model, "steps_per_execution", 1) or 1))
-        batch_hooks = any(implements_batch_hooks(c) for c in self.callbacks or [])
-        self.keras_callbacks = keras_callbacks = KerasCallbacks(
-            model=model, callbacks=None, reset=reset, epoch_steps=epoch_steps,
-            total_steps=total_steps, per_execution=per_execution, eval_reset=own_steps,
-            batch_hooks=batch_hooks)  # only when one has them
-        self._schedule = Schedule(
-            total_steps=total_steps, steps_per_epoch=epoch_steps, steps_per_loop=per_execution,
-            log_every=epoch_steps, checkpoint_every=epoch_steps, grow=not batch_hooks,
-            evaluates_after=lambda epoch: evaluates_after(epoch, self.validation_freq))
-        return Task(steps=steps, train_dataset_fn=train_fn, eval_dataset_fn=eval_fn,
-                    learning_rate=lambda _: train.learning_rate(optimizer), global_batch_size=self.batch_size or 0,
-                    hooks=(keras_callbacks,))
+        settings, steps = self._checked_steps(state, run_dir)
+        eval_fn = self._eval_dataset_fn()
+        self.start = start_of(state, strategy, placement, callbacks=self.callbacks or [],
+                              epoch_steps=self.epoch_steps, initial_epoch=self.initial_epoch,
+                              connect_timeout=self.connect_timeout)
+        train_fn = self._train_dataset_fn(steps, strategy, placement, run_dir, settings)
+        self.keras_callbacks = self._callbacks_hook(steps)
+        optimizer = state.optimizer
+        return Plan(steps=steps, train_dataset_fn=train_fn, eval_dataset_fn=eval_fn,
+                    learning_rate=lambda _: learning_rate(optimizer), global_batch_size=self.batch_size or 0,
+                    hooks=(self.keras_callbacks,))
 
     def schedule(self) -> Schedule:
-        return self._schedule
+        from tfdist.fitting.args import evaluates_after
+
+        epoch_steps = self.epoch_steps
+        return Schedule(total_steps=self.total_steps, steps_per_epoch=epoch_steps, steps_per_loop=self._per_execution,
+                        log_every=epoch_steps, checkpoint_every=epoch_steps, grow=not self._batch_hooks,
+                        evaluates_after=lambda epoch: evaluates_after(epoch, self.validation_freq))
 
     def banner(self, placement, replicas: int, schedule: Schedule) -> str:
         return (f"tfdist.fit: {placement.strategy} with {replicas} replicas, global batch {self.batch_size}, "
@@ -293,7 +238,7 @@ class KerasClient(Client):
 
         from tfdist.one_device.chief_files import chief_only_files
 
-        epoch_steps = self._schedule.steps_per_epoch
+        epoch_steps = self.epoch_steps
         # The list gives the callbacks their model inside chief_only_files (TensorBoard fixes its paths then);
         # the History comes last, as in Keras' fit: it records what the callbacks add to the logs.
         with chief_only_files(self.callbacks or [], placement, restored=True):
@@ -301,8 +246,8 @@ class KerasClient(Client):
                 [*(self.callbacks or []), self.history], add_history=False, add_progbar=False, model=self.model,
                 verbose=self.verbose, epochs=self.epochs, steps=epoch_steps)
             self.callback_list.on_train_begin()
-            if self.start_step < self.total_steps:
-                self.callback_list.on_epoch_begin(self.start_step // epoch_steps)
+            if self.start.step < self.total_steps:
+                self.callback_list.on_epoch_begin(self.start.step // epoch_steps)
             yield
 
     def finish(self, state, result, placement, outputs):
@@ -312,6 +257,109 @@ class KerasClient(Client):
         if placement.coordinator:
             shutil.rmtree(outputs.run_dir.fit_inputs, ignore_errors=True)
         return self.history
+
+    def evaluation(self, state, placement, run_dir):
+        """A side-car evaluator's: ``validation_data`` on each checkpoint (``fitting.evaluator``)."""
+        from tfdist.fitting.evaluator import validation_evaluation
+
+        return validation_evaluation(state.model, self.validation, run_dir=run_dir, leader=placement.task.leader.name,
+                                     final_step=self.epochs * self.epoch_steps if self.epoch_steps else None,
+                                     batch_size=self.batch_size, validation_steps=self.validation_steps)
+
+    def evaluated(self, evaluated):
+        from tfdist.fitting.evaluator import validation_history
+
+        return validation_history(evaluated, self.model, epoch_steps=self.epoch_steps, epochs=self.epochs,
+                                  verbose=self.verbose)
+
+    def _prepare_evaluator(self, placement) -> None:
+        """An evaluator task's ``prepare``: it trains nothing, so its model is built from the validation batches'
+        type, and the training input is only counted (its steps an epoch), never read."""
+        self.placement, self.replicas = placement, 1
+        self.validation = self._validation_batches()
+        self.spec = self.validation.spec()
+        self.epoch_steps = self._epoch_steps()
+
+    def _epoch_steps(self) -> int | None:
+        """Steps an epoch: ``steps_per_epoch``, else the training input's batches (None where not known: an input
+        of unknown length without ``steps_per_epoch`` is refused before it trains)."""
+        return self.steps_per_epoch or self.source.rows_and_steps(self.batch_size)[1]
+
+    @property
+    def total_steps(self) -> int:
+        """The run's steps: ``epochs`` epochs."""
+        return self.epochs * self.epoch_steps
+
+    def _checked_steps(self, state, run_dir) -> tuple[dict, Any]:
+        """``(the settings a resumed run must keep, the model's steps)``, once the run directory's record, the
+        model's inputs and loss and the run's length are checked (nothing is written yet)."""
+        from tfdist.config import check_total_steps
+        from tfdist.fitting.keras_model import keras_steps, optimizer_settings
+        from tfdist.one_device.batch_norm import warn_unsynchronized_batch_norm
+
+        settings = {"batch_size": self.batch_size, **optimizer_settings(state.optimizer)}
+        run_dir.check_fit_settings(settings)
+        warn_unsynchronized_batch_norm(state.model, self.replicas)
+        steps = keras_steps(state.model, state.optimizer, self.spec, source=self.source, validation=self.validation)
+        check_total_steps(self.epochs, self.epoch_steps, epochs_name="epochs", steps_name="steps_per_epoch")
+        return settings, steps
+
+    def _eval_dataset_fn(self):
+        """The eval pipeline of ``validation`` (None: nothing to evaluate)."""
+        if self.validation is None:
+            return None
+        return self.validation.eval_dataset_fn(batch_size=self.batch_size, validation_steps=self.validation_steps,
+                                               seed=self._seed)
+
+    def _train_dataset_fn(self, steps, strategy, placement, run_dir, settings):
+        """The train pipeline from the run's ``start``, and the run directory's first write (the chief's ``fit.yaml``
+        of ``settings``) once the last check is done: a model's own ``train_step`` traced on its batches
+        (``custom_steps.check_own_logs``). Under a coordinator the pipeline stages its input into the run directory,
+        after it."""
+        from tfdist.fitting.custom_steps import check_own_logs, overrides_steps
+
+        start, coordinator = self.start, placement.coordinator
+        train_fns = functools.partial(
+            self.source.dataset_fns, class_weight=self.class_weight, batch_size=self.batch_size,
+            shuffle=self.shuffle, seed=self._seed, training=True, start_step=start.skipped,
+            own_order_per_worker=coordinator, stage_dir=run_dir.fit_inputs if coordinator else None,
+            total_steps=self.total_steps - start.step + start.skipped, steps_per_epoch=self.steps_per_epoch)
+        own_fn = train_fns()[0] if overrides_steps(self.model) else None  # never under a coordinator (refused)
+        if own_fn is not None:
+            check_own_logs(steps, strategy, own_fn)
+        if placement.is_chief and self.checkpoints:
+            run_dir.write_fit_record(settings)
+        return own_fn or train_fns()[0]
+
+    def _callbacks_hook(self, steps):
+        """The hook that runs the callbacks and the ``History`` (their list is made in ``running``) on every task that
+        runs the loop, with the same global logs, so that what they change (the learning rate, the weights,
+        ``stop_training``) changes alike on every worker (their files are the chief's); a model's own metrics are
+        reset as Keras' ``fit`` resets them."""
+        import keras
+
+        from tfdist.fitting.callbacks import KerasCallbacks
+        from tfdist.fitting.custom_steps import overrides_steps
+
+        own_steps = bool(overrides_steps(self.model))
+        reset = steps.reset if own_steps else (lambda: None)
+        reset()
+        self.history = keras.callbacks.History()
+        return KerasCallbacks(model=self.model, callbacks=None, reset=reset, epoch_steps=self.epoch_steps,
+                              total_steps=self.total_steps, per_execution=self._per_execution, eval_reset=own_steps,
+                              batch_hooks=self._batch_hooks)
+
+    @property
+    def _per_execution(self) -> int:
+        """The model's ``steps_per_execution`` (1: none)."""
+        return max(1, int(getattr(self.model, "steps_per_execution", 1) or 1))
+
+    @property
+    def _batch_hooks(self) -> bool:
+        """Whether a callback has train-batch hooks: then they run at each loop's end, and chunks do not grow."""
+        from tfdist.fitting.callbacks import implements_batch_hooks
+
+        return any(implements_batch_hooks(c) for c in self.callbacks or [])
 
     def _validation_batches(self):
         """The validation Source, a PyDataset or a generator read by Keras' own data adapter as its evaluate reads
@@ -330,35 +378,6 @@ class KerasClient(Client):
         return 0 if self.seed is None else self.seed
 
 
-def _check_own_logs(steps, strategy, train_fn) -> None:
-    """Trace a model's own ``train_step`` once on the batches of ``train_fn`` (their ``element_spec``: nothing is
-    read, and the trace runs nowhere) and check the logs it returns against the model's metrics, as
-    ``steps.metrics`` checks them at each epoch's end, so that a step returning other logs is refused before the
-    run directory's first write.
-
-    Raises:
-      UserError: the step returns logs other than the model's metrics (``steps.metrics``).
-    """
-    import numpy as np
-    import tensorflow as tf
-
-    spec = train_fn(tf.distribute.InputContext()).element_spec
-    tf.function(lambda batch: strategy.run(steps.train, args=(batch,))).get_concrete_function(spec)
-    steps.metrics(np.zeros(2))
-
-
-_backup_reads = itertools.count(1)
-
-
-def _every_worker(placement, timeout: float) -> None:
-    """Wait until every worker of a strategy that ends with a barrier (``multi_worker_mirrored``) is here: before a
-    ``BackupAndRestore`` backup is read (one barrier per ``fit``, named by its rank in the process)."""
-    from tfdist import _compat
-
-    if placement.traits.ends_with_barrier and placement.task.training_spec.num_tasks >= 2:
-        _compat.wait_at_barrier(f"tfdist-fit-backup-{next(_backup_reads)}", int(timeout * 1000))
-
-
 def _patch_keras() -> None:
     """Make Keras' own ``fit``, ``evaluate`` and ``predict`` work on the model ``fit`` returns (``keras_fit.install``).
 
@@ -373,16 +392,3 @@ def _patch_keras() -> None:
     except UserError as e:
         logging.warning("tfdist.fit trains, but leaves Keras' own fit, evaluate and predict on the model it returns "
                         "as this Keras has them: %s", e)
-
-
-def _strategy_name(strategy):
-    """``fit``'s ``strategy`` as a name: the Strategy ``tfdist.setup`` returned stands for its session's."""
-    if not (hasattr(strategy, "scope") and hasattr(strategy, "num_replicas_in_sync")):
-        return strategy  # a name, or a value that check_run_args refuses
-    session = who.current()
-    if session is not None and strategy is session.strategy:
-        return session.runtime.strategy
-    raise UserError(f"Invalid `strategy` for tfdist.fit. Received: {type(strategy).__name__} {short(strategy, 60)}, "
-                    "which tfdist.setup did not return. Expected a strategy name (one of "
-                    f"{', '.join(config_lib.STRATEGIES)}) or the Strategy that tfdist.setup returned.")
-

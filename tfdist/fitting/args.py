@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import numbers
 
-from tfdist.config import MAX_STEPS, check_total_steps
+from tfdist.config import MAX_STEPS, STRATEGIES, check_total_steps
 from tfdist.errors import UserError, article, short
 from tfdist.fitting.callback_args import check_callbacks
 from tfdist.fitting.class_weight import check_class_weight
@@ -351,3 +351,17 @@ def _check_some_rows(name: str, counts: set[int]) -> None:
     """Arrays of one number of rows (``counts``) hold at least one example."""
     if counts == {0}:
         raise UserError(f"Invalid `{name}`: no rows. Received: arrays of 0 rows. Expected at least one example.")
+
+
+def strategy_name(strategy):
+    """``fit``'s ``strategy`` as a name: the Strategy ``tfdist.setup`` returned stands for its session's."""
+    if not (hasattr(strategy, "scope") and hasattr(strategy, "num_replicas_in_sync")):
+        return strategy  # a name, or a value that check_run_args refuses
+    from tfdist.runtime import who
+
+    session = who.current()
+    if session is not None and strategy is session.strategy:
+        return session.runtime.strategy
+    raise UserError(f"Invalid `strategy` for tfdist.fit. Received: {type(strategy).__name__} {short(strategy, 60)}, "
+                    "which tfdist.setup did not return. Expected a strategy name (one of "
+                    f"{', '.join(STRATEGIES)}) or the Strategy that tfdist.setup returned.")

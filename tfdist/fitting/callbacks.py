@@ -9,7 +9,7 @@ import dataclasses
 from typing import Any, Callable
 
 from tfdist import _compat
-from tfdist.engine.task import Hook
+from tfdist.engine.plan import Hook
 
 #: Keys of a train or eval result that are not Keras logs.
 NOT_LOGGED = ("examples", "examples_per_second", "learning_rate")

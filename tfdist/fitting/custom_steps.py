@@ -73,7 +73,7 @@ class KerasModelSteps:
 
     Args:
       model: a compiled Keras model, made under the strategy's scope (one without a ``call`` built from its
-        ``train_step``: ``fitting.train``).
+        ``train_step``: ``fitting.keras_model``).
       spec: the type of a global batch (``inputs.Source.spec``), to build a model with a ``call``, its compiled
         loss and metrics outside any step (Keras' symbolic build).
       takes_tuples: ``{"train_step": bool, "test_step": bool}``: whether the step's data is a tuple ``(x, y[,
@@ -142,3 +142,17 @@ class KerasModelSteps:
     @staticmethod
     def describe(split: str, result: dict) -> str:
         return describe(result)
+
+
+def check_own_logs(steps, strategy, train_fn) -> None:
+    """Trace a model's own ``train_step`` once on the batches of ``train_fn`` (their ``element_spec``: nothing is
+    read, and the trace runs nowhere) and check the logs it returns against the model's metrics, as
+    ``steps.metrics`` checks them at each epoch's end, so that a step returning other logs is refused before the
+    run directory's first write.
+
+    Raises:
+      UserError: the step returns logs other than the model's metrics (``steps.metrics``).
+    """
+    spec = train_fn(tf.distribute.InputContext()).element_spec
+    tf.function(lambda batch: strategy.run(steps.train, args=(batch,))).get_concrete_function(spec)
+    steps.metrics(np.zeros(2))

@@ -1,12 +1,11 @@
 """``tfdist.fit``'s side-car evaluator: an ``evaluator`` task of the cluster follows the chief's checkpoints and
-evaluates ``validation_data`` on each with the model's compiled loss and metrics (``engine.evaluator``).
+evaluates ``validation_data`` on each with the model's compiled loss and metrics (``engine.evaluator``); its
+client (``fitting.api.KerasClient``) gives the driver what is here.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from tfdist.engine.task import Hook
+from tfdist.engine.plan import Hook, Plan
 from tfdist.errors import UserError
 from tfdist.rundir import RunDir
 from tfdist.runtime.placement import Placement
@@ -75,7 +74,44 @@ class ResetMetrics(Hook):
         self.steps.reset()
 
 
-def _left_well(run_dir: RunDir, leader: str):
+def validation_evaluation(model, validation, *, run_dir: RunDir, leader: str, final_step: int | None,
+                          batch_size: int | None, validation_steps: int | None):
+    """What ``tfdist.fit``'s evaluator task evaluates each checkpoint with, and when the run is over (an
+    ``engine.evaluator.Evaluation``).
+
+    Each checkpoint is evaluated on ``validation`` (a ``fitting.inputs.Source``) with the model's compiled loss and
+    metrics (its ``test_step`` when it has its own, its metrics reset first), as Keras' ``evaluate`` on that
+    checkpoint's weights; its figures are named as Keras' validation logs (``ValidationSteps``). The run is over
+    once the chief keeps a checkpoint at ``final_step`` (None: not known), or, when the chief stops earlier (a
+    callback's ``stop_training``), once the chief (``leader``) has stopped answering and ended its training well.
+
+    Args:
+      model: the evaluator's model, built as the chief builds it (``fitting.keras_model.build_model``).
+      validation: the validation ``Source`` (read by Keras' data adapter where it reads it).
+      run_dir: the chief's run directory.
+      leader: the chief's task name (``chief:0``).
+      final_step: the run's last step, as the chief counts it, or None.
+      batch_size, validation_steps: ``tfdist.fit``'s, the same as the chief's.
+    """
+    from tfdist.engine.evaluator import Evaluation, RunEnd
+    from tfdist.fitting.custom_steps import KerasModelSteps, overrides_steps
+    from tfdist.fitting.steps import KerasSteps
+
+    spec = validation.spec()
+    own_steps = bool(overrides_steps(model))
+    takes_tuples = isinstance(spec, tuple)
+    steps = (KerasModelSteps(model=model, spec=spec, takes_tuples={"train_step": takes_tuples,
+                                                                   "test_step": takes_tuples}) if own_steps
+             else KerasSteps(model=model, optimizer=None, spec=spec))
+    # An evaluator's plan: no train split, no learning rate.
+    plan = Plan(steps=ValidationSteps(steps), train_dataset_fn=None, learning_rate=lambda step: float("nan"),
+                eval_dataset_fn=validation.eval_dataset_fn(batch_size=batch_size, validation_steps=validation_steps,
+                                                           seed=0),
+                hooks=(ResetMetrics(steps),) if own_steps else ())
+    return Evaluation(plan=plan, ends=RunEnd(final_step=final_step, ended_well=_ended_well(run_dir, leader)))
+
+
+def _ended_well(run_dir: RunDir, leader: str):
     """Whether the leader, gone, ended its training well: a task that does removes its heartbeat file
     (``runtime.watchdog``), one that was stopped, preempted or killed leaves it."""
     from tfdist.runtime.watchdog import heartbeat_name
@@ -83,71 +119,17 @@ def _left_well(run_dir: RunDir, leader: str):
     return lambda: not (run_dir.heartbeats / heartbeat_name(leader)).exists()
 
 
-def evaluate_fit(model_fn, source, validation, *, placement: Placement, model_dir: str | Path | None,
-                 batch_size=None, epochs: int = 1, steps_per_epoch: int | None = None,
-                 validation_steps: int | None = None, connect_timeout: float = 120.0, verbose: int = 1):
-    """The evaluator task of ``tfdist.fit``: evaluate ``validation_data`` on each checkpoint of the chief.
+def validation_history(evaluated, model, *, epoch_steps: int | None, epochs: int, verbose):
+    """What ``tfdist.fit``'s evaluator task returns: a ``keras.callbacks.History`` of what it evaluated (an
+    ``engine.evaluator.Evaluated``).
 
-    It builds ``model_fn()`` on this process's one device, with no strategy,
-    and follows ``model_dir/checkpoints`` (``engine.evaluator.evaluate_continuously``):
-    every checkpoint the chief keeps (one an epoch), oldest first, once, with the
-    model's compiled loss and metrics (its ``test_step`` when it has its own), as
-    Keras' ``evaluate`` on that checkpoint's weights. Each is a row of
-    ``model_dir/evaluator.jsonl`` (``step``, ``split: "evaluator"``,
-    ``val_loss``, ``val_<metric>``, ``examples``) and scalars in
-    ``tensorboard/evaluator``; it writes nothing else. It returns once the
-    checkpoint of the run's last step is evaluated (``epochs`` epochs of
-    ``steps_per_epoch``, or of ``x``'s batches, as the chief counts them), or,
-    when the chief stops earlier (a callback's ``stop_training``), once the chief
-    has ended well and its last checkpoint is evaluated. The training ``source`` is only
-    counted (its rows after ``validation_split``), never read.
-
-    Args:
-      model_fn, batch_size, epochs, steps_per_epoch, validation_steps, connect_timeout, verbose:
-        ``tfdist.fit``'s, the same as the chief's.
-      source, validation: the ``fitting.inputs.Source`` that the chief trains on and the one it validates on
-        (None: nothing to evaluate, refused), as ``args.check_fit_args`` returns them.
-      placement: this evaluator task's ``Placement``.
-      model_dir: the chief's run directory (``check_evaluator_args`` refuses None before anything starts).
-
-    Returns:
-      A ``keras.callbacks.History``: ``history`` maps ``val_loss`` and each ``val_<metric>`` to a list with one
-      value per checkpoint evaluated, oldest first; ``epoch`` holds those checkpoints' epochs (Keras' index,
-      from 0); ``model`` holds the last one's weights. Checkpoints evaluated by an earlier evaluator of the
-      run are not evaluated again, and not in it.
-
-    Raises:
-      UserError: the chief never answered within ``connect_timeout``.
-      RunFailed: the chief stopped answering before it ended its training well.
-      Preempted: a preemption signal, under the driver's evaluator start (there is nothing to save).
+    ``history`` maps ``val_loss`` and each ``val_<metric>`` to a list with one value per checkpoint evaluated,
+    oldest first; ``epoch`` holds those checkpoints' epochs (Keras' index, from 0; their steps where
+    ``epoch_steps`` is not known); ``model`` holds the last one's weights. Checkpoints evaluated by an earlier
+    evaluator of the run are not evaluated again, and not in it.
     """
     import keras
 
-    from tfdist.engine.evaluator import evaluate_continuously, evaluation_state
-    from tfdist.engine.task import Task
-    from tfdist.fitting.custom_steps import KerasModelSteps, overrides_steps
-    from tfdist.fitting.steps import KerasSteps
-    from tfdist.fitting.train import build_model
-
-    run_dir = RunDir(model_dir)
-    epoch_steps = steps_per_epoch or source.rows_and_steps(batch_size)[1]
-    spec = validation.spec()
-    model, _ = build_model(model_fn, placement.strategy, False, spec)
-    own_steps = bool(overrides_steps(model))
-    takes_tuples = isinstance(spec, tuple)
-    steps = (KerasModelSteps(model=model, spec=spec, takes_tuples={"train_step": takes_tuples,
-                                                                   "test_step": takes_tuples}) if own_steps
-             else KerasSteps(model=model, optimizer=None, spec=spec))
-    # An evaluator's task: no train split, no learning rate.
-    task = Task(steps=ValidationSteps(steps), train_dataset_fn=None, learning_rate=lambda step: float("nan"),
-                eval_dataset_fn=validation.eval_dataset_fn(batch_size=batch_size, validation_steps=validation_steps,
-                                                           seed=0),
-                hooks=(ResetMetrics(steps),) if own_steps else ())
-    state = evaluation_state(model, run_dir)
-    leader = placement.task.leader
-    evaluated = evaluate_continuously(task, state, leader=leader, connect_timeout=connect_timeout,
-                                      final_step=epochs * epoch_steps if epoch_steps else None,
-                                      left_well=_left_well(run_dir, leader.name), verbose=bool(verbose))
     history = keras.callbacks.History()
     history.set_model(model)
     history.set_params({"verbose": verbose, "epochs": epochs, "steps": epoch_steps})

@@ -8,7 +8,7 @@ import dataclasses
 
 from tfdist.engine.controller import Controller, Schedule
 from tfdist.engine.loop import Loop
-from tfdist.engine.task import Task
+from tfdist.engine.plan import Plan
 from tfdist.errors import PEER_LOST_EXIT_CODE
 from tfdist.runtime.lifecycle import Training
 from tfdist.runtime.serving import tell_servers
@@ -38,14 +38,14 @@ class RunResult:
     largest_chunk: int = 0
 
 
-def run_loop(training: Training, state, task: Task, schedule: Schedule, *, outputs, checkpoints: bool = True,
+def run_loop(training: Training, state, plan: Plan, schedule: Schedule, *, outputs, checkpoints: bool = True,
              verbose: bool = False) -> RunResult:
-    """Train ``task`` from the state's step to the schedule's end; returns the ``RunResult``.
+    """Train ``plan`` from the state's step to the schedule's end; returns the ``RunResult``.
 
     Args:
       training: this task's ``Training`` (its placement, run directory, strategy, preemption, watchdog bound).
       state: the ``engine.state.TrainingState`` (its step counter and checkpoints).
-      task: the client's ``engine.task.Task``.
+      plan: the client's ``engine.plan.Plan``.
       schedule: the ``Schedule``.
       outputs: a ``RunOutputs``, closed at the end.
       checkpoints: save checkpoints on the schedule (False: none; the state's are closed at the end either way).
@@ -55,7 +55,7 @@ def run_loop(training: Training, state, task: Task, schedule: Schedule, *, outpu
     start_step = int(state.step.numpy())
     # From here on every task keeps a heartbeat in the run directory.
     batches = None if placement.coordinator else BatchCounter(start_step)
-    train_dataset_fn = batches.wrap(task.train_dataset_fn) if batches else task.train_dataset_fn
+    train_dataset_fn = batches.wrap(plan.train_dataset_fn) if batches else plan.train_dataset_fn
     watchdog = Watchdog(
         task=placement.name, tasks=placement.training_tasks(), directory=training.run_dir.heartbeats,
         timeout=training.progress_timeout, step=start_step, total_steps=schedule.total_steps, batches=batches,
@@ -65,10 +65,10 @@ def run_loop(training: Training, state, task: Task, schedule: Schedule, *, outpu
         # A coordinator's chunk is its closures, sized by steps_per_loop. Workers of a synchronous cluster grow
         # theirs alike: each chunk's size is agreed in its steps' all-reduce (engine.chunks).
         schedule = dataclasses.replace(schedule, grow=False)
-    loop = make_loop(coordinator=placement.coordinator, strategy=training.strategy, steps=task.steps,
-                     step_counter=state.step, train_dataset_fn=train_dataset_fn, eval_dataset_fn=task.eval_dataset_fn,
+    loop = make_loop(coordinator=placement.coordinator, strategy=training.strategy, steps=plan.steps,
+                     step_counter=state.step, train_dataset_fn=train_dataset_fn, eval_dataset_fn=plan.eval_dataset_fn,
                      several_steps=schedule.grow or schedule.steps_per_loop > 1)
-    controller = Controller(loop=loop, task=task, schedule=schedule,
+    controller = Controller(loop=loop, plan=plan, schedule=schedule,
                             checkpoints=state.checkpoints if checkpoints else None, outputs=outputs,
                             preemption=preemption, watchdog=watchdog, verbose=verbose)
     if preemption is not None:

@@ -1,4 +1,5 @@
-"""The UNet's evaluator task: the engine's continuous evaluation (``engine.evaluator``) over the UNet's task.
+"""The UNet's evaluator task: what the engine's continuous evaluation (``engine.evaluator``) evaluates with, the
+UNet's eval plan, and when its run is over.
 
 An ``evaluator`` task (under either cluster strategy) never joins the
 training cluster: the training tasks get a TF_CONFIG without it
@@ -11,65 +12,37 @@ files of its own (``evaluator.jsonl``, ``tensorboard/evaluator``).
 
 from __future__ import annotations
 
-import dataclasses
 import time
 
-from tfdist.cluster.task import Task
-from tfdist.engine.evaluator import evaluate_continuously, evaluation_state
+from tfdist.engine.evaluator import Evaluated, Evaluation, RunEnd
 from tfdist.rundir import RunDir
 
 
-def run_evaluator(config, placement, *, verbose: bool = True) -> dict:
-    """The evaluator task of ``tfdist.train``, once the driver started it (one CPU device, no strategy): a plain
-    model that follows the chief's checkpoints (``evaluate_checkpoints``).
+def unet_evaluation(config, state, run_dir: RunDir) -> Evaluation:
+    """The UNet's eval steps over ``state``'s model on ``config``'s eval split, until the run is over: once the
+    chief has written ``summary.json`` (one newer than this evaluation, so that a resumed run's old summary does
+    not count).
 
     Args:
-        config: the run's config, validated.
-        placement: the evaluator's ``runtime.placement.Placement``.
-        verbose: print a line per evaluated checkpoint.
-    """
-    from tfdist import strategies
-    from tfdist.models import build_from_config
-
-    strategies.setup_keras(config.runtime.precision, seed=config.train.seed, deterministic=config.train.deterministic)
-    return evaluate_checkpoints(placement.task, config, model=build_from_config(config.model, config.data),
-                                verbose=verbose)
-
-
-def evaluate_checkpoints(task: Task, config, *, model, eval_dataset=None, verbose: bool = True) -> dict:
-    """Evaluate each checkpoint of ``model_dir/checkpoints`` with the UNet's eval steps, oldest first
-    (``engine.evaluator.evaluate_continuously``).
-
-    It ends after evaluating the final checkpoint, once the chief has written
-    ``summary.json`` (one newer than the evaluator's start, so that a resumed
-    run's old summary does not count). If the leader never answers within
-    ``--connect_timeout`` it ends with a ``UserError``; if the leader stops
-    answering before that summary, with ``RunFailed``.
-
-    Args:
-        task: the evaluator's task (for the leader's address).
         config: the run's config.
-        model: a model built like the training one (variables to restore into).
-        eval_dataset: a finite dataset of ``(images, masks)`` batches to evaluate instead of the run's eval split.
-        verbose: print a line per evaluated checkpoint.
-
-    Returns:
-        ``{"role": "evaluator", "evaluated": [steps...], "last": metrics, "model_dir": ...}``.
+        state: the evaluator's ``engine.state.TrainingState`` (``engine.evaluator.evaluation_state``).
+        run_dir: the run directory, where the chief writes its checkpoints and summary.
     """
     import tensorflow as tf
 
-    from tfdist.segmentation.task import unet_task
+    from tfdist.segmentation.plan import unet_plan
 
-    run_dir = RunDir(config.train.model_dir)
     started = time.time()
-    state = evaluation_state(model, run_dir)
-    unet = unet_task(config, state, tf.distribute.get_strategy(), total_steps=0, start_step=0, coordinator=False)
-    if eval_dataset is not None:
-        unet = dataclasses.replace(unet, eval_dataset_fn=lambda context: eval_dataset)
+    plan = unet_plan(config, state, tf.distribute.get_strategy(), total_steps=0, start_step=0, coordinator=False)
+    return Evaluation(plan=plan, ends=RunEnd(finished=lambda: _written_since(run_dir.summary, started)))
 
-    def summary_written() -> bool:
-        return run_dir.summary.exists() and run_dir.summary.stat().st_mtime >= started
 
-    evaluated = evaluate_continuously(unet, state, leader=task.leader, connect_timeout=config.runtime.connect_timeout,
-                                      finished=summary_written, verbose=verbose)
+def evaluator_summary(evaluated: Evaluated, run_dir: RunDir) -> dict:
+    """What the UNet's evaluator task returns: ``{"role": "evaluator", "evaluated": [steps...], "last": metrics,
+    "model_dir": ...}``."""
     return {"role": "evaluator", "evaluated": evaluated.steps, "last": evaluated.last, "model_dir": str(run_dir.path)}
+
+
+def _written_since(path, started: float) -> bool:
+    """Whether ``path`` exists, written at ``started`` (a ``time.time()``) or later."""
+    return path.exists() and path.stat().st_mtime >= started

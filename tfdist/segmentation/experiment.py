@@ -12,7 +12,7 @@ from tfdist import config as config_lib
 from tfdist import strategies
 from tfdist.engine.client import Client
 from tfdist.engine.controller import Schedule
-from tfdist.engine.task import Hook
+from tfdist.engine.plan import Hook
 from tfdist.rundir import RunDir
 from tfdist.runtime import driver
 from tfdist.segmentation import config as experiment_config
@@ -45,7 +45,7 @@ def run(config, *, verbose: bool = True, cluster_resolver=None, weights_dir: str
         ``tfdist.deploy.in_process.in_process_cluster``; None reads --cluster/TF_CONFIG.
       weights_dir: if given, every training task writes its final weights
         there (``TrainingState.dump_weights``), to compare workers that write no outputs.
-      hooks: ``engine.task.Hook``s the caller runs between chunks of steps (the benchmark's clock and
+      hooks: ``engine.plan.Hook``s the caller runs between chunks of steps (the benchmark's clock and
         hold); the chief adds the mask preview after them.
 
     Raises:
@@ -93,11 +93,6 @@ class UNetClient(Client):
             data_lib.validate_data(self.config.data)
         run_dir.check_resume(config_lib.to_dict(self.config))
 
-    def evaluate(self, placement, run_dir, *, verbose: bool) -> dict:
-        from tfdist.segmentation.evaluator import run_evaluator
-
-        return run_evaluator(self.config, placement, verbose=verbose)
-
     def prepare(self, strategy, placement) -> None:
         train, self.replicas = self.config.train, strategy.num_replicas_in_sync
         strategies.setup_keras(self.config.runtime.precision, seed=train.seed, deterministic=train.deterministic)
@@ -112,15 +107,15 @@ class UNetClient(Client):
         return (build_from_config(config.model, config.data),
                 make_optimizer(config.train, config.runtime.precision, self.schedule().total_steps))
 
-    def task(self, state, strategy, placement, run_dir):
+    def plan(self, state, strategy, placement, run_dir):
         import tensorflow as tf
 
-        from tfdist.segmentation.task import unet_task
+        from tfdist.segmentation.plan import unet_plan
 
         self.start_step = int(state.step.numpy())
         if placement.coordinator:
             tf.random.set_seed(None)  # weights are initialised; now each worker's data order is its own
-        return unet_task(self.config, state, strategy, total_steps=self.schedule().total_steps,
+        return unet_plan(self.config, state, strategy, total_steps=self.schedule().total_steps,
                          start_step=self.start_step, coordinator=placement.coordinator, preview=placement.is_chief)
 
     def schedule(self) -> Schedule:
@@ -165,3 +160,13 @@ class UNetClient(Client):
         if self.weights_dir is not None:
             state.dump_weights(self.weights_dir, placement.task.slug)
         return summary
+
+    def evaluation(self, state, placement, run_dir):
+        from tfdist.segmentation.evaluator import unet_evaluation
+
+        return unet_evaluation(self.config, state, run_dir)
+
+    def evaluated(self, evaluated) -> dict:
+        from tfdist.segmentation.evaluator import evaluator_summary
+
+        return evaluator_summary(evaluated, RunDir(self.config.train.model_dir))

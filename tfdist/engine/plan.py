@@ -1,4 +1,5 @@
-"""What a client gives the engine (as Model Garden's task): its steps, input functions, learning rate and hooks."""
+"""What a client gives the engine, its ``Plan`` (Model Garden's task; "task" is a cluster's task here): its steps,
+input functions, learning rate and hooks."""
 
 from __future__ import annotations
 
@@ -52,8 +53,8 @@ class Clock(Hook):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Task:
-    """What the engine trains: a client fills one in (the UNet experiment, ``tfdist.fit``).
+class Plan:
+    """What the engine trains or evaluates: a client fills one in (the UNet experiment, ``tfdist.fit``).
 
     Attributes:
       steps: the per-replica ``Steps``.
@@ -73,5 +74,5 @@ class Task:
 
     @property
     def evaluates(self) -> bool:
-        """Whether the task has an eval split."""
+        """Whether the plan has an eval split."""
         return self.eval_dataset_fn is not None

@@ -1,5 +1,5 @@
-"""What ``tfdist.fit``'s client (``fitting.api.KerasClient``) builds once the task has started: the model from
-``model_fn``, checked against its inputs and loss, its steps, and the eval pipeline.
+"""``tfdist.fit``'s model, as its client (``fitting.api.KerasClient``) builds it once the task has started: the model
+from ``model_fn``, checked against its inputs and loss, and its steps.
 """
 
 from __future__ import annotations

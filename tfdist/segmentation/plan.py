@@ -1,4 +1,4 @@
-"""The UNet's engine task: its steps, inputs and learning rate from the experiment's config, and its hook, the mask
+"""The UNet's engine plan: its steps, inputs and learning rate from the experiment's config, and its hook, the mask
 preview (a few eval images beside their true and predicted masks, in TensorBoard)."""
 
 from __future__ import annotations
@@ -8,14 +8,14 @@ from typing import Sequence
 import numpy as np
 
 from tfdist import _compat
-from tfdist.engine.task import Hook, Task
+from tfdist.engine.plan import Hook, Plan
 from tfdist.segmentation.inputs import eval_dataset_fn, local_eval_dataset, train_dataset_fn
 from tfdist.visualize import side_by_side
 
 
-def unet_task(config, state, strategy, *, total_steps: int, start_step: int, coordinator: bool,
-              hooks: Sequence[Hook] = (), preview: bool = False) -> Task:
-    """The ``Task`` that trains ``state``'s UNet on ``config``'s data.
+def unet_plan(config, state, strategy, *, total_steps: int, start_step: int, coordinator: bool,
+              hooks: Sequence[Hook] = (), preview: bool = False) -> Plan:
+    """The ``Plan`` that trains ``state``'s UNet on ``config``'s data.
 
     Args:
       config: the experiment's config.
@@ -37,7 +37,7 @@ def unet_task(config, state, strategy, *, total_steps: int, start_step: int, coo
     train_fn = train_dataset_fn(config, start_step, own_order_per_worker=coordinator)
     steps = Steps(model=state.model, optimizer=state.optimizer, num_classes=config.data.num_classes,
                   global_batch_size=train.global_batch_size, jit_compile=jit_compile)
-    return Task(steps=steps, train_dataset_fn=train_fn, eval_dataset_fn=eval_fn,
+    return Plan(steps=steps, train_dataset_fn=train_fn, eval_dataset_fn=eval_fn,
                 learning_rate=lambda step: learning_rate_at(train, total_steps, step),
                 global_batch_size=train.global_batch_size, hooks=hooks)
 
