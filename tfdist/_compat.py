@@ -279,23 +279,39 @@ def collective_keys_at_trace_time() -> Iterator[None]:
     TensorFlow feeds a call-time key (``CollectiveReplicaLauncher._prefer_unique_instance_key``)
     through a placeholder that never reaches a collective inside a ``tf.function`` called from a
     ``tf.cond`` in a ``tf.while_loop``, as Keras' ``steps_per_execution`` loop calls its step.
-    A key taken when traced serves every execution of its op, and TensorFlow holds an instance to
-    the shape it first ran with: a collective whose shape is known only when it runs (the padded
-    gather of an ``IndexedSlices`` gradient, whose rows follow the batch) takes a key per execution
-    instead, ``_KEYS_PER_EXECUTION`` on from a counter of its group's on its device, which every worker
-    advances in the same order.
+    A key taken when traced serves every execution of its op; a collective whose shape is known
+    only when it runs takes a key per execution (``collective_keys_per_execution``).
     """
     from tensorflow.python.distribute.cross_device_utils import CollectiveReplicaLauncher
 
     before = CollectiveReplicaLauncher._prefer_unique_instance_key
-    methods = {name: getattr(CollectiveReplicaLauncher, name) for name in ("_all_gather", "all_reduce")}
     CollectiveReplicaLauncher._prefer_unique_instance_key = False
+    try:
+        with collective_keys_per_execution():
+            yield
+    finally:
+        CollectiveReplicaLauncher._prefer_unique_instance_key = before
+
+
+@contextlib.contextmanager
+def collective_keys_per_execution() -> Iterator[None]:
+    """Collectives traced meanwhile on a tensor whose shape is known only when they run take a key per execution.
+
+    TensorFlow keys a collective once per call of its ``tf.function`` (a loop's iterations share the
+    key) and holds an instance to the shape it first ran with, so the padded gather of an
+    ``IndexedSlices`` gradient, whose rows follow the batch, fails in a loop of steps whose last
+    batch is smaller ("Shape mismatch in the collective instance"). Such a collective takes its key
+    per execution instead, ``_KEYS_PER_EXECUTION`` on from a counter of its group's on its device,
+    which every worker advances in the same order; a collective of a known shape keeps TensorFlow's key.
+    """
+    from tensorflow.python.distribute.cross_device_utils import CollectiveReplicaLauncher
+
+    methods = {name: getattr(CollectiveReplicaLauncher, name) for name in ("_all_gather", "all_reduce")}
     for name, method in methods.items():
         setattr(CollectiveReplicaLauncher, name, _key_per_execution_unless_shaped(method))
     try:
         yield
     finally:
-        CollectiveReplicaLauncher._prefer_unique_instance_key = before
         for name, method in methods.items():
             setattr(CollectiveReplicaLauncher, name, method)
 

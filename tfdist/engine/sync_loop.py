@@ -82,9 +82,12 @@ class SyncLoop:
     def _train_steps(self, iterator, num_steps, tail):
         # Each step's stats vector, as a row: the host sums them in float64, as it sums one-step chunks, so a
         # chunk's length changes no logged metric.
+        # A loop's steps share a collective's key: one whose shape follows the batch (a sparse gradient's
+        # gather) takes a key per step.
         stats = tf.TensorArray(tf.float32, size=tf.cast(num_steps, tf.int32), element_shape=[self._size + TAIL])
-        for i in tf.range(tf.cast(num_steps, tf.int32)):
-            stats = stats.write(i, self._train_step(iterator, tail))
+        with _compat.collective_keys_per_execution():
+            for i in tf.range(tf.cast(num_steps, tf.int32)):
+                stats = stats.write(i, self._train_step(iterator, tail))
         return stats.stack()
 
     def _eval_pass(self, dataset):
