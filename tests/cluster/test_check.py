@@ -12,10 +12,8 @@ TensorBoard's files; an autoencoder on ``x`` alone, shuffled, on a last batch th
 its first epoch and resumed by ``BackupAndRestore``; the keras.io guide's own ``train_step`` (``compute_loss``)
 with AdamW's weight decay, an EMA overwritten every 3 steps, a ``LossScaleOptimizer`` over a ``clipnorm`` and a
 schedule; two outputs with ``loss_weights``, Lamb, ``global_clipnorm``, gradient accumulation, an EMA and a
-``PyDataset`` of 2 workers (and as ``validation_data``), with ``CSVLogger``; a dict of two inputs with AdamW, an
-EMA, ``global_clipnorm``, ``class_weight`` and ``validation_split``; synchronized batch norm with Adafactor,
-``clipvalue`` and a schedule on an endless generator with ``steps_per_epoch``; a conv net compiled with
-``jit_compile=True``.
+``PyDataset`` of 2 workers (and as ``validation_data``), with ``CSVLogger``; a conv net with Adafactor, a
+``clipvalue`` that clips every step and a schedule; a conv net compiled with ``jit_compile=True``.
 
 A verdict that crashes the collectives of its processes is followed by one in fresh processes.
 """
@@ -29,8 +27,8 @@ import pytest
 from helpers.clis import HELPERS, run_cli
 from tfdist.check import runs
 
-SAMPLE = ("288545019", "1222356006", "1722851097", "838732814", "2018194228", "5139", "276772", "148497", "9617",
-          "2662", "17635")
+SAMPLE = ("288545019", "1222356006", "1722851097", "838732814", "2018194228", "5139", "276772", "148497", "12264",
+          "17635")
 MODES = ("one_device", "mirrored", "central_storage", "keras_mirrored", "multi_worker_mirrored",
          "keras_multi_worker_mirrored")
 

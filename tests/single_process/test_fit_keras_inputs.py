@@ -6,14 +6,13 @@ In one fresh process (2 logical CPUs), a small dense model (256 rows, global bat
 
 - numpy arrays under Keras' default ``shuffle=True`` (an order that trains apart from the rows as given), and
   ``shuffle="batch"``: the rows in Keras' order;
-- a Python generator, one epoch to its end;
+- a Python generator: one epoch to its end, and ``steps_per_epoch`` over an endless one;
 - ``x`` a list of one tensor with numpy ``y``.
 
 Every epoch's figures and the final weights equal Keras' (float rounding only). What Keras' ``fit`` cannot train
 alike is one line naming the input kind. A ``keras.utils.PyDataset`` (its batch order drawn each epoch under
-``shuffle=True``, with ``workers=2``, as ``validation_data``) and ``steps_per_epoch`` over an endless generator
-are input kinds of the check, whose fixed sample (``tests/cluster/test_check.py``) trains them in every mode and
-on 2 workers.
+``shuffle=True``, with ``workers=2``, as ``validation_data``) is an input kind of the check, whose fixed sample
+(``tests/cluster/test_check.py``) trains it in every mode and on 2 workers.
 """
 
 from __future__ import annotations
@@ -64,11 +63,17 @@ def batches():
         yield x[i:i + 64], y[i:i + 64]
 
 
+def endless():
+    while True:
+        yield from batches()
+
+
 ALL = ("one_device", "mirrored", "central_storage")
 CASES = {
     "shuffle": (lambda: dict(x=x, y=y, batch_size=64, epochs=2), ("mirrored",)),
     "shuffle_batch": (lambda: dict(x=x, y=y, batch_size=64, epochs=2, shuffle="batch"), ALL[:2]),
     "generator": (lambda: dict(x=batches(), epochs=1), ALL),
+    "generator_steps": (lambda: dict(x=endless(), epochs=2, steps_per_epoch=4), ALL[:2]),
     "tensor_list": (lambda: dict(x=[tf.constant(x)], y=y, batch_size=64, epochs=2), ALL[:2]),
 }
 out = {}
@@ -96,11 +101,12 @@ for name, kwargs in refused.items():
 print("RESULTS " + json.dumps(out))
 '''
 
-#: ``case: strategies`` of each ``tfdist.fit`` run. Numpy rows under Keras' ``shuffle=True``, a ``PyDataset``
-#: (with ``workers=2``, and as ``validation_data``) and ``steps_per_epoch`` over an endless generator, under
-#: each strategy and on 2 workers, are the check's input kinds (its fixed sample: ``tests/cluster/test_check.py``).
+#: ``case: strategies`` of each ``tfdist.fit`` run. Numpy rows under Keras' ``shuffle=True`` and a ``PyDataset``
+#: (with ``workers=2``, and as ``validation_data``), under each strategy and on 2 workers, are the check's input
+#: kinds (its fixed sample: ``tests/cluster/test_check.py``).
 CASES = {"shuffle": ("mirrored",), "shuffle_batch": ("one_device", "mirrored"),
-         "generator": ("one_device", "mirrored", "central_storage"), "tensor_list": ("one_device", "mirrored")}
+         "generator": ("one_device", "mirrored", "central_storage"), "generator_steps": ("one_device", "mirrored"),
+         "tensor_list": ("one_device", "mirrored")}
 
 
 def results() -> dict:

@@ -5,12 +5,12 @@ In one fresh process (2 logical CPUs), the Keras guides' classifier
 ``tfdist.fit`` under the same strategy, from the same initial weights:
 
 - numpy ``sample_weight`` (and weighted ``validation_data``), ``class_weight``
-  (some classes listed, the others weigh 1.0), a Dataset of ``(x, y, sample_weight)``
-  batches and a Dataset with ``class_weight``, under ``mirrored``. Keras' default loss
-  reduction gives ``sum(w * l) / n`` on each replica, which adds up over replicas, so
-  every epoch's figures agree to float rounding (``sample_weight`` and ``class_weight``
-  against one device, in every mode and on 2 workers: the check's fixed sample,
-  ``tests/cluster/test_check.py``);
+  (some classes listed, the others weigh 1.0, under ``one_device`` too), a Dataset of
+  ``(x, y, sample_weight)`` batches and a Dataset with ``class_weight``, under
+  ``mirrored``. Keras' default loss reduction gives ``sum(w * l) / n`` on each replica,
+  which adds up over replicas, so every epoch's figures agree to float rounding
+  (``sample_weight`` against one device in every mode and on 2 workers: the check's
+  fixed sample, ``tests/cluster/test_check.py``);
 - a callback that records its ``on_train_batch_begin``/``on_train_batch_end``
   calls sees Keras' calls: the batch indices of each execution
   (``steps_per_execution=2``: begin and end at Keras' indices, the last end
@@ -46,7 +46,8 @@ every = {c: 0.5 + c / 4 for c in range(10)}  # Keras' Dataset path needs every c
 # One strategy of each kind for every Keras run, as a script makes it: a second MirroredStrategy in a process can
 # reuse the first one's collective keys for collectives of other shapes ("Shape mismatch in the collective
 # instance"), tfdist or not.
-made = {"mirrored": functools.cache(lambda: tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]))}
+made = {"one_device": lambda: tf.distribute.OneDeviceStrategy("/cpu:0"),
+        "mirrored": functools.cache(lambda: tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]))}
 runs = {
     "sample_weight": dict(x=x, y=y, sample_weight=sw, validation_data=(xv, yv, swv), batch_size=64, shuffle=False),
     "class_weight": dict(x=x, y=y, class_weight=some, batch_size=64, shuffle=False),
@@ -55,7 +56,7 @@ runs = {
 }
 out = {"plain": model_fn().fit(x, y, batch_size=64, epochs=2, shuffle=False, verbose=0).history}
 for name, kwargs in runs.items():
-    for strategy in ("mirrored",):
+    for strategy in (("one_device", "mirrored") if name == "class_weight" else ("mirrored",)):
         made_x = (lambda: kwargs["x"]()) if callable(kwargs["x"]) else (lambda: kwargs["x"])
         args = {k: v for k, v in kwargs.items() if k != "x"}
         with made[strategy]().scope():
@@ -94,8 +95,8 @@ for name, build in (("hooks", model_fn), ("hooks_per_execution", two_per_executi
 print("RESULTS " + json.dumps(out))
 """
 
-WEIGHTED = [("sample_weight", "mirrored"), ("class_weight", "mirrored"), ("dataset_weights", "mirrored"),
-            ("dataset_class_weight", "mirrored")]
+WEIGHTED = [("sample_weight", "mirrored"), ("class_weight", "one_device"), ("class_weight", "mirrored"),
+            ("dataset_weights", "mirrored"), ("dataset_class_weight", "mirrored")]
 
 
 def results() -> dict:
