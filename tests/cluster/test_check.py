@@ -1,14 +1,20 @@
 """``python -m tfdist.check`` end to end: a fixed sample of the space, each case trained by ``tfdist.fit`` and by
 Keras' own ``fit`` in one process of 2 logical CPUs and on a 2-worker cluster under ``tfdist.launch``, every
-worker's History, weights, optimizer state, ``evaluate`` and ``predict`` equal to Keras' one-device ``fit``.
+worker's History, weights, optimizer state, ``evaluate`` and ``predict`` equal to Keras' one-device ``fit``, or
+the exact refusal line.
 
 The sample: synchronized batch norm with ``F1Score``, ``validation_split`` and ``validation_freq``; Lion on a
-last batch that splits evenly; a dict of two inputs with Ftrl, weight decay, a ``clipnorm`` that clips every
-step, ``sample_weight`` and ``steps_per_execution``; an ``Embedding`` (a sparse gradient) with
-``steps_per_execution=2`` on a last batch that splits unevenly (2 rows and 1); keras.io's GAN (no ``call()``, two
-optimizers, one of them Nadam) on a Dataset of images alone with TensorBoard's files; an autoencoder on ``x``
-alone, shuffled, on a last batch that splits unevenly, stopped after its first epoch and resumed by
-``BackupAndRestore``.
+``PyDataset`` whose last batch splits evenly; a dict of two inputs with Ftrl, weight decay, a ``clipnorm`` that
+clips every step, ``sample_weight``, ``validation_split`` and ``steps_per_execution``; an ``Embedding`` (a sparse
+gradient) with a ``LearningRateSchedule`` and ``steps_per_execution=2`` on a last batch that splits unevenly (2 rows
+and 1), and another with Adadelta, ``clipvalue``, ``sample_weight`` and ``validation_freq=2`` (its gather's rows
+change within one call of ``tfdist.fit``'s steps); keras.io's GAN (no ``call()``, two optimizers, one of them Nadam) on a Dataset of images alone with
+TensorBoard's files; an autoencoder on ``x`` alone, shuffled, on a last batch that splits unevenly, stopped after
+its first epoch and resumed by ``BackupAndRestore``; the keras.io guide's own ``train_step`` (``compute_loss``)
+with AdamW's weight decay, an EMA overwritten every 3 steps, a ``LossScaleOptimizer`` over a ``clipnorm`` and a
+schedule; two outputs with ``loss_weights``, Lamb, ``global_clipnorm``, gradient accumulation, an EMA and a
+``PyDataset`` of 2 workers (and as ``validation_data``), with ``CSVLogger``; a conv net with Adafactor, a
+``clipvalue`` that clips every step and a schedule; a conv net compiled with ``jit_compile=True``.
 
 A verdict that crashes the collectives of its processes is followed by one in fresh processes.
 """
@@ -22,15 +28,26 @@ import pytest
 from helpers.clis import HELPERS, run_cli
 from tfdist.check import runs
 
-SAMPLE = ("288545019", "1222356006", "1722851097", "838732814", "2018194228", "5139")
-MODES = ("one_device", "mirrored", "keras_mirrored", "multi_worker_mirrored", "keras_multi_worker_mirrored")
+SAMPLE = ("288545019", "1222356006", "1722851097", "838732814", "1101493884", "2018194228", "5139", "276772", "148497",
+          "12264", "17635")
+MODES = ("one_device", "mirrored", "central_storage", "keras_mirrored", "multi_worker_mirrored",
+         "keras_multi_worker_mirrored")
+
+#: ``(case, mode) -> the start of its refusal's line`` (None: a line another test pins) for every verdict of the
+#: sample that is refused; every other verdict is equal.
+REFUSED = {
+    (17635, "central_storage"): "Invalid compile(jit_compile=True) under central_storage: XLA compiles each replica's "
+                                "step on its own device and cannot read variables kept on another.",
+    (17635, "keras_mirrored"): None,  # Keras' own fit compiled by XLA over CPU replicas: tests/cluster/test_keras_fit.py
+    (17635, "keras_multi_worker_mirrored"): None,
+}
 
 
 @pytest.mark.slow
 def test_a_fixed_sample_equals_one_device_in_every_mode_on_every_worker(tmp_path):
     output = tmp_path / "check.json"
     proc = run_cli("tfdist.check", "--case", ",".join(SAMPLE), "--modes", ",".join(MODES), "--output", str(output),
-                   "--markdown", str(tmp_path / "check.md"), "--timeout", "600", timeout=900)
+                   "--markdown", str(tmp_path / "check.md"), "--timeout", "900", timeout=1200)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
     records = json.loads(output.read_text())["records"]
     seen = {(r["seed"], r["mode"], r["task"]) for r in records}
@@ -38,8 +55,14 @@ def test_a_fixed_sample_equals_one_device_in_every_mode_on_every_worker(tmp_path
         for mode in MODES:
             tasks = ("worker-0", "worker-1") if runs.MODES[mode].group == "workers" else ("local",)
             assert all((seed, mode, task) in seen for task in tasks), (seed, mode)
-    assert {r["class"] for r in records} <= {"equal", "refused"}
-    assert sum(r["class"] == "equal" for r in records) >= len(records) - 2, records
+    for record in records:
+        key = (record["seed"], record["mode"])
+        if key not in REFUSED:
+            assert record["class"] == "equal", record
+            continue
+        assert record["class"] == "refused", record
+        line = record["detail"]
+        assert "\n" not in line and (REFUSED[key] is None or line.startswith(REFUSED[key])), record
     assert "| model | synchronized_bn |" in (tmp_path / "check.md").read_text()
 
 

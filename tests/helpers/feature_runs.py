@@ -1,11 +1,11 @@
-"""Keras' optimizer and compile features, trained in one process under several modes and compared with one device.
+"""Keras' optimizer and compile features under ``parameter_server``, each compared with one device.
 
-Run as a script: ``python feature_runs.py MODE [MODE ...]`` (each ``MODE`` a key of ``MODES``); a
-multi-worker mode sets the process up first, so it runs under ``tfdist.launch`` on every worker. For each
-feature of ``FEATURES`` it trains Keras' own ``model.fit`` without a strategy (the one-device reference),
-then the same model in each mode, and prints ``RESULTS {json}``: for each feature and mode, the largest
-relative difference of the per-epoch losses and of the final weights (each tensor's relative L2), or the
-one-line refusal.
+Run as a script: ``python feature_runs.py``. It starts an in-process cluster (a coordinator, 2 workers and a ps
+task); for each feature (``_features``) it trains Keras' own ``model.fit`` without a strategy (the one-device
+reference), then the same model with ``tfdist.fit`` under ``parameter_server``, and prints ``RESULTS {json}``: for
+each feature, ``{"parameter_server": ...}`` with the largest relative difference of the per-epoch losses and of
+the final weights (each tensor's relative L2), or the one-line refusal. The synchronous modes' runs of these
+features are cases of the check's fixed sample (``tests/cluster/test_check.py``).
 """
 
 from __future__ import annotations
@@ -17,17 +17,6 @@ import numpy as np
 
 #: Rows, global batch and epochs of every run: 6 steps an epoch.
 ROWS, BATCH, EPOCHS = 384, 64, 2
-
-#: What each mode trains with: ``tfdist.fit`` under a strategy's name, or Keras' own fit under a strategy.
-MODES = {
-    "one_device": ("tfdist", "one_device"),
-    "mirrored": ("tfdist", "mirrored"),
-    "central_storage": ("tfdist", "central_storage"),
-    "multi_worker_mirrored": ("tfdist", "multi_worker_mirrored"),
-    "parameter_server": ("tfdist", "parameter_server"),
-    "keras_mirrored": ("keras", "mirrored"),
-    "keras_multi_worker_mirrored": ("keras", "multi_worker_mirrored"),
-}
 
 
 def data():
@@ -106,12 +95,6 @@ def _features():
     return features
 
 
-#: The features trained across two workers (each run there costs a cluster's collectives).
-ACROSS_WORKERS = ("plain SGD", "clipnorm", "global_clipnorm", "gradient_accumulation_steps=2", "use_ema",
-                  "AdamW weight_decay", "LossScaleOptimizer + clipnorm", "jit_compile=True", "steps_per_execution=4",
-                  "own train_step (compute_loss)", "own train_step + clipnorm")
-
-
 def _targets(kind, y, y2):
     return {"label": y, "value": y2, "both": {"label": y, "value": y2}}[kind]
 
@@ -125,71 +108,36 @@ def _history_spread(a: list, b: list) -> float:
     return float(np.max([abs(u - v) / max(abs(v), 1e-12) for u, v in zip(a, b, strict=True)]))  # a NaN is kept
 
 
-def _keras_fit(strategy, model_fn, x, targets):
-    import tensorflow as tf
+def main() -> None:
+    import os
 
-    with strategy.scope():
-        model = model_fn()
-    dataset = tf.data.Dataset.from_tensor_slices((x, targets)).batch(BATCH)
-    history = model.fit(dataset, epochs=EPOCHS, verbose=0)
-    return history.history["loss"], model.get_weights()
-
-
-def main(modes: list[str]) -> None:
     import tfdist
-
-    multi_worker = [m for m in modes if MODES[m][1] == "multi_worker_mirrored"]
-    coordinated = [m for m in modes if MODES[m][1] == "parameter_server"]
-    strategy, resolver = tfdist.setup("multi_worker_mirrored") if multi_worker else None, None
-    if not multi_worker:
-        import os
-
-        from tfdist.strategies import setup_host
-
-        os.environ["GRPC_FAIL_FAST"] = "use_caller"
-        setup_host(cpu_devices=1 if coordinated else 2, inter_op_threads=4 if coordinated else 0)
-        tfdist.patch_keras()
-    if coordinated:  # one mode a process: a coordinator and its in-process cluster
-        from tfdist.deploy.in_process import in_process_cluster
-
-        resolver = in_process_cluster(num_workers=2, num_ps=1)
-    import tensorflow as tf
-
+    from tfdist.deploy.in_process import in_process_cluster
     from tfdist.errors import UserError
+    from tfdist.strategies import setup_host
 
-    import functools
-
-    # One MirroredStrategy for every Keras run, as a script makes it: Keras' own fit under a second one in a
-    # process can reuse the first one's collective keys ("Shape mismatch in the collective instance"), tfdist or not.
-    mirrored = functools.cache(lambda: tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]))
+    os.environ["GRPC_FAIL_FAST"] = "use_caller"
+    setup_host(cpu_devices=1, inter_op_threads=4)
+    tfdist.patch_keras()
+    resolver = in_process_cluster(num_workers=2, num_ps=1)
     x, y, y2 = data()
     results = {}
-    features = _features()
-    for name, (model_fn, kind) in features.items():
-        if multi_worker and name not in ACROSS_WORKERS:
-            continue
+    for name, (model_fn, kind) in _features().items():
         print(f"feature {name!r}", file=sys.stderr, flush=True)  # where a crash happened, in a test's output
         targets = _targets(kind, y, y2)
         reference = model_fn()
         ref_loss = reference.fit(x, targets, batch_size=BATCH, epochs=EPOCHS, shuffle=False, verbose=0).history["loss"]
-        ref_weights = reference.get_weights()
-        row = results[name] = {}
-        for mode in modes:
-            how, strategy_name = MODES[mode]
-            try:
-                if how == "tfdist":
-                    extra = {"cluster_resolver": resolver} if resolver is not None else {}
-                    history = tfdist.fit(model_fn, x, targets, batch_size=BATCH, epochs=EPOCHS, shuffle=False,
-                                         verbose=0, strategy=None if strategy is not None else strategy_name,
-                                         **extra)
-                    loss, weights = history.history["loss"], history.model.get_weights()
-                else:
-                    loss, weights = _keras_fit(strategy or mirrored(), model_fn, x, targets)
-                row[mode] = {"loss": _history_spread(loss, ref_loss), "weights": _relative(weights, ref_weights)}
-            except UserError as error:
-                row[mode] = {"refused": str(error)}
+        ref_weights = reference.get_weights()  # read first: after a fit on the cluster they cannot be read here
+        try:
+            history = tfdist.fit(model_fn, x, targets, batch_size=BATCH, epochs=EPOCHS, shuffle=False, verbose=0,
+                                 strategy="parameter_server", cluster_resolver=resolver)
+            results[name] = {"parameter_server": {
+                "loss": _history_spread(history.history["loss"], ref_loss),
+                "weights": _relative(history.model.get_weights(), ref_weights)}}
+        except UserError as error:
+            results[name] = {"parameter_server": {"refused": str(error)}}
     print("RESULTS " + json.dumps(results), flush=True)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

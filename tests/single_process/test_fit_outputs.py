@@ -11,11 +11,12 @@ In one fresh process (2 logical CPUs), each model trains with Keras' own ``model
 - ``F1Score()`` and ``FBetaScore()`` with ``average=None``: one value per class, a numpy array in each epoch's
   entry, as Keras' History holds it;
 - Keras' own ``evaluate`` of the returned model (its loss tracker and metrics updated by each replica) equals
-  one device's evaluate of the same weights, on 40 rows in batches of 32 (16/16 then 4/4);
-- a model with its own ``train_step`` and metrics reports one device's History, its own loss tracker
-  included (each replica's update counts once, the last batch's 6/5 split too), under ``central_storage`` too;
-- synchronized batch norm trains as one device under ``central_storage`` too, whose variables live once and
-  whose moving statistics TensorFlow refuses to update from a replica without an aggregation.
+  one device's evaluate of the same weights, on 40 rows in batches of 32 (16/16 then 4/4).
+
+A model with its own ``train_step`` and loss tracker (the check's ``own_train_step``) and synchronized batch norm
+(whose moving statistics TensorFlow refuses to update from a replica without an aggregation under
+``central_storage``) are families of the check, whose fixed sample (``tests/cluster/test_check.py``) compares
+every History entry, ``evaluate`` and ``predict`` with one device in these modes and on 2 workers.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from tfdist.strategies import setup_host
 setup_host(cpu_devices=2)
 import numpy as np, keras, tensorflow as tf
 import tfdist
-from tfdist.check.models import guide_model
 
 rng = np.random.default_rng(0)
 x = rng.normal(size=(203, 6)).astype(np.float32)
@@ -61,21 +61,6 @@ def classifier(metrics):
         return model
     return model_fn
 
-def own_step():
-    keras.utils.set_random_seed(2)
-    inputs = keras.Input((6,))
-    model = guide_model(inputs, keras.layers.Dense(1)(keras.layers.Dense(8, activation="relu")(inputs)))
-    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
-    return model
-
-def synchronized_bn():
-    keras.utils.set_random_seed(2)
-    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="relu"),
-                              keras.layers.BatchNormalization(synchronized=True),
-                              keras.layers.Dense(3, activation="softmax")])
-    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="categorical_crossentropy", metrics=["accuracy"])
-    return model
-
 def plain(value):
     if isinstance(value, np.ndarray):
         return {"array": value.tolist()}
@@ -88,8 +73,6 @@ runs = {
                   dict(x=x, y=onehot, validation_data=(xv, onehot_v)), (xv, onehot_v)),
     "accuracy": (classifier(lambda: ["accuracy", keras.metrics.CategoricalAccuracy(name="acc")]),
                  dict(x=x, y=onehot), (xv, onehot_v)),
-    "own_step": (own_step, dict(x=x, y=values), None),
-    "synchronized_bn": (synchronized_bn, dict(x=x, y=onehot, validation_data=(xv, onehot_v)), (xv, onehot_v)),
 }
 out = {}
 for name, (model_fn, kwargs, held_out) in runs.items():
@@ -110,7 +93,7 @@ for name, (model_fn, kwargs, held_out) in runs.items():
 print("RESULTS " + json.dumps(out, default=plain))
 """
 
-CASES = [f"{name}-{strategy}" for name in ("two_outputs", "per_class", "accuracy", "own_step", "synchronized_bn")
+CASES = [f"{name}-{strategy}" for name in ("two_outputs", "per_class", "accuracy")
          for strategy in ("mirrored", "central_storage")]
 
 
@@ -146,7 +129,7 @@ def test_two_outputs_report_each_output_loss_and_per_class_metrics_an_array():
 
 
 @pytest.mark.xdist_group("fit_outputs")
-@pytest.mark.parametrize("case", [c for c in CASES if not c.startswith("own_step")])
+@pytest.mark.parametrize("case", CASES)
 def test_keras_evaluate_of_the_returned_model_equals_one_device(case):
     run = results()[case]
     assert sorted(run["evaluate"]) == sorted(run["one_device"]), run
