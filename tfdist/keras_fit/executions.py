@@ -18,10 +18,13 @@ def install() -> None:
     cls = _compat.keras_tensorflow_trainer().TensorFlowTrainer
     if getattr(cls._make_function, "tfdist_executions", False):
         return
-    cls._make_function = _keys_at_trace_time(cls._make_function)
+    cls._make_function = _over_replicas(cls._make_function)
 
 
-def _keys_at_trace_time(make_function):
+def _over_replicas(make_function):
+    """``make_function`` whose function runs ``steps_per_execution > 1`` over several replicas: across workers
+    Keras' loop with its collectives keyed at trace time, in one process ``_one_step_at_a_time``."""
+
     @functools.wraps(make_function)
     def _make_function(self, step_function):
         function = make_function(self, step_function)
