@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 from tfdist.runtime.run_loop import make_loop
+from tfdist.runtime.watchdog import BatchCounter
 
 
 class SummingSteps:
@@ -31,7 +32,7 @@ class SummingSteps:
         return ""
 
 
-def one_device_loop(batch=2, several_steps=False):
+def one_device_loop(batch=2, several_steps=False, batches=None):
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
     with strategy.scope():
         counter = tf.Variable(0, dtype=tf.int64, trainable=False)
@@ -43,7 +44,7 @@ def one_device_loop(batch=2, several_steps=False):
         return tf.data.Dataset.range(7).map(lambda v: tf.cast(v, tf.float32)).batch(batch)
 
     return make_loop(coordinator=False, strategy=strategy, steps=SummingSteps(), step_counter=counter,
-                     train_dataset_fn=train_fn, eval_dataset_fn=eval_fn, several_steps=several_steps)
+                     train_dataset_fn=batches.wrap(train_fn) if batches else train_fn, eval_dataset_fn=eval_fn, several_steps=several_steps)
 
 
 def test_train_sums_the_stats_of_its_steps_and_counts_them():
@@ -53,6 +54,21 @@ def test_train_sums_the_stats_of_its_steps_and_counts_them():
     assert loop.step() == 3
     stats, _ = loop.train(1)  # the one-step function: the next batch of the same iterator
     assert stats.tolist() == [6.0 + 7.0, 2.0] and loop.step() == 4
+
+
+def test_the_batch_counter_counts_what_the_steps_took_without_python_in_the_pipeline():
+    # A Python function in an input pipeline hangs the process when its iterator is deleted while an input
+    # thread waits for the interpreter's lock: the counter's pipeline must hold none.
+    batches = BatchCounter(start_step=5)
+    loop = one_device_loop(batches=batches)
+    assert batches.fed == 5
+    stats, _ = loop.train(3)
+    # The pipeline may read ahead of the steps (tf.data's own prefetch): at least the batches they took.
+    assert stats.tolist() == [float(sum(range(6))), 6.0] and batches.fed >= 5 + 3
+    graph = tf.compat.v1.GraphDef.FromString(batches.wrap(lambda context: tf.data.Dataset.range(4).batch(2))(
+        tf.distribute.InputContext())._as_serialized_graph().numpy())
+    ops = {node.op for node in graph.node} | {node.op for f in graph.library.function for node in f.node_def}
+    assert "AssignAddVariableOp" in ops and not ops & {"EagerPyFunc", "PyFunc", "PyFuncStateless"}
 
 
 def test_a_loop_of_several_step_chunks_runs_one_step_chunks_in_the_same_function_traced_once():

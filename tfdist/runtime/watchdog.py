@@ -67,47 +67,52 @@ def heartbeat_name(task: str) -> str:
 
 
 class BatchCounter:
-    """Counts the training batches an input pipeline hands to the steps of this process (thread-safe).
+    """Counts the training batches an input pipeline hands to the steps of this process.
+
+    The count is a variable on this host's CPU that the pipeline's last map adds to, inside TensorFlow's
+    input threads: no Python runs per batch, so no input thread ever waits for the interpreter's lock (one that
+    did would hang the process when its iterator is deleted, the main thread holding that lock as it waits for
+    the input thread). Create it outside any strategy's scope.
 
     Args:
       start_step: the step the run starts (or resumes) at.
     """
 
     def __init__(self, start_step: int = 0):
+        import tensorflow as tf
+
         self.start_step = start_step
         self.batches_per_step = 1
-        self._count = 0
-        self._lock = threading.Lock()
-
-    def _tick(self):
-        with self._lock:
-            self._count += 1
-            return self._count
+        with tf.init_scope(), tf.device("/cpu:0"):
+            self._count = tf.Variable(0, dtype=tf.int64, trainable=False, name="tfdist_batches_fed")
 
     @property
     def fed(self) -> int:
         """The last step that has its batches: ``start_step`` + steps' worth of batches handed out."""
-        return self.start_step + self._count // self.batches_per_step
+        return self.start_step + int(self._count.numpy()) // self.batches_per_step
 
     def wrap(self, dataset_fn: Callable) -> Callable:
-        """``dataset_fn`` whose batches tick this counter as a step takes them (the last map of the pipeline).
+        """``dataset_fn`` whose batches add to this counter as a step takes them (the last map of the pipeline).
 
-        The tick is a ``tf.py_function``, so it runs in this process: only
-        for pipelines that this process iterates (not a coordinator's
+        Only for pipelines that this process iterates (not a coordinator's
         per-worker datasets, which run on remote workers).
         """
         import tensorflow as tf
 
+        count = self._count
+
         def tick(*batch):
-            count = tf.py_function(self._tick, [], tf.int64)
-            with tf.control_dependencies([count]):
+            with tf.control_dependencies([count.assign_add(1)]):
                 return tf.nest.map_structure(tf.identity, batch)
 
         def fn(context):
             from tfdist.engine.inputs import batches_per_step
 
             self.batches_per_step = batches_per_step(context)  # one per replica of this worker
-            return dataset_fn(context).map(tick)
+            dataset = dataset_fn(context)
+            if isinstance(dataset.element_spec, tuple):  # map passes a tuple's parts as arguments
+                return dataset.map(tick)
+            return dataset.map(lambda batch: tick(batch)[0])
 
         return fn
 
