@@ -20,7 +20,6 @@ MATRIX = REPO / "docs" / "fit-features.json"
 
 #: ``(feature, mode) -> the start of the refusal's line`` for every cell that must be refused.
 REFUSED = {
-    ("jit_compile=True", "parameter_server"): "Invalid compile(jit_compile=True) under parameter_server",
     ("own train_step (compute_loss)", "parameter_server"): "Invalid model for tfdist.fit under",
     ("own train_step + clipnorm", "parameter_server"): "Invalid model for tfdist.fit under",
     ("gradient_accumulation_steps=2", "parameter_server"): "Invalid optimizer for strategy=",

@@ -10,6 +10,7 @@ from tfdist.one_device.empty_slices import skipping_convolutions
 from tfdist.fitting.steps import describe, log_value
 from tfdist.one_device.symbolic import has_call, keras_tensors
 from tfdist.one_device.shares import replica_share
+from tfdist.one_device.xla import cpu_replicas, proceed_without_xla
 from tfdist import _compat
 
 
@@ -33,20 +34,16 @@ def refuse_under_coordinator(model, strategy_name: str) -> None:
         )
 
 
-def _refuse_xla_all_reduce(model) -> None:
-    """Refuse ``jit_compile=True`` for a model's own step over several replicas on CPU (one line, status 2).
-
-    The step holds the gradients' all-reduce (its ``optimizer.apply``), and XLA has no collectives for CPU
-    devices.
-    """
-    replicas = model.distribute_strategy.num_replicas_in_sync
-    if replicas > 1 and not tf.config.list_logical_devices("GPU"):
-        raise UserError(
-            f"Invalid compile(jit_compile=True) for {type(model).__name__} over {replicas} replicas on CPU: its own "
-            "train_step all-reduces the gradients inside the step, and XLA has no collectives for CPU devices. "
-            "Received: jit_compile=True. Expected jit_compile=False on CPU, one replica, or a model without its "
-            "own train_step (tfdist.fit then compiles the forward and backward pass alone)."
-        )
+def _xla_compiles(model) -> bool:
+    """Whether XLA can compile a model's own steps: not over replicas on CPU devices, where its ``train_step``
+    all-reduces the gradients inside the step (its ``optimizer.apply``) and XLA has no collectives; there they
+    run without XLA, said once."""
+    cpus = cpu_replicas(model.distribute_strategy)
+    if cpus:
+        proceed_without_xla(model, f"{type(model).__name__}'s own train_step and test_step",
+                            f"its train_step all-reduces the gradients inside the step over replicas on "
+                            f"{', '.join(cpus)}, and XLA has no collectives for CPU devices")
+    return not cpus
 
 
 def _names(logs: dict) -> list[str]:
@@ -97,8 +94,7 @@ class KerasModelSteps:
         self._tuples = dict(takes_tuples)
         self._returned: dict[str, list[str]] = {}
         self._calls = {name: _sharing(getattr(model, name)) for name in ("train_step", "test_step")}
-        if model.jit_compile:  # Keras' own reading of compile(jit_compile=...), "auto" resolved
-            _refuse_xla_all_reduce(model)
+        if model.jit_compile and _xla_compiles(model):  # Keras' reading of jit_compile, "auto" resolved
             self._calls = {name: tf.function(call, jit_compile=True) for name, call in self._calls.items()}
 
     def _run(self, name: str, batch):

@@ -8,6 +8,7 @@ import tensorflow as tf
 from tfdist.errors import UserError
 from tfdist.one_device.empty_slices import skipping_convolutions
 from tfdist.one_device.symbolic import keras_tensors
+from tfdist.one_device.xla import cpu_replicas, proceed_without_xla
 from tfdist.strategies import traits_of
 from tfdist import _compat
 
@@ -63,9 +64,8 @@ class KerasSteps:
                 )
         if compiled is not None:
             compiled.reset_state()
-        self.jit_compile = bool(model.jit_compile)  # Keras' own reading of compile(jit_compile=...), "auto" resolved
-        if self.jit_compile:
-            refuse_unsupported_xla(model)
+        # Keras' own reading of compile(jit_compile=...), "auto" resolved; off where XLA cannot compile the step.
+        self.jit_compile = bool(model.jit_compile) and xla_compiles(model)
         self._gradients = (tf.function(self._forward_backward, jit_compile=True) if self.jit_compile
                            else self._forward_backward)
         self._initial = [np.asarray(v.numpy()) for v in variables]
@@ -219,8 +219,9 @@ def _check_reductions(compile_loss) -> None:
             )
 
 
-def refuse_unsupported_xla(model) -> None:
-    """Refuse ``jit_compile=True`` where XLA cannot compile one replica's step (one line, status 2).
+def xla_compiles(model) -> bool:
+    """Whether XLA can compile one replica's forward and backward pass; where it cannot, it runs without XLA,
+    said once.
 
     The gradients' all-reduce stays outside the compiled part, but batch norm with ``synchronized=True``
     all-reduces its statistics inside the forward pass (XLA has no collectives for CPU devices), and
@@ -230,24 +231,20 @@ def refuse_unsupported_xla(model) -> None:
     import keras
 
     strategy = model.distribute_strategy
-    replicas = strategy.num_replicas_in_sync
     known = traits_of(strategy)
-    if known is not None and known.variables_elsewhere and (known.coordinator or replicas > 1):
-        raise UserError(
-            f"Invalid compile(jit_compile=True) under {known.name}: XLA compiles each replica's step on its own "
-            "device and cannot read variables kept on another. Received: jit_compile=True. Expected "
-            "jit_compile=False, or strategy='mirrored' or 'multi_worker_mirrored', which keep a copy of the "
-            "variables on every device."
-        )
+    if known is not None and known.variables_elsewhere and (known.coordinator or strategy.num_replicas_in_sync > 1):
+        proceed_without_xla(model, "the forward and backward pass", f"under {known.name} the variables are kept on "
+                            "another device than the replicas', and XLA compiles each replica's step on its own")
+        return False
+    cpus = cpu_replicas(strategy)
     synchronized = [layer.name for layer in _compat.sublayers(model)
                     if isinstance(layer, keras.layers.BatchNormalization) and layer.synchronized]
-    if replicas > 1 and synchronized and not tf.config.list_logical_devices("GPU"):
-        raise UserError(
-            f"Invalid compile(jit_compile=True) for {replicas} replicas on CPU: {', '.join(synchronized)} "
-            "synchronizes batch statistics across replicas inside the step, and XLA has no collectives for CPU "
-            "devices. Received: jit_compile=True with BatchNormalization(synchronized=True). Expected "
-            "jit_compile=False on CPU, or one replica."
-        )
+    if cpus and synchronized:
+        proceed_without_xla(model, "the forward and backward pass", f"{', '.join(synchronized)} synchronizes batch "
+                            f"statistics across replicas on {', '.join(cpus)} inside the step, and XLA has no "
+                            "collectives for CPU devices")
+        return False
+    return True
 
 
 def _targets_as_keras_packs(y, y_pred):
