@@ -10,7 +10,7 @@ from tfdist.one_device.empty_slices import skipping_convolutions
 from tfdist.fitting.steps import describe, log_value
 from tfdist.one_device.symbolic import has_call, keras_tensors
 from tfdist.one_device.shares import replica_share
-from tfdist.one_device.xla import cpu_replicas, proceed_without_xla
+from tfdist.one_device import xla
 from tfdist import _compat
 
 
@@ -32,18 +32,6 @@ def refuse_under_coordinator(model, strategy_name: str) -> None:
             "metrics would count a re-run step twice). Expected strategy='multi_worker_mirrored' or 'mirrored' "
             "for this model, or a model without the override (its compiled loss and metrics)."
         )
-
-
-def _xla_compiles(model) -> bool:
-    """Whether XLA can compile a model's own steps: not over replicas on CPU devices, where its ``train_step``
-    all-reduces the gradients inside the step (its ``optimizer.apply``) and XLA has no collectives; there they
-    run without XLA, said once."""
-    cpus = cpu_replicas(model.distribute_strategy)
-    if cpus:
-        proceed_without_xla(model, f"{type(model).__name__}'s own train_step and test_step",
-                            f"its train_step all-reduces the gradients inside the step over replicas on "
-                            f"{', '.join(cpus)}, and XLA has no collectives for CPU devices")
-    return not cpus
 
 
 def _names(logs: dict) -> list[str]:
@@ -94,7 +82,10 @@ class KerasModelSteps:
         self._tuples = dict(takes_tuples)
         self._returned: dict[str, list[str]] = {}
         self._calls = {name: _sharing(getattr(model, name)) for name in ("train_step", "test_step")}
-        if model.jit_compile and _xla_compiles(model):  # Keras' reading of jit_compile, "auto" resolved
+        # Keras' own reading of compile(jit_compile=...), "auto" resolved; its train_step all-reduces the gradients
+        # inside the step (its optimizer.apply).
+        if model.jit_compile and xla.compiles(model, f"{type(model).__name__}'s own train_step and test_step",
+                                              all_reduces="the gradients"):
             self._calls = {name: tf.function(call, jit_compile=True) for name, call in self._calls.items()}
 
     def _run(self, name: str, batch):

@@ -8,8 +8,7 @@ import tensorflow as tf
 from tfdist.errors import UserError
 from tfdist.one_device.empty_slices import skipping_convolutions
 from tfdist.one_device.symbolic import keras_tensors
-from tfdist.one_device.xla import cpu_replicas, proceed_without_xla
-from tfdist.strategies import traits_of
+from tfdist.one_device import xla
 from tfdist import _compat
 
 
@@ -220,31 +219,19 @@ def _check_reductions(compile_loss) -> None:
 
 
 def xla_compiles(model) -> bool:
-    """Whether XLA can compile one replica's forward and backward pass; where it cannot, it runs without XLA,
-    said once.
+    """Whether XLA can compile one replica's forward and backward pass (``one_device.xla``); where it cannot, it
+    runs without XLA, said once.
 
     The gradients' all-reduce stays outside the compiled part, but batch norm with ``synchronized=True``
-    all-reduces its statistics inside the forward pass (XLA has no collectives for CPU devices), and
-    ``central_storage`` and the parameter servers keep the variables on one device while XLA compiles each
-    replica's step on its own.
+    all-reduces its statistics inside the forward pass, and ``central_storage`` and the parameter servers keep
+    the variables on another device than the step's.
     """
     import keras
 
-    strategy = model.distribute_strategy
-    known = traits_of(strategy)
-    if known is not None and known.variables_elsewhere and (known.coordinator or strategy.num_replicas_in_sync > 1):
-        proceed_without_xla(model, "the forward and backward pass", f"under {known.name} the variables are kept on "
-                            "another device than the replicas', and XLA compiles each replica's step on its own")
-        return False
-    cpus = cpu_replicas(strategy)
     synchronized = [layer.name for layer in _compat.sublayers(model)
                     if isinstance(layer, keras.layers.BatchNormalization) and layer.synchronized]
-    if cpus and synchronized:
-        proceed_without_xla(model, "the forward and backward pass", f"{', '.join(synchronized)} synchronizes batch "
-                            f"statistics across replicas on {', '.join(cpus)} inside the step, and XLA has no "
-                            "collectives for CPU devices")
-        return False
-    return True
+    return xla.compiles(model, "the forward and backward pass",
+                        all_reduces=f"the batch statistics of {', '.join(synchronized)}" if synchronized else None)
 
 
 def _targets_as_keras_packs(y, y_pred):

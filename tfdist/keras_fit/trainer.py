@@ -32,9 +32,9 @@ def check(module) -> None:
         "_symbolic_build": callable(getattr(cls, "_symbolic_build", None)),
         "_collective_all_reduce_multi_worker": callable(getattr(module, "_collective_all_reduce_multi_worker", None)),
         "fit": "callbacks" in _parameters(getattr(cls, "fit", None)),
-        # Its test step reads the model's jit_compile when it is made (xla.install).
+        # Its steps read the model's jit_compile when they are made (xla.install).
         "_make_function": "jit_compile=self.jit_compile" in _source(getattr(cls, "_make_function", None))
-        and callable(getattr(cls, "make_test_function", None)),
+        and all(callable(getattr(cls, f"make_{step}_function", None)) for step in ("train", "test", "predict")),
     }
     differs = [name for name, ok in found.items() if not ok]
     if differs:
