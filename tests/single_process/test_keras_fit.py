@@ -183,7 +183,20 @@ replicas = model.distribute_strategy.num_replicas_in_sync
 two = figures(model)
 one_device = model_fn()   # outside any strategy's scope: one device, compiled with XLA
 one_device.set_weights(model.get_weights())
-print("RESULT " + json.dumps({"replicas": replicas, "two": two, "one_device": figures(one_device)}))
+
+# A model that Keras' predict builds: over 2 replicas XLA cannot create its variables in the step.
+with model.distribute_strategy.scope():
+    unbuilt = keras.Sequential([keras.layers.Dense(4), keras.layers.Dense(2)])
+    unbuilt.compile(loss="mse", jit_compile=True)
+    built_by_predict = unbuilt.predict(x, verbose=0)
+    again = unbuilt.predict(x, verbose=0)
+plain = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4), keras.layers.Dense(2)])
+plain.compile(loss="mse", jit_compile=True)
+plain.set_weights(unbuilt.get_weights())
+unbuilt_figures = {"first": built_by_predict.tolist(), "again": again.tolist(),
+                   "one_device": plain.predict(x, verbose=0).tolist()}
+print("RESULT " + json.dumps({"replicas": replicas, "two": two, "one_device": figures(one_device),
+                              "unbuilt": unbuilt_figures}))
 """
 
 
@@ -201,6 +214,11 @@ def test_keras_evaluate_and_predict_after_a_jit_compiled_tfdist_fit_on_two_cpus_
         # One device sums the examples in another order: within 1e-7 relative here.
         assert two[key] == pytest.approx(one_device[key], rel=1e-6), (key, two[key], one_device[key])
     np.testing.assert_allclose(two["predict"], one_device["predict"], rtol=1e-6)
+    # Keras' predict builds a model compiled with XLA over 2 replicas (its first step without XLA), and predicts
+    # again with XLA: as one device (XLA's fused sums and TensorFlow's round 1.3e-7 apart here).
+    unbuilt = result["unbuilt"]
+    np.testing.assert_allclose(unbuilt["first"], unbuilt["one_device"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(unbuilt["again"], unbuilt["one_device"], rtol=1e-5, atol=1e-6)
 
 
 OTHER_TRAINER = source() + """
