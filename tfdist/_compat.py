@@ -245,6 +245,27 @@ def keras_python_data_adapters() -> tuple:
     return GeneratorDataAdapter, PyDatasetAdapter
 
 
+def dataset_ops(dataset) -> set[str]:
+    """The names of the ops in ``dataset``'s graph, its functions' included (TensorFlow's private
+    ``_as_serialized_graph``).
+
+    Raises:
+        Exception: whatever TensorFlow raises for a graph it cannot serialize.
+    """
+    import tensorflow as tf
+
+    serialized = dataset._as_serialized_graph(external_state_policy=tf.data.experimental.ExternalStatePolicy.IGNORE)
+    graph = tf.compat.v1.GraphDef.FromString(serialized.numpy())
+    return {node.op for node in graph.node} | {node.op for f in graph.library.function for node in f.node_def}
+
+
+def keras_tf_dataset_adapter():
+    """The class of Keras' data adapter of a user's ``tf.data.Dataset`` (``TFDatasetAdapter``)."""
+    from keras.src.trainers.data_adapters.tf_dataset_adapter import TFDatasetAdapter
+
+    return TFDatasetAdapter
+
+
 def keras_tensorflow_optimizer():
     """The class of Keras' TensorFlow optimizer (``keras.src.backend.tensorflow.optimizer.TFOptimizer``)."""
     from keras.src.backend.tensorflow.optimizer import TFOptimizer

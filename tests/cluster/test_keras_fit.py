@@ -81,8 +81,9 @@ def assert_same_x_alone(got: dict, expected: dict) -> None:
 
 
 def assert_same_generator_fits(got: list, expected: list) -> None:
-    """Each fit of a Python generator of numpy views with an ``F1Score`` metric (``keras_fit.owned_batches``) leaves
-    the user's arrays as they were and trains every epoch as one process does, fit after fit."""
+    """Each fit of a Python generator of numpy views with an ``F1Score`` metric, or of a user's
+    ``Dataset.from_generator`` of it (``keras_fit.owned_batches``), leaves the user's arrays as they were and trains
+    every epoch as one process does, fit after fit."""
     assert len(got) == len(expected) == 3
     for fit, alone in zip(got, expected):
         assert fit["arrays_kept"] and alone["arrays_kept"]

@@ -29,7 +29,8 @@ parser.add_argument("--constructions", type=int, default=1)
 parser.add_argument("--slow_chief_end", type=float, default=0.0)
 parser.add_argument("--x_alone", action="store_true", help="then fit(x) an autoencoder (models.autoencoder)")
 parser.add_argument("--generator_fits", type=int, default=0,
-                    help="then this many fits of a Python generator of numpy views with an F1Score metric")
+                    help="then this many fits of a Python generator of numpy views with an F1Score metric (every "
+                         "second one through a Dataset.from_generator of it)")
 args = parser.parse_args()
 
 if args.form == "setup":
@@ -188,13 +189,15 @@ if args.generator_fits:  # a generator yielding views of the same arrays each ep
         while True:
             yield from ((gx[i:i + global_batch_size], gy[i:i + global_batch_size]) for i in range(0, 128, 32))
 
-    for _ in range(args.generator_fits):
+    for fit in range(args.generator_fits):  # the generator itself, then a user's Dataset.from_generator of it, ...
+        data = batches() if fit % 2 == 0 else tf.data.Dataset.from_generator(batches, output_signature=(
+            tf.TensorSpec((None, 6), tf.float32), tf.TensorSpec((None, 3), tf.float32)))
         keras.utils.set_random_seed(2)
         with strategy.scope():
             model = keras.Sequential([keras.layers.InputLayer(shape=(6,)), keras.layers.Dense(3, activation="softmax")])
             model.compile(loss="categorical_crossentropy", optimizer=keras.optimizers.SGD(learning_rate=0.5),
                           metrics=[keras.metrics.F1Score()])
-        trained = model.fit(batches(), steps_per_epoch=4, epochs=3, verbose=0).history
+        trained = model.fit(data, steps_per_epoch=4, epochs=3, verbose=0).history
         generator_fits.append({"loss": trained["loss"], "f1_score": [np.asarray(v).tolist() for v in trained["f1_score"]],
                                "weights": [w.tolist() for w in model.get_weights()],
                                "arrays_kept": bool(np.array_equal(gx, kept_x) and np.array_equal(gy, kept_y))})

@@ -110,3 +110,15 @@ def test_predict_on_batch_over_two_replicas_gives_one_device_rows(rows):
     want, got = one.predict_on_batch(X[:rows]), two.predict_on_batch(X[:rows])
     assert got.shape == want.shape == (rows, 2)
     np.testing.assert_allclose(got, want, rtol=0, atol=WEIGHT_ATOL)
+
+
+def test_a_users_dataset_is_copied_over_replicas_where_it_runs_python():
+    # Dataset.from_generator's tensors may share a generator's arrays, which a replica's step may write into.
+    from tfdist.keras_fit.owned_batches import runs_python
+
+    rows = np.zeros((8, 2), np.float32)
+    spec = tf.TensorSpec((2,), tf.float32)
+    assert runs_python(tf.data.Dataset.from_generator(lambda: iter(rows), output_signature=spec).batch(4))
+    assert runs_python(tf.data.Dataset.from_tensor_slices(rows).map(
+        lambda r: tf.numpy_function(lambda a: a * 2, [r], tf.float32)))
+    assert not runs_python(tf.data.Dataset.from_tensor_slices(rows).map(lambda r: r * 2).batch(4))

@@ -6,7 +6,9 @@ slice of shared memory for its own: an element-wise op in the step (``F1Score``'
 write its result into the slice, into the user's arrays, and a generator that yields the same arrays again
 trains the next epoch on labels the step overwrote (on one replica nothing is sliced and nothing is written).
 Here each batch is copied as it leaves the adapter's Dataset, whenever Keras' epoch iterator distributes it over
-more than one replica (``fit``, ``evaluate``, ``predict``); on one replica Keras runs untouched.
+more than one replica (``fit``, ``evaluate``, ``predict``); so is each batch of a user's own ``tf.data.Dataset``
+that runs Python (``Dataset.from_generator``, ``tf.numpy_function``), whose tensors may share a generator's
+arrays alike. On one replica Keras runs untouched.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ def install() -> None:
     iterator.__init__ = _marking(iterator.__init__)
     for adapter in _compat.keras_python_data_adapters():
         adapter.get_tf_dataset = _copying(adapter.get_tf_dataset)
+    adapter = _compat.keras_tf_dataset_adapter()
+    adapter.get_tf_dataset = _copying(adapter.get_tf_dataset, only=runs_python)
 
 
 def _marking(original):
@@ -45,16 +49,28 @@ def _marking(original):
     return __init__
 
 
-def _copying(original):
+def _copying(original, only=lambda dataset: True):
     """An adapter's ``get_tf_dataset`` whose batches are copied (``owned``) while an iterator across replicas
-    makes it."""
+    makes it, where ``only(dataset)``."""
 
     @functools.wraps(original)
     def get_tf_dataset(self):
         dataset = original(self)
-        return owned(dataset) if _across_replicas.get() else dataset
+        return owned(dataset) if _across_replicas.get() and only(dataset) else dataset
 
     return get_tf_dataset
+
+
+#: The ops that run Python in a dataset's graph.
+PYTHON_OPS = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})
+
+
+def runs_python(dataset) -> bool:
+    """Whether ``dataset``'s graph runs Python (one that cannot be read for it counts as running Python)."""
+    try:
+        return bool(_compat.dataset_ops(dataset) & PYTHON_OPS)
+    except Exception:  # noqa: BLE001 - a graph TensorFlow cannot serialize: copy, as for Python
+        return True
 
 
 def owned(dataset):
