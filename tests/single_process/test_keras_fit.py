@@ -80,7 +80,8 @@ def test_install_itself_refuses_a_trainer_that_reads_otherwise_and_changes_nothi
 
     stand_in_class = type("TensorFlowTrainer", (), {
         name: inspect.unwrap(getattr(real.TensorFlowTrainer, name))
-        for name in ("_maybe_symbolic_build", "_symbolic_build", "fit", "_make_function", "make_test_function")})
+        for name in ("_maybe_symbolic_build", "_symbolic_build", "fit", "_make_function", "make_train_function",
+                     "make_test_function", "make_predict_function")})
     stand_in = types.SimpleNamespace(TensorFlowTrainer=stand_in_class, reduce_per_replica=reduce_per_replica,
                                      _collective_all_reduce_multi_worker=real._collective_all_reduce_multi_worker)
     before = {**vars(stand_in), **dict(vars(stand_in_class))}
