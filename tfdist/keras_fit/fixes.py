@@ -13,7 +13,7 @@ from tfdist.keras_fit import (batch_norm, centered_rmsprop, chief_files, empty_s
 #: step's changes; ``preemption``'s vote wraps whatever step the model has by then.
 FIXES = (
     finish,            # across workers, fit returns on every worker once all have ended it
-    xla,               # jit_compile over CPU replicas: the train and test steps without XLA
+    xla,               # jit_compile: a step XLA cannot compile (CPU collectives, variables apart) without XLA
     x_alone,           # fit(x) without targets builds the model and optimizer; the compiled loss stays the step's
     owned_batches,     # a generator's or PyDataset's batches across replicas are copies, not the user's arrays
     executions,        # steps_per_execution over replicas: across workers as Keras loops, in one process a step a call
