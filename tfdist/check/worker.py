@@ -73,13 +73,24 @@ def main(spec: dict) -> int:
     task = _task()
     output = Path(spec["output"]) / f"{group}-{spec.get('attempt', 0)}-{task}.json"
     replicated = [m for m in modes if runs.MODES[m].replicated and not runs.MODES[m].asynchronous]
-    floors = {precision: _noise_floor(replicated[0] if replicated else None, precision, resolver)
-              for precision in (False, True)}
-    tolerances = {precision: verdict.tolerance(floor) for precision, floor in floors.items()}
+    floors = {}
+
+    def tolerance(mixed_precision: bool) -> float:
+        """The tolerance of a precision, its control measured the first time a case of it needs one: every
+        worker of a group reaches the same cases in the same order, so their controls' collectives meet."""
+        if mixed_precision not in floors:
+            floors[mixed_precision] = _noise_floor(replicated[0] if replicated else None, mixed_precision, resolver)
+            measured = {"noise_floor": floors[mixed_precision], "tolerance": verdict.tolerance(floors[mixed_precision])}
+            if mixed_precision:
+                report["mixed_float16"] = measured
+            else:
+                report.update(measured)
+        return verdict.tolerance(floors[mixed_precision])
+
     records = []
-    report = {"task": task, "group": group, "noise_floor": floors[False], "tolerance": tolerances[False],
-              "mixed_float16": {"noise_floor": floors[True], "tolerance": tolerances[True]},
+    report = {"task": task, "group": group, "noise_floor": None, "tolerance": None, "mixed_float16": None,
               "after_crash": spec.get("after_crash"), "records": records, "running": None}
+    tolerance(False)
     fresh = {"after_crash": spec["after_crash"]} if spec.get("after_crash") else {}
     setups, references = {}, {}
     files = str(Path(spec["output"]) / "files")  # the callbacks' files of every run, each worker's the same
@@ -102,7 +113,7 @@ def main(spec: dict) -> int:
         report["running"] = [seed, mode]
         write()
         got = runs.train(setup, mode, cluster_resolver=resolver, directory=runs.directory_for(files, seed, mode))
-        tol = tolerances[bool(getattr(getattr(setup, "case", None), "mixed_precision", False))]
+        tol = tolerance(bool(getattr(getattr(setup, "case", None), "mixed_precision", False)))
         found = verdict.verdict(got, references[seed], tol=tol, asynchronous=runs.MODES[mode].asynchronous)
         records.append({"seed": seed, "mode": mode, **found, **fresh})
         report["running"] = None
