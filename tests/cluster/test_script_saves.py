@@ -8,7 +8,7 @@ each worker's own (``write_filepath``: ``Model.save`` and ``CheckpointManager.sa
 deletes. Every worker reads the chief's file (the tag each worker sets says whose), predicting what was saved;
 nothing changes in the chief's paths while the chief waits to save (no other worker writes there); the folder
 holds the chief's files alone; no worker's scratch folder is left; a save Keras refuses names the script's path
-on every worker. The same run builds the strategy again (the session's comes back) and every other strategy
+on every worker, and a save given no path at all (``123``) is Keras' own error there, as in one process. The same run builds the strategy again (the session's comes back) and every other strategy
 TensorFlow builds beside it (each over the worker's own devices, a model trained in its scope, the session's
 collectives at work after it); inside ``tfdist.saves_on_every_worker()`` each worker writes and reads a file of its own;
 last, a save from a line the chief never reaches ends worker 1 with one ``error:`` line once the chief has ended.
@@ -76,6 +76,8 @@ def test_every_save_lands_once_and_every_worker_loads_the_chiefs_finished_file(t
         managed = result["CheckpointManager.save"]
         assert managed["returned"] == ["managed/ckpt-1", "managed/ckpt-2", "managed/ckpt-3"], (task, managed)
         assert f"filepath={out / 'no_extension'}." in result["refused save"], (task, result["refused save"])
+        assert result["no path"].startswith("ValueError: Invalid filepath extension") and \
+            result["no path"].endswith("Received: filepath=123."), (task, result["no path"])
         assert managed["latest"] == ["managed/ckpt-3"] * 2 and managed["kept"] == ["managed/ckpt-2", "managed/ckpt-3"]
     assert results["worker:0"]["foreign"] == [], results["worker:0"]["foreign"]  # nothing but the chief wrote
     assert {p.name for p in out.iterdir()} == FOLDER

@@ -12,9 +12,9 @@ name the chief's path on the chief and a path of its own on each other worker, w
 ``tf.distribute.MultiWorkerMirroredStrategy()`` again (and its deprecated alias), every other strategy that
 TensorFlow builds beside it (each with a model trained and predicting in its scope, the session's all-reduce
 after it), the ones it refuses, a fit of the first model, a save
-of each worker's own file inside ``tfdist.saves_on_every_worker()``, and a save that Keras refuses. Last, after the
-``RESULTS`` line, every worker but the chief saves from a line the chief never reaches: it ends with one
-``error:`` line once the chief's script has ended.
+of each worker's own file inside ``tfdist.saves_on_every_worker()``, a save that Keras refuses and one given no
+path at all (``123``). Last, after the ``RESULTS`` line, every worker but the chief saves from a line the chief
+never reaches: it ends with one ``error:`` line once the chief's script has ended.
 """
 
 import json
@@ -247,6 +247,10 @@ try:  # a save Keras refuses, on every worker: each says the script's path
     model.save(os.path.join(out, "no_extension"))
 except ValueError as e:
     results["refused save"] = str(e)
+try:  # no path at all: Keras' own error on every worker, as in one process
+    model.save(123)
+except (ValueError, TypeError) as e:
+    results["no path"] = f"{type(e).__name__}: {e}"
 print("RESULTS " + json.dumps(results), flush=True)
 if not chief:  # a save the chief never makes: once the chief's script has ended, one line
     model.save(os.path.join(out, "worker_only.keras"))

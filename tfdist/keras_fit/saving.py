@@ -168,8 +168,8 @@ def _once(call: Callable[[str], Any], path, objects, caller) -> Any:
       UserError: on a worker other than the chief, a save the chief never makes (``_chiefs_path``).
     """
     strategy = _strategy(objects)
-    if strategy is None:
-        return _saving(call, path)
+    if strategy is None or not isinstance(path, (str, bytes, os.PathLike)):
+        return _saving(call, path)  # no strategy across workers, or no path to land once: as in one process
     path = os.fspath(path)
     key = _key(caller)
     if strategy.extended.should_checkpoint:
