@@ -49,6 +49,8 @@ def test_a_fixed_sample_equals_one_device_in_every_mode_on_every_worker(tmp_path
     for record in records:
         assert record["class"] == "equal", record
     assert "| model | synchronized_bn |" in (tmp_path / "check.md").read_text()
+    # No case of the sample computes in mixed_float16: no process measured that precision's control.
+    assert proc.stdout.count("(mixed_float16: no case of it)") == 3, proc.stdout[-3000:]
 
 
 @pytest.mark.slow

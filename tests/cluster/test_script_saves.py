@@ -3,15 +3,16 @@
 ``helpers/script_saves.py`` runs on 2 workers under ``tfdist.launch --local``: every save call a script makes
 (Keras' ``Model.save``, ``keras.saving.save_model``, ``save_weights``, ``export``; TensorFlow's ``Checkpoint.save``
 and ``write``, ``CheckpointManager.save``, ``tf.saved_model.save``), each followed at once by its load, with the
-chief's saves 3 s late, after a save the chief alone makes and the multi-worker tutorial's saves to a path of
-each worker's own (``write_filepath``: ``Model.save`` and ``CheckpointManager.save``), which that worker then
-deletes. Every worker reads the chief's file (the tag each worker sets says whose), predicting what was saved;
-nothing changes in the chief's paths while the chief waits to save (no other worker writes there); the folder
-holds the chief's files alone; no worker's scratch folder is left; a save Keras refuses names the script's path
-on every worker, and a save given no path at all (``123``) is Keras' own error there, as in one process. The same run builds the strategy again (the session's comes back) and every other strategy
-TensorFlow builds beside it (each over the worker's own devices, a model trained in its scope, the session's
-collectives at work after it); inside ``tfdist.saves_on_every_worker()`` each worker writes and reads a file of its own;
-last, a save from a line the chief never reaches ends worker 1 with one ``error:`` line once the chief has ended.
+chief's saves 3 s late, after a save the chief alone makes and the multi-worker tutorial's saves to a path of each
+worker's own (``write_filepath``: ``Model.save`` and ``CheckpointManager.save``), which that worker then deletes.
+Every worker reads the chief's file (the tag each worker sets says whose), predicting what was saved; nothing
+changes in the chief's paths while the chief waits to save (no other worker writes there); the folder holds the
+chief's files alone; no worker's scratch folder is left; a save Keras refuses names the script's path on every
+worker, and a save given no path at all (``123``) is Keras' own error there, as in one process. The same run builds
+the strategy again (the session's comes back) and every other strategy TensorFlow builds beside it (each over the
+worker's own devices, a model trained in its scope, the session's collectives at work after it); inside
+``tfdist.saves_on_every_worker()`` each worker writes and reads a file of its own; last, a save from a line the
+chief never reaches ends worker 1 with one ``error:`` line once the chief has ended.
 
 The two TensorFlow tutorials on saving under a strategy, compact, with ``strategy = tfdist.setup()`` as their
 strategy's line, run on 2 workers to their ends (the save-and-load tutorial loads and trains under a

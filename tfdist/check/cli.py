@@ -190,9 +190,9 @@ def main(argv: list[str]) -> int:
             continue
         mixed, after = report["mixed_float16"], report.get("after_crash")
         restarted = f", restarted after case {after['seed']} crashed in {after['mode']}" if after else ""
-        mixed = f"{mixed['noise_floor']:.2g}, {mixed['tolerance']:.2g}" if mixed else "no case of it"
+        mixed_floor = f"{mixed['noise_floor']:.2g}, {mixed['tolerance']:.2g}" if mixed else "no case of it"
         print(f"{report['task']}: noise floor {report['noise_floor']:.2g}, tolerance {report['tolerance']:.2g} "
-              f"(mixed_float16: {mixed}){restarted}")
+              f"(mixed_float16: {mixed_floor}){restarted}")
         for record in report["records"]:
             records.append({**record, "task": report["task"]})
             if record["class"] in verdict.FAILING or record["class"] == "invalid":

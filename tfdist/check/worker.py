@@ -73,24 +73,25 @@ def main(spec: dict) -> int:
     task = _task()
     output = Path(spec["output"]) / f"{group}-{spec.get('attempt', 0)}-{task}.json"
     replicated = [m for m in modes if runs.MODES[m].replicated and not runs.MODES[m].asynchronous]
-    floors = {}
+    tolerances = {}
 
     def tolerance(mixed_precision: bool) -> float:
         """The tolerance of a precision, its control measured the first time a case of it needs one: every
         worker of a group reaches the same cases in the same order, so their controls' collectives meet."""
-        if mixed_precision not in floors:
-            floors[mixed_precision] = _noise_floor(replicated[0] if replicated else None, mixed_precision, resolver)
-            measured = {"noise_floor": floors[mixed_precision], "tolerance": verdict.tolerance(floors[mixed_precision])}
+        if mixed_precision not in tolerances:
+            floor = _noise_floor(replicated[0] if replicated else None, mixed_precision, resolver)
+            tolerances[mixed_precision] = verdict.tolerance(floor)
+            measured = {"noise_floor": floor, "tolerance": tolerances[mixed_precision]}
             if mixed_precision:
                 report["mixed_float16"] = measured
             else:
                 report.update(measured)
-        return verdict.tolerance(floors[mixed_precision])
+        return tolerances[mixed_precision]
 
     records = []
     report = {"task": task, "group": group, "noise_floor": None, "tolerance": None, "mixed_float16": None,
               "after_crash": spec.get("after_crash"), "records": records, "running": None}
-    tolerance(False)
+    tolerance(False)  # float32's, before the first case: every report has it
     fresh = {"after_crash": spec["after_crash"]} if spec.get("after_crash") else {}
     setups, references = {}, {}
     files = str(Path(spec["output"]) / "files")  # the callbacks' files of every run, each worker's the same
