@@ -4,6 +4,7 @@ Speed is never asserted here (it is measured by the benchmark itself, as
 paired ratios, in docs/benchmarks.md); this checks how it measures.
 """
 
+import dataclasses
 import json
 import re
 
@@ -157,6 +158,31 @@ def test_a_row_with_its_own_baseline_and_keras_under_its_strategy_has_both_ratio
     assert "one_device >= 1.00x keras_fit" not in table  # a goal whose rows did not run is left out
 
 
+def test_the_cpu_time_ratio_is_paired_by_repeat_beside_the_wall_clocks_and_met_reads_the_wall_clock():
+    planned = plan(steps=8, warmup=4, only=["tfdist_fit_mirrored_2", "keras_fit_mirrored_2"])
+    # (images/s, CPU seconds per step of 16 images) per repeat: the wall clock and the CPU time disagree.
+    runs = {"keras_fit": ((100, 0.2), (200, 0.1)), "keras_fit_mirrored_2": ((50, 0.4), (90, 0.2)),
+            "tfdist_fit_mirrored_2": ((45, 0.32), (99, 0.25))}
+    measured = {name: [Measured(name=name, repeat=i, images_per_second=float(ips), cpu_seconds_per_step=cpu,
+                                global_batch_size=16) for i, (ips, cpu) in enumerate(values)]
+                for name, values in runs.items()}
+    out = json.loads(json.dumps(results(planned, measured, {})))
+    row = {r["name"]: r for r in out["rows"]}["tfdist_fit_mirrored_2"]
+    assert row["ratio_to_baseline"]["runs"] == pytest.approx([0.9, 1.1])
+    assert row["ratio_to_baseline"]["cpu"]["runs"] == pytest.approx([1.25, 0.8])  # 0.4 / 0.32, 0.2 / 0.25
+    goal = {g["goal"]: g for g in out["goals"]}["tfdist_fit_mirrored_2 >= 1.00x keras_fit_mirrored_2"]
+    assert goal["value"] == pytest.approx(1.0) and goal["met"] is True
+    assert goal["cpu"] == pytest.approx({"median": 1.025, "min": 0.8, "max": 1.25})
+    table = bench.markdown(out)
+    assert "| tfdist_fit_mirrored_2 >= 1.00x keras_fit_mirrored_2 | 1.000 | 0.900 | 1.100 | yes | 1.02 (0.80-1.25) |" \
+        in table
+    assert "1.00 (0.90-1.10) (CPU time 1.02 (0.80-1.25)) to keras_fit_mirrored_2" in table
+    # Results without CPU times (written before the rows measured them) keep their columns.
+    for rows in measured.values():
+        rows[:] = [dataclasses.replace(m, cpu_seconds_per_step=None) for m in rows]
+    assert "CPU time" not in bench.markdown(json.loads(json.dumps(results(planned, measured, {}))))
+
+
 def test_scaling_with_workers_is_measured_speedup_over_one_worker_in_the_same_repeat():
     planned = plan(steps=8, warmup=4, only=["parameter_server_2", "parameter_server_4"])
     measured = {"keras_fit": [Measured(name="keras_fit", repeat=i, images_per_second=100.0) for i in range(2)]}
@@ -169,22 +195,23 @@ def test_scaling_with_workers_is_measured_speedup_over_one_worker_in_the_same_re
     assert workers[2]["speedup"] == pytest.approx(2.5) and workers[2]["efficiency"] == pytest.approx(2.5 / 4)
 
 
-def test_the_window_is_from_the_first_chunk_end_after_the_warm_up_to_the_end_of_the_last_step():
+def test_the_window_is_from_the_first_chunk_end_after_the_warm_up_to_the_end_of_the_last_step_on_both_clocks():
     from tfdist.bench.measure import window
 
-    clock = [(1, 10.0), (2, 10.5), (4, 11.0), (8, 13.0)]
-    assert window(clock, 4, 8) == (4, 2.0)
-    assert window(clock, 3, 8) == (4, 2.0)  # a grown chunk ended no step at 3: the window starts at 4
+    clock = [(1, 10.0, 1.0), (2, 10.5, 1.25), (4, 11.0, 1.5), (8, 13.0, 2.75)]
+    assert window(clock, 4, 8) == (4, 2.0, 1.25)
+    assert window(clock, 3, 8) == (4, 2.0, 1.25)  # a grown chunk ended no step at 3: the window starts at 4
     with pytest.raises(RuntimeError, match=r"a step ended in \[5, 8\) and the end of step 8"):
         window(clock, 5, 8)
 
 
-def test_a_clusters_memory_is_the_sum_of_its_processes_and_its_figures_worker_0s():
+def test_a_clusters_memory_and_cpu_time_are_the_sums_of_its_processes_and_its_figures_worker_0s():
     job = Job(rows=(), processes=2, repeat=1)
-    per_process = [[Measured(name="r", images_per_second=10.0, peak_rss_mb=700.0)],
-                   [Measured(name="r", images_per_second=11.0, peak_rss_mb=650.0)]]
+    per_process = [[Measured(name="r", images_per_second=10.0, cpu_seconds_per_step=0.25, peak_rss_mb=700.0)],
+                   [Measured(name="r", images_per_second=11.0, cpu_seconds_per_step=0.5, peak_rss_mb=650.0)]]
     assert children.combine(job, per_process) == [Measured(name="r", repeat=1, images_per_second=10.0,
-                                                           peak_rss_mb=1350.0, processes=2)]
+                                                           cpu_seconds_per_step=0.75, peak_rss_mb=1350.0,
+                                                           processes=2)]
 
 
 def test_docs_benchmarks_md_is_what_its_committed_json_renders():

@@ -106,9 +106,14 @@ def _collect(processes: list[subprocess.Popen], timeout: float = 900) -> list[li
 
 
 def combine(job: Job, per_process: Sequence[Sequence[Measured]]) -> list[Measured]:
-    """One result per row from each process's: worker 0's figures, the peak memory summed over the processes."""
-    return [dataclasses.replace(row, repeat=job.repeat, processes=len(per_process),
-                                peak_rss_mb=sum(results[i].peak_rss_mb for results in per_process))
+    """One result per row from each process's: worker 0's figures, the peak memory and the CPU time per step
+    summed over the processes."""
+    def total(i: int, field: str) -> float | None:
+        values = [getattr(results[i], field) for results in per_process]
+        return None if None in values else sum(values)
+
+    return [dataclasses.replace(row, repeat=job.repeat, processes=len(per_process), peak_rss_mb=total(i, "peak_rss_mb"),
+                                cpu_seconds_per_step=total(i, "cpu_seconds_per_step"))
             for i, row in enumerate(per_process[0])]
 
 

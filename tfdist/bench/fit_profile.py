@@ -6,11 +6,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
-
-
-def _clock() -> tuple[float, float]:
-    return time.perf_counter(), time.process_time()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -26,7 +21,7 @@ def main(argv: list[str] | None = None) -> None:
     import keras
 
     import tfdist
-    from tfdist.bench.measure import keras_experiment
+    from tfdist.bench.measure import keras_experiment, tick
     from tfdist.bench.plan import SMALL_MODELS
     from tfdist.bench.rows import RowSpec
 
@@ -42,14 +37,14 @@ def main(argv: list[str] | None = None) -> None:
             self.ticks: dict = {}
 
         def on_epoch_begin(self, epoch, logs=None):
-            self.ticks[("begin", epoch)] = _clock()
+            self.ticks[("begin", epoch)] = tick()
 
         def on_epoch_end(self, epoch, logs=None):
-            self.ticks[("end", epoch)] = _clock()
+            self.ticks[("end", epoch)] = tick()
 
     class BatchClock(EpochClock):
         def on_train_batch_end(self, step, logs=None):
-            self.ticks[step + 1] = _clock()
+            self.ticks[step + 1] = tick()
 
     def per_step(start, end, steps: int) -> tuple[float, float]:
         return (end[0] - start[0]) / steps, (end[1] - start[1]) / steps

@@ -33,15 +33,26 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0 / (1024.0 if sys.platform == "darwin" else 1.0)
 
 
-def window(clock: list[tuple[int, float]], start_step: int, end_step: int) -> tuple[int, float]:
-    """The steps and seconds from the first step ended at or after ``start_step`` to the end of ``end_step``, on a
-    ``(step, perf_counter)`` clock: a run whose chunks grow may end none at ``start_step`` itself."""
-    at = dict(clock)
+def tick() -> tuple[float, float]:
+    """Now on both clocks a window reads: ``(time.perf_counter(), time.process_time())``.
+
+    The process's CPU time (all its threads) counts the work a step costs whatever else the machine runs; the
+    wall clock counts what a user waits.
+    """
+    return time.perf_counter(), time.process_time()
+
+
+def window(clock: list[tuple[int, float, float]], start_step: int, end_step: int) -> tuple[int, float, float]:
+    """The steps, wall seconds and CPU seconds from the first step ended at or after ``start_step`` to the end of
+    ``end_step``, on a ``(step, perf_counter, process_time)`` clock: a run whose chunks grow may end none at
+    ``start_step`` itself."""
+    at = {step: times for step, *times in clock}
     start = min((s for s in at if start_step <= s < end_step), default=None)
     if start is None or end_step not in at:
         raise RuntimeError(f"the benchmark's window needs a step ended in [{start_step}, {end_step}) and the end of "
                            f"step {end_step}; the run's chunks ended at {sorted(at)[:12]}...")
-    return end_step - start, at[end_step] - at[start]
+    (wall0, cpu0), (wall1, cpu1) = at[start], at[end_step]
+    return end_step - start, wall1 - wall0, cpu1 - cpu0
 
 
 def keras_experiment(spec: RowSpec):
@@ -144,24 +155,24 @@ def _measure_keras_fit(spec: RowSpec) -> tuple[Measured, float]:
     with strategy.scope() if strategy else contextlib.nullcontext():
         model = model_fn()
     if spec.epochs > 1:  # timed as the tfdist_fit rows are: the last epoch whole, by epoch hooks alone
-        seconds = _fit_last_epoch(spec, lambda callback: model.fit(
+        seconds, cpu = _fit_last_epoch(spec, lambda callback: model.fit(
             x, y, batch_size=batch, epochs=spec.epochs, callbacks=[callback], verbose=0, shuffle=True))
-        return Measured(name=spec.name, images_per_second=total * batch / seconds, global_batch_size=batch,
-                        num_replicas=strategy.num_replicas_in_sync if strategy else 1), None
-    clock: list[tuple[int, float]] = []
+        return Measured(name=spec.name, images_per_second=total * batch / seconds, cpu_seconds_per_step=cpu / total,
+                        global_batch_size=batch, num_replicas=strategy.num_replicas_in_sync if strategy else 1), None
+    clock: list[tuple[int, float, float]] = []
     first_step: list[float] = []
 
     class Clock(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
-            clock.append((len(clock) + 1, time.perf_counter()))
+            clock.append((len(clock) + 1, *tick()))
             if len(clock) == 1:
                 first_step.append(time.time())
 
     model.fit(x, y, batch_size=batch, epochs=1, callbacks=[Clock()], verbose=0, shuffle=True)
-    steps, seconds = window(clock, spec.warmup, total)
+    steps, seconds, cpu = window(clock, spec.warmup, total)
     replicas = strategy.num_replicas_in_sync if strategy else 1
-    return Measured(name=spec.name, images_per_second=steps * batch / seconds, global_batch_size=batch,
-                    num_replicas=replicas), first_step[0]
+    return Measured(name=spec.name, images_per_second=steps * batch / seconds, cpu_seconds_per_step=cpu / steps,
+                    global_batch_size=batch, num_replicas=replicas), first_step[0]
 
 
 def _measure_tfdist_fit(spec: RowSpec) -> tuple[Measured, None]:
@@ -186,28 +197,30 @@ def _measure_tfdist_fit(spec: RowSpec) -> tuple[Measured, None]:
                              callbacks=[callback])
         replicas.append(history.model.distribute_strategy.num_replicas_in_sync)
 
-    seconds = _fit_last_epoch(spec, fit)
-    return Measured(name=spec.name, images_per_second=per_epoch * batch / seconds, global_batch_size=batch,
-                    num_replicas=replicas[0]), None
+    seconds, cpu = _fit_last_epoch(spec, fit)
+    return Measured(name=spec.name, images_per_second=per_epoch * batch / seconds,
+                    cpu_seconds_per_step=cpu / per_epoch, global_batch_size=batch, num_replicas=replicas[0]), None
 
 
-def _fit_last_epoch(spec: RowSpec, fit) -> float:
-    """Seconds of the last of ``spec.epochs`` epochs of ``fit(callback)``, from its ``on_epoch_begin`` to its
-    ``on_epoch_end`` (a callback with epoch hooks alone, which asks for no batch's logs)."""
+def _fit_last_epoch(spec: RowSpec, fit) -> tuple[float, float]:
+    """Wall and CPU seconds of the last of ``spec.epochs`` epochs of ``fit(callback)``, from its
+    ``on_epoch_begin`` to its ``on_epoch_end`` (a callback with epoch hooks alone, which asks for no batch's
+    logs)."""
     import keras
 
-    clock: dict[str, float] = {}
+    clock: dict[str, tuple[float, float]] = {}
 
     class Clock(keras.callbacks.Callback):
         def on_epoch_begin(self, epoch, logs=None):
-            clock[f"begin_{epoch}"] = time.perf_counter()
+            clock[f"begin_{epoch}"] = tick()
 
         def on_epoch_end(self, epoch, logs=None):
-            clock[f"end_{epoch}"] = time.perf_counter()
+            clock[f"end_{epoch}"] = tick()
 
     fit(Clock())
     last = spec.epochs - 1
-    return clock[f"end_{last}"] - clock[f"begin_{last}"]
+    (wall0, cpu0), (wall1, cpu1) = clock[f"begin_{last}"], clock[f"end_{last}"]
+    return wall1 - wall0, cpu1 - cpu0
 
 
 def _tfdist_config(spec: RowSpec, model_dir: str):
@@ -233,8 +246,9 @@ def _measure_tfdist(spec: RowSpec, cluster_resolver=None, clock: list | None = N
         measured = Measured(name=spec.name, epoch_seconds=window(clock, per_epoch * (spec.epochs - 1),
                                                                  per_epoch * spec.epochs)[1])
     else:
-        steps, seconds = window(clock, spec.warmup, per_epoch)
-        measured = Measured(name=spec.name, images_per_second=steps * batch / seconds, global_batch_size=batch)
+        steps, seconds, cpu = window(clock, spec.warmup, per_epoch)
+        measured = Measured(name=spec.name, images_per_second=steps * batch / seconds,
+                            cpu_seconds_per_step=cpu / steps, global_batch_size=batch)
     return dataclasses.replace(measured, num_replicas=summary["num_replicas"]), summary["first_step_at"]
 
 

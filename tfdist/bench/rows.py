@@ -123,6 +123,8 @@ class Measured:
       name: the row's name.
       repeat: which repeat of the benchmark this run belongs to (the pairing of ratios).
       images_per_second: training throughput in the timed window (all images of all workers).
+      cpu_seconds_per_step: the CPU time (every thread) the row's processes spent per step of the same window,
+        summed over the processes: what a step costs whatever else the machine runs.
       global_batch_size: images per step (all replicas, all workers).
       num_replicas: the strategy's replicas.
       cached_images_per_second: the same steps fed from cached tensors (``pipeline``).
@@ -138,6 +140,7 @@ class Measured:
     name: str
     repeat: int = 0
     images_per_second: float | None = None
+    cpu_seconds_per_step: float | None = None
     global_batch_size: int | None = None
     num_replicas: int | None = None
     cached_images_per_second: float | None = None
