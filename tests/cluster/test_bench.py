@@ -28,7 +28,7 @@ def test_tfdist_fit_and_keras_fit_across_two_workers_measure_in_real_children_an
     assert measured["tfdist_fit"][0].num_replicas == 1
     keras_mwm = measured["keras_fit_multi_worker_mirrored_2"][0]
     assert (keras_mwm.num_replicas, keras_mwm.global_batch_size, keras_mwm.processes) == (2, 32, 2)
-    assert keras_mwm.seconds_to_first_step > 0
+    assert keras_mwm.seconds_to_first_step > 0 and keras_mwm.cpu_seconds_per_step > 0  # both workers' CPU time
     planned = Plan(rows=tuple(rows[name] for name in measured))
     out = {r["name"]: r for r in results(planned, measured, {})["rows"]}
     ips = {name: m.images_per_second for name, (m,) in measured.items()}

@@ -20,12 +20,15 @@ def test_a_small_benchmark_writes_json_markdown_and_chart_with_versions_and_mach
     keras_fit, one_device, keras_dense, fit_dense = data["rows"]
     for row in data["rows"]:  # each row's figures are its own process's: a fresh one per run
         rec = row["record"]
-        assert rec["processes"] == 1 and rec["peak_rss_mb"] > 300
+        assert rec["processes"] == 1 and rec["peak_rss_mb"] > 300 and rec["cpu_seconds_per_step"] > 0
     assert keras_fit["record"]["seconds_to_first_step"] > 1 < one_device["record"]["seconds_to_first_step"]
     # The small model's rows: each side's second epoch timed whole, tfdist.fit's ratio paired with Keras' fit.
     dense = fit_dense["record"]["images_per_second"] / keras_dense["record"]["images_per_second"]
     assert fit_dense["ratio_to_baseline"]["to"] == "keras_fit_dense"
     assert fit_dense["ratio_to_baseline"]["runs"] == [pytest.approx(dense, rel=1e-12)]
+    # The same pair on the process's CPU time: images per CPU-second, over Keras' fit's.
+    cpu = keras_dense["record"]["cpu_seconds_per_step"] / fit_dense["record"]["cpu_seconds_per_step"]
+    assert fit_dense["ratio_to_baseline"]["cpu"]["runs"] == [pytest.approx(cpu, rel=1e-12)]
     ips = one_device["record"]["images_per_second"] / keras_fit["record"]["images_per_second"]
     assert one_device["ratio"]["runs"] == [pytest.approx(ips, rel=1e-12)]
     table = out.with_suffix(".md").read_text()
