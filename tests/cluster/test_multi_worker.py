@@ -33,8 +33,10 @@ def test_two_workers_match_each_other_and_one_process_with_the_global_batch(tmp_
     model_dir, weights, single = tmp_path / "run", tmp_path / "weights", tmp_path / "one_device"
     with Processes(tmp_path) as procs:  # both at once: the cluster and the single process
         cluster_run = procs.start("launch", launcher(cluster, *train_command(
-            "--strategy=multi_worker_mirrored", *SHORT, f"--model_dir={model_dir}", f"--dump_weights={weights}")))
-        single_run = procs.start("one_device", train_command("--strategy=one_device", *SHORT, f"--model_dir={single}"))
+            "--strategy=multi_worker_mirrored", *SHORT, "--export", f"--model_dir={model_dir}",
+            f"--dump_weights={weights}")))
+        single_run = procs.start("one_device", train_command("--strategy=one_device", *SHORT, "--export",
+                                                             f"--model_dir={single}"))
         assert cluster_run.wait(300) == 0, cluster_run.text()[-4000:]
         assert single_run.wait(300) == 0, single_run.text()[-4000:]
     w0, w1 = (npz_weights(weights / f"worker-{i}.npz") for i in (0, 1))

@@ -65,7 +65,7 @@ def _assert_all_done(run):
 @SHARED_RUN
 def test_multi_worker_mirrored_on_two_namespaces_matches_127_0_0_1(tmp_path, tmp_path_factory):
     model_dir, weights = tmp_path / "run", tmp_path / "weights"
-    run = _run_on_hosts(tmp_path, ["worker", "worker"], [*MWM, "--noexport", f"--model_dir={model_dir}",
+    run = _run_on_hosts(tmp_path, ["worker", "worker"], [*MWM, f"--model_dir={model_dir}",
                                                          f"--dump_weights={weights}"])
     _assert_all_done(run)
     assert "tfdist: multi_worker_mirrored with 2 replicas, global batch 8, 40 steps" in run["texts"]["worker:0"]
@@ -80,7 +80,7 @@ def test_parameter_server_on_four_namespaces_does_every_step(tmp_path):
     steps = 12
     flags = [f.replace("steps_per_epoch=40", f"steps_per_epoch={steps}") for f in EXPERIMENT]
     run = _run_on_hosts(tmp_path, ["chief", "worker", "worker", "ps"],
-                        ["--strategy=parameter_server", *flags, "--noexport", f"--model_dir={model_dir}"])
+                        ["--strategy=parameter_server", *flags, f"--model_dir={model_dir}"])
     _assert_all_done(run)
     summary = json.loads((model_dir / "summary.json").read_text())
     assert summary["steps"] == steps  # no worker lost: each scheduled closure ran once

@@ -32,7 +32,7 @@ from helpers.outputs import last_line
 TIMEOUT_S = 6
 #: Long enough not to end before the stall, with log lines each step so the tests see where it is.
 FLAGS = [*[f.replace("steps_per_epoch=40", "steps_per_epoch=200") for f in EXPERIMENT], "--log_every=1",
-         "--checkpoint_every=1000", "--noexport", f"--progress_timeout={TIMEOUT_S}"]
+         "--checkpoint_every=1000", f"--progress_timeout={TIMEOUT_S}"]
 STALLED = [sys.executable, str(HELPERS / "stalled_input.py")]
 
 
