@@ -35,7 +35,7 @@ from tfdist.cluster.network import free_ports
 #: A tiny deterministic experiment, long enough (40 steps, a checkpoint every 10) to be interrupted mid-run.
 #: Two workers and one process drift apart over such a run (float sums in another order, amplified by
 #: training: 8e-6 after 6 steps, 1e-3 after 16, 0.1 after 40, measured), so ``SHORT`` compares those.
-#: Without the final export (a tenth of such a run's CPU time): a test that reads it adds ``--export``.
+#: Without the final export, which none of them reads but one: that test adds ``--export``.
 EXPERIMENT = [
     "--image_size=32", "--train_examples=64", "--eval_examples=16", "--base_filters=4",
     "--depth=2", "--global_batch_size=8", "--optimizer=sgd", "--learning_rate=0.05", "--lr_decay=none",

@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> None:
     import keras
 
     import tfdist
-    from tfdist.bench.measure import keras_experiment, tick
+    from tfdist.bench.measure import elapsed, keras_experiment, tick
     from tfdist.bench.plan import SMALL_MODELS
     from tfdist.bench.rows import RowSpec
 
@@ -47,7 +47,8 @@ def main(argv: list[str] | None = None) -> None:
             self.ticks[step + 1] = tick()
 
     def per_step(start, end, steps: int) -> tuple[float, float]:
-        return (end[0] - start[0]) / steps, (end[1] - start[1]) / steps
+        wall, cpu = elapsed(start, end)
+        return wall / steps, cpu / steps
 
     def keras_fit():
         if small:

@@ -42,6 +42,11 @@ def tick() -> tuple[float, float]:
     return time.perf_counter(), time.process_time()
 
 
+def elapsed(start: tuple[float, float], end: tuple[float, float]) -> tuple[float, float]:
+    """The wall and CPU seconds from one ``tick()`` to a later one."""
+    return end[0] - start[0], end[1] - start[1]
+
+
 def window(clock: list[tuple[int, float, float]], start_step: int, end_step: int) -> tuple[int, float, float]:
     """The steps, wall seconds and CPU seconds from the first step ended at or after ``start_step`` to the end of
     ``end_step``, on a ``(step, perf_counter, process_time)`` clock: a run whose chunks grow may end none at
@@ -51,8 +56,7 @@ def window(clock: list[tuple[int, float, float]], start_step: int, end_step: int
     if start is None or end_step not in at:
         raise RuntimeError(f"the benchmark's window needs a step ended in [{start_step}, {end_step}) and the end of "
                            f"step {end_step}; the run's chunks ended at {sorted(at)[:12]}...")
-    (wall0, cpu0), (wall1, cpu1) = at[start], at[end_step]
-    return end_step - start, wall1 - wall0, cpu1 - cpu0
+    return end_step - start, *elapsed(at[start], at[end_step])
 
 
 def keras_experiment(spec: RowSpec):
@@ -219,8 +223,7 @@ def _fit_last_epoch(spec: RowSpec, fit) -> tuple[float, float]:
 
     fit(Clock())
     last = spec.epochs - 1
-    (wall0, cpu0), (wall1, cpu1) = clock[f"begin_{last}"], clock[f"end_{last}"]
-    return wall1 - wall0, cpu1 - cpu0
+    return elapsed(clock[f"begin_{last}"], clock[f"end_{last}"])
 
 
 def _tfdist_config(spec: RowSpec, model_dir: str):

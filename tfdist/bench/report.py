@@ -33,7 +33,8 @@ def paired(runs: Sequence[Measured], baseline: Sequence[Measured], clock: str = 
     """Each repeat's ``runs`` speed on ``clock`` over ``baseline``'s in the same repeat, as a ``spread``; None: no
     pair."""
     by_repeat = {m.repeat: speed(m, clock) for m in baseline}
-    ratios = [speed(m, clock) / by_repeat[m.repeat] for m in runs if speed(m, clock) and by_repeat.get(m.repeat)]
+    speeds = [(m.repeat, speed(m, clock)) for m in runs]
+    ratios = [value / by_repeat[repeat] for repeat, value in speeds if value and by_repeat.get(repeat)]
     return spread(ratios) if ratios else None
 
 
