@@ -6,20 +6,26 @@
 - one of unknown length (``.filter``, a generator) stages at most that many, a shorter one whole;
 - over ``TFDIST_STAGE_LIMIT``, a size known beforehand is refused before anything is written, and one found
   while writing stops there, its save ended: one ``UserError`` naming the size and the limit, and no stage
-  is left.
+  is left;
+- a preemption signal while staging ends the stage as it ends a run: ``Preempted``, once the save has ended,
+  and no stage is left.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
+import signal
 import threading
+import time
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfdist.errors import UserError
+from tfdist.errors import Preempted, UserError
 from tfdist.fitting.inputs import Source
+from tfdist.runtime.preemption import Preemption
 
 
 def _staged(x, stage_dir, *, total_steps, training=False, start_step=0, take=None):
@@ -91,3 +97,28 @@ def test_a_stage_over_the_limit_is_one_user_error_naming_its_size_and_leaves_no_
     with pytest.raises(UserError, match=r"^Invalid TFDIST_STAGE_LIMIT. Received: TFDIST_STAGE_LIMIT='2GB'. "
                                         r"Expected a positive number of bytes \(default 2147483648\).$"):
         _staged(_pairs(4).batch(2), tmp_path / "bad", total_steps=1)
+
+
+def test_a_preemption_signal_while_staging_ends_the_save_before_its_files_are_removed(tmp_path):
+    made = []
+
+    def slow(i):
+        time.sleep(0.3)  # the save ends only once the element it is making is made
+        made.append(int(i))
+        return i
+
+    def made_slowly(a, b):
+        return tf.py_function(slow, [a], tf.int64), b
+
+    x = _pairs(10 ** 6).map(made_slowly).filter(lambda a, b: a >= 0)  # of unknown length: staged while read
+    timer = threading.Timer(1.0, os.kill, args=(os.getpid(), signal.SIGUSR1))
+    with Preemption("local"), pytest.raises(Preempted, match="^Preempted: local received SIGUSR1 before its first"):
+        timer.start()
+        _staged(x, tmp_path / "stage", total_steps=10 ** 6)
+    made_when_raised = len(made)
+    timer.join()
+    deadline = time.monotonic() + 60  # not Thread.join: a thread marked ended too early returns from it at once
+    while any(thread.name == "tfdist-stage" for thread in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(made) == made_when_raised, "the save was still making elements when its stage was removed"
+    assert not list(tmp_path.iterdir())

@@ -5,7 +5,9 @@ A dataset function sent to a remote worker cannot carry its data as constants (g
 while the chief's main thread watches the bytes written: it prints a line every ``PROGRESS_BYTES``, stops at
 the limit with one line naming the size, and a preemption signal, which Python handles on the main thread
 only, stops it as it stops a run. A stage is written under a ``.partial`` name and renamed once complete, so
-a stage that was cut short is never read as a whole one.
+a stage that was cut short is never read as a whole one. The main thread waits on an event the save sets at
+its end, never in ``Thread.join``: a signal handler raising there (Python 3.11) marks a running thread as
+ended, and the files of a save still writing would be removed too early.
 """
 
 from __future__ import annotations
@@ -114,7 +116,7 @@ def stage(dataset, directory: Path, *, what: str, instead: str, limit: int) -> N
     partial = directory.with_name(directory.name + ".partial")
     for old in (directory, partial):
         shutil.rmtree(old, ignore_errors=True)
-    stopped = threading.Event()
+    stopped, ended = threading.Event(), threading.Event()
     failed: list[BaseException] = []
     guarded = _ending_when(dataset, stopped)
 
@@ -123,14 +125,14 @@ def stage(dataset, directory: Path, *, what: str, instead: str, limit: int) -> N
             guarded.save(str(partial))
         except BaseException as e:  # noqa: BLE001 (raised again on the main thread)
             failed.append(e)
+        finally:
+            ended.set()
 
-    saver = threading.Thread(target=save, name="tfdist-stage", daemon=True)
-    saver.start()
+    threading.Thread(target=save, name="tfdist-stage", daemon=True).start()
     try:
-        shown, ended = 0, False
-        while not ended:  # a last look once the save has ended: its last bytes count too
-            saver.join(POLL_SECONDS)
-            ended = not saver.is_alive()
+        shown, last = 0, False
+        while not last:  # a last look once the save has ended: its last bytes count too
+            last = ended.wait(POLL_SECONDS)
             written = disk_bytes(partial)
             if written > limit:
                 raise refuse(what, f"reached {size_text(written)} before its end", limit, instead)
@@ -143,7 +145,7 @@ def stage(dataset, directory: Path, *, what: str, instead: str, limit: int) -> N
             raise failed[0]
     except BaseException:
         stopped.set()
-        saver.join(STOP_SECONDS)
+        ended.wait(STOP_SECONDS)
         shutil.rmtree(partial, ignore_errors=True)
         raise
     partial.rename(directory)
